@@ -1,0 +1,166 @@
+"""The Backend contract: what every LayerNorm implementation provides.
+
+A backend is a class registered under the entry-point group
+``normbench.backends``. It says what it supports, whether it can run here,
+converts host NumPy arrays to its own arrays and back, and computes the
+forward pass and its vector-Jacobian product. Cases, tolerances, timing and
+reporting belong to the harness, so a backend stays a page of code.
+
+Required: ``name``, :meth:`asarray`, :meth:`to_numpy`, :meth:`layer_norm`.
+Optional: :meth:`layer_norm_backward` (set ``has_backward = False`` if absent),
+:meth:`layer_norm_statistics`, :meth:`synchronize`, :meth:`availability`,
+:meth:`library_version`, the ``device`` attribute.
+
+Example, a complete backend (register it in your ``pyproject.toml`` under
+``[project.entry-points."normbench.backends"]`` as ``mine = "my_pkg:Mine"``)::
+
+    import numpy as np
+    from harness import Backend
+
+    class Mine(Backend):
+        name = "mine"
+        dtypes = ("float64", "float32")
+        has_backward = False
+
+        def asarray(self, host):
+            return np.array(host)
+
+        def to_numpy(self, native):
+            return np.asarray(native)
+
+        def layer_norm(self, x, normalized_shape, weight, bias, eps):
+            axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+            mu = x.mean(axis=axes, keepdims=True)
+            var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
+            y = (x - mu) / np.sqrt(var + eps)
+            if weight is not None:
+                y = y * weight
+            if bias is not None:
+                y = y + bias
+            return y.astype(x.dtype)
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib.metadata
+import importlib.util
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
+
+from harness.dtypes import DTYPES
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can run here; ``reason`` says why not (and how to fix it).
+
+    Truthy when available: ``if not Backend.availability(): print(...reason)``.
+    """
+
+    available: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.available
+
+    @classmethod
+    def yes(cls) -> "Availability":
+        return cls(True)
+
+    @classmethod
+    def no(cls, reason: str) -> "Availability":
+        return cls(False, reason)
+
+
+class Backend(abc.ABC):
+    """A LayerNorm implementation under test. Subclass it; see the module doc.
+
+    Semantics are ``torch.nn.functional.layer_norm``'s: normalize over the
+    trailing ``normalized_shape`` dims with the biased variance and eps inside
+    the square root; ``weight`` and ``bias`` (shape ``normalized_shape``) may be
+    None; the output has x's shape and dtype.
+    """
+
+    #: the name ``--impl`` selects; must equal the entry-point name
+    name: ClassVar[str]
+    #: one line for ``normbench list``
+    description: ClassVar[str] = ""
+    #: the dtype names it supports, of "float64", "float32", "float16", "bfloat16"
+    dtypes: ClassVar[Sequence[str]] = DTYPES
+    #: whether :meth:`layer_norm_backward` is implemented
+    has_backward: ClassVar[bool] = True
+    #: whether its arrays have strides: then :meth:`asarray` must keep the host
+    #: array's layout (strides, offset, stride-0 broadcasts) so layout bugs show
+    strided: ClassVar[bool] = False
+    #: top-level modules it needs; :meth:`availability` checks them without importing
+    requires: ClassVar[Sequence[str]] = ()
+    #: the fix for a missing requirement, e.g. ``pip install 'normbench[torch]'``
+    install_hint: ClassVar[str] = ""
+    #: where it computes; set in ``__init__`` once known (e.g. "cuda:0 (NVIDIA H100)")
+    device: str = "cpu"
+
+    # -- metadata ---------------------------------------------------------------
+
+    @classmethod
+    def availability(cls) -> Availability:
+        """Whether this backend can run here, without importing heavy modules.
+
+        The default checks ``requires`` with :func:`importlib.util.find_spec`.
+        Override to add checks (a GPU, a driver); keep it cheap. An import
+        that fails later in ``__init__`` is reported by the registry as well.
+        """
+        for module in cls.requires:
+            if importlib.util.find_spec(module) is None:
+                hint = f"; {cls.install_hint}" if cls.install_hint else ""
+                return Availability.no(f"{module} is not installed{hint}")
+        return Availability.yes()
+
+    @classmethod
+    def library_version(cls) -> str:
+        """The version of the library it wraps (its first requirement), read
+        from package metadata without importing it; "" when unknown."""
+        for module in cls.requires[:1]:
+            try:
+                return importlib.metadata.version(module)
+            except importlib.metadata.PackageNotFoundError:
+                return ""
+        return ""
+
+    # -- arrays (untimed) -------------------------------------------------------
+
+    @abc.abstractmethod
+    def asarray(self, host: Any) -> Any:
+        """A host ``numpy.ndarray`` (bfloat16 as ``ml_dtypes.bfloat16``) as this
+        backend's array on its device, same dtype. Strided backends keep the layout."""
+
+    @abc.abstractmethod
+    def to_numpy(self, native: Any) -> Any:
+        """This backend's array back as a ``numpy.ndarray`` (bfloat16 as ``ml_dtypes.bfloat16``)."""
+
+    # -- computation (timed) ----------------------------------------------------
+
+    @abc.abstractmethod
+    def layer_norm(self, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float) -> Any:
+        """y = (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims."""
+
+    def layer_norm_backward(
+        self, dy: Any, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float
+    ) -> tuple[Any, Any, Any]:
+        """The vector-Jacobian product: ``(dx, dweight, dbias)``, None where
+        weight or bias is None. Implement it, or set ``has_backward = False``."""
+        raise NotImplementedError(f"backend {self.name!r} has no backward (has_backward = False)")
+
+    def layer_norm_statistics(
+        self, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float
+    ) -> tuple[Any, Any] | None:
+        """Optional: the statistics the forward saves, ``(mean, rstd)``, one value
+        per row (any shape with that many elements; fp32 or wider), with
+        ``rstd = 1/sqrt(var + eps)``. Return None (the default) if not exposed."""
+        return None
+
+    def synchronize(self) -> None:
+        """Block until queued device work is done. Default: nothing to wait for."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} on {self.device}>"

@@ -1,0 +1,274 @@
+"""Conformance cases: shapes, dtypes, input distributions, layouts and seeds.
+
+One source of truth, shared by the conformance suites and (later) the
+benchmarks, so a benchmarked case is a verified case. Every family of
+NUMERICS.md "Conformance cases" is here; big sizes appear once per family
+at full size, the rest small, so a CPU run stays within budget.
+
+A case is pure data; :func:`make_inputs` turns it and a seed into host arrays.
+The random stream depends only on (seed, case id), so a case's inputs are the
+same whichever subset of the suite runs, and under pytest-xdist.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from harness.dtypes import DTYPES, host_dtype
+
+AFFINES = ("wb", "w", "b", "none")
+LAYOUTS = ("contiguous", "transposed", "step2", "colslice", "rowslice")
+HALF = ("float16", "bfloat16")
+#: the hidden sizes of NUMERICS.md, non-powers of two included
+HIDDEN = (1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 192, 255, 256, 257,
+          768, 1000, 1023, 1024, 1025, 1536, 3000, 4096, 8192, 16384, 32768, 65536)
+MULTI_DIM = ((2, 3), (2, 2, 5), (8, 16), (6, 129))
+ROWS = (0, 1, 2, 3, 7, 64, 65, 1025)
+EPS = (0.0, 1e-12, 1e-6, 1e-5, 1e-3, 0.1, 0.5)
+#: a case with more elements than this is marked slow (run it where there is time)
+SLOW_ELEMENTS = 1 << 18
+
+
+def _normal(rng, shape, eps):
+    return rng.standard_normal(shape)
+
+
+def _offset(mu):
+    return lambda rng, shape, eps: mu + rng.standard_normal(shape)
+
+
+def _scaled(sigma):
+    return lambda rng, shape, eps: sigma * rng.standard_normal(shape)
+
+
+def _sigma_sqrt_eps(rng, shape, eps):
+    return math.sqrt(eps) * rng.standard_normal(shape)
+
+
+def _outlier(rng, shape, eps):
+    x = rng.standard_normal(shape)
+    if x.size:
+        x[np.arange(shape[0]), rng.integers(0, shape[1], shape[0])] = 1e3
+    return x
+
+
+def _constant(rng, shape, eps):
+    return np.repeat(rng.uniform(-5, 5, (shape[0], 1)), shape[1], axis=1)
+
+
+def _near_constant(rng, shape, eps):
+    return 1.0 + 1e-6 * rng.standard_normal(shape)
+
+
+def _poisoned(rng, shape, eps):
+    """N(0,1) with a NaN in row 1 and an Inf in row 2 (needs 3+ rows)."""
+    x = rng.standard_normal(shape)
+    x[1, 0] = np.nan
+    x[2, shape[1] // 2] = np.inf
+    return x
+
+
+#: name -> generator of float64 (M, N) values before rounding to the dtype
+DISTRIBUTIONS: dict[str, Callable[[np.random.Generator, tuple[int, int], float], np.ndarray]] = {
+    "normal": _normal,
+    "uniform9": lambda rng, shape, eps: rng.uniform(-9, 9, shape),
+    "uniform0to10": lambda rng, shape, eps: rng.uniform(0, 10, shape),
+    "offset3": _offset(3.0),
+    "offset1e2": _offset(1e2),
+    "offset1e3": _offset(1e3),
+    "offset1e4": _offset(1e4),
+    "sigma1e-2": _scaled(1e-2),
+    "sigma1e-3": _scaled(1e-3),
+    "sigmasqrteps": _sigma_sqrt_eps,
+    "big300": _scaled(300.0),
+    "outlier": _outlier,
+    "constant": _constant,
+    "zero": lambda rng, shape, eps: np.zeros(shape),
+    "nearconstant": _near_constant,
+    "poisoned": _poisoned,
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One conformance case. ``shape`` is x's full shape; the trailing
+    ``normalized_shape`` dims are normalized; the rest are rows."""
+
+    family: str
+    shape: tuple[int, ...]
+    normalized_shape: tuple[int, ...]
+    dtype: str
+    dist: str = "normal"
+    eps: float = 1e-5
+    affine: str = "wb"
+    param_dtype: str | None = None
+    layout: str = "contiguous"
+
+    def __post_init__(self) -> None:
+        k = len(self.normalized_shape)
+        if tuple(self.shape[len(self.shape) - k:]) != tuple(self.normalized_shape):
+            raise ValueError(f"shape {self.shape} does not end with normalized_shape {self.normalized_shape}")
+        if self.dtype not in DTYPES or (self.param_dtype or self.dtype) not in DTYPES:
+            raise ValueError(f"unknown dtype in {self!r}")
+        if self.dist not in DISTRIBUTIONS or self.affine not in AFFINES or self.layout not in LAYOUTS:
+            raise ValueError(f"unknown distribution, affine or layout in {self!r}")
+        if self.layout != "contiguous" and len(self.shape) != 2:
+            raise ValueError("strided layouts are defined for rank-2 cases")
+
+    @property
+    def rows(self) -> int:
+        return math.prod(self.shape[: len(self.shape) - len(self.normalized_shape)])
+
+    @property
+    def hidden(self) -> int:
+        return math.prod(self.normalized_shape)
+
+    @property
+    def params(self) -> str:
+        return self.param_dtype or self.dtype
+
+    @property
+    def slow(self) -> bool:
+        return self.rows * self.hidden > SLOW_ELEMENTS
+
+    @property
+    def id(self) -> str:
+        """Readable and unique, e.g. ``float16-rows65-hidden1000-offset1e3``."""
+        lead = self.shape[: len(self.shape) - len(self.normalized_shape)]
+        parts = [self.dtype]
+        if self.param_dtype and self.param_dtype != self.dtype:
+            parts.append(f"params{self.param_dtype}")
+        parts.append("rows" + ("x".join(map(str, lead)) if lead else "none"))
+        parts.append("hidden" + "x".join(map(str, self.normalized_shape)))
+        parts.append(self.dist)
+        if self.eps != 1e-5:
+            parts.append(f"eps{self.eps:g}")
+        if self.affine != "wb":
+            parts.append({"w": "weightonly", "b": "biasonly", "none": "noaffine"}[self.affine])
+        if self.layout != "contiguous":
+            parts.append(self.layout)
+        return "-".join(parts)
+
+    def __str__(self) -> str:
+        return self.id
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Host arrays for one case and seed, already rounded to their dtypes.
+    ``x`` may be a strided view (see ``Case.layout``)."""
+
+    case: Case
+    seed: int
+    x: np.ndarray
+    weight: np.ndarray | None
+    bias: np.ndarray | None
+
+
+def rng_for(case: Case, seed: int, stream: str = "inputs") -> np.random.Generator:
+    """The random generator of one case: depends only on seed, case id and stream."""
+    return np.random.default_rng([seed, zlib.crc32(f"{case.id}/{stream}".encode())])
+
+
+def _with_layout(values: np.ndarray, layout: str, rng: np.random.Generator) -> np.ndarray:
+    """``values`` (M, N) placed in a larger buffer so the returned view has ``layout``.
+    The rest of the buffer holds large garbage, so a kernel reading it shows."""
+    m, n = values.shape
+    base_shape = {"contiguous": (m, n), "transposed": (n, m), "step2": (2 * m, n),
+                  "colslice": (m, n + 1), "rowslice": (m + 1, n)}[layout]
+    base = (7777.0 + 1000.0 * rng.standard_normal(base_shape)).astype(values.dtype)
+    view = {"contiguous": lambda b: b, "transposed": lambda b: b.T, "step2": lambda b: b[::2],
+            "colslice": lambda b: b[:, 1:], "rowslice": lambda b: b[1:]}[layout](base)
+    view[...] = values
+    return view
+
+
+def make_inputs(case: Case, seed: int) -> Inputs:
+    """The inputs of ``case`` for ``seed``: x from its distribution, weight and
+    bias ~ N(0, 1), each rounded to its dtype (NaN/Inf kept)."""
+    rng = rng_for(case, seed)
+    m, n = case.rows, case.hidden
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = DISTRIBUTIONS[case.dist](rng, (m, n), case.eps).astype(host_dtype(case.dtype))
+    x = _with_layout(values, case.layout, rng) if case.layout != "contiguous" else values.reshape(case.shape)
+    pdt = host_dtype(case.params)
+    weight = rng.standard_normal(case.normalized_shape).astype(pdt) if case.affine in ("wb", "w") else None
+    bias = rng.standard_normal(case.normalized_shape).astype(pdt) if case.affine in ("wb", "b") else None
+    return Inputs(case, seed, x, weight, bias)
+
+
+# -- the forward suite's cases -------------------------------------------------------------
+
+
+def _rows_hidden(family: str, rows: int, hidden: int, dtype: str, **kw) -> Case:
+    return Case(family, (rows, hidden), (hidden,), dtype, **kw)
+
+
+def forward_cases() -> list[Case]:
+    """Every forward case family of NUMERICS.md, each id unique."""
+    cases: list[Case] = []
+    add = cases.append
+    # hidden sizes 1..65536 with a nonzero row mean (padded lanes must not count)
+    for dtype in DTYPES:
+        for n in HIDDEN:
+            add(_rows_hidden("hidden", 3 if n >= 4096 else 5, n, dtype, dist="offset3"))
+    # N = 1 with a large |x|: y must be exactly bias
+    for dtype in DTYPES:
+        add(_rows_hidden("hidden", 9, 1, dtype, dist="offset1e3"))
+    # multi-dimensional normalized_shape
+    for dtype in DTYPES:
+        for ns in MULTI_DIM:
+            add(Case("multidim", (5, *ns), ns, dtype, dist="offset3"))
+    # row counts: empty, one, non-block multiples, many rows at small hidden
+    for dtype in ("float32", "bfloat16"):
+        for m in ROWS:
+            add(_rows_hidden("rows", m, 33, dtype, dist="offset3"))
+        add(_rows_hidden("rows", 65537, 8, dtype, dist="offset3"))
+    # ranks 1 to 5 (rank 1: a single row)
+    for dtype in ("float32", "float16"):
+        for lead in ((), (3,), (2, 3), (2, 2, 3), (2, 1, 2, 3)):
+            add(Case("rank", (*lead, 19), (19,), dtype, dist="offset3"))
+        add(Case("rank", (4, 3, 2, 5), (3, 2, 5), dtype, dist="offset3"))
+    # weight/bias presence, in the input dtype and as fp32 parameters with half inputs
+    for dtype in DTYPES:
+        for affine in AFFINES:
+            add(_rows_hidden("affine", 7, 100, dtype, dist="uniform9", affine=affine))
+    for dtype in HALF:
+        for affine in ("wb", "w", "b"):
+            add(_rows_hidden("mixed", 7, 100, dtype, dist="offset3", affine=affine, param_dtype="float32"))
+    # eps from 0 to 0.5, on rows with sigma ~ sqrt(eps) so eps visibly matters
+    for dtype in ("float64", "float32", "bfloat16"):
+        for eps in EPS:
+            add(_rows_hidden("eps", 8, 64, dtype, dist="normal" if eps == 0 else "sigmasqrteps", eps=eps))
+        for n in (2, 3):
+            add(_rows_hidden("eps", 8, n, dtype, dist="sigmasqrteps", eps=0.5))
+        for eps in (1e-5, 0.1):
+            add(_rows_hidden("eps", 8, 64, dtype, dist="constant", eps=eps))
+    # input distributions
+    for dtype in DTYPES:
+        for dist in ("normal", "uniform9", "uniform0to10", "offset3", "offset1e2", "offset1e3", "offset1e4",
+                     "sigma1e-2", "sigma1e-3", "sigmasqrteps", "outlier", "constant", "zero"):
+            add(_rows_hidden("dist", 8, 1000, dtype, dist=dist))
+    add(_rows_hidden("dist", 4, 4096, "float16", dist="big300"))
+    add(_rows_hidden("dist", 8, 1000, "float32", dist="sigma1e-3", eps=1e-12))
+    add(_rows_hidden("dist", 8, 1000, "float64", dist="sigmasqrteps", eps=1e-12))
+    add(_rows_hidden("dist", 8, 256, "float32", dist="nearconstant", eps=1e-12))
+    # strided layouts
+    for dtype in ("float32", "bfloat16"):
+        for layout in LAYOUTS[1:]:
+            add(_rows_hidden("layout", 16, 100, dtype, dist="offset3", layout=layout))
+    # a NaN and an Inf in two rows must stay in those rows
+    for dtype in ("float32", "float16"):
+        add(_rows_hidden("nonfinite", 6, 64, dtype, dist="poisoned"))
+    ids = [c.id for c in cases]
+    assert len(ids) == len(set(ids)), "case ids must be unique"
+    return cases
+
+
+FORWARD_CASES: list[Case] = forward_cases()
+FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(c.family for c in FORWARD_CASES))

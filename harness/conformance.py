@@ -1,0 +1,225 @@
+"""Run a backend on a case and judge it against the oracle under the error model.
+
+Every check raises :class:`ConformanceError` with a diagnosis a kernel author
+can act on: which output, the worst element (row, column), its value, the
+reference, the bound, the case and seed. The pytest plugin adds the one-line
+reproduction command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness import errors, oracle
+from harness.backend import Backend
+from harness.cases import Case, Inputs
+from harness.dtypes import UNIT_ROUNDOFF, dtype_name, host_dtype
+
+
+class ConformanceError(AssertionError):
+    """A backend's output is wrong; the message says where and by how much."""
+
+
+def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str | None:
+    """Why ``case`` does not apply to ``backend`` (None when it does)."""
+    for dtype in dict.fromkeys((case.dtype, case.params)):
+        if dtype not in backend.dtypes:
+            return f"backend {backend.name!r} does not support {dtype} (it declares {', '.join(backend.dtypes)})"
+    if case.layout != "contiguous" and not backend.strided:
+        return f"backend {backend.name!r} has no strided arrays (strided = False), so layout {case.layout} does not apply"
+    if backward and not backend.has_backward:
+        return f"backend {backend.name!r} has no backward (has_backward = False)"
+    return None
+
+
+@dataclass(frozen=True)
+class Worst:
+    """The worst element of a comparison: index into the (M, N) view and the numbers."""
+
+    index: tuple[int, ...]
+    value: float
+    reference: float
+    bound: float
+    violations: int
+    total: int
+
+    @property
+    def ratio(self) -> float:
+        err = abs(self.value - self.reference)
+        if not np.isfinite(err):
+            return np.inf
+        return err / self.bound if self.bound > 0 else (np.inf if err > 0 else 0.0)
+
+
+def worst_violation(got: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> Worst | None:
+    """Compare componentwise. Where the reference is non-finite (a NaN or Inf
+    input in that row) the value must be non-finite too; elsewhere finite and
+    within the bound.
+    Returns the worst offending element, or None when all hold."""
+    got = np.asarray(got, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.abs(got - ref)
+        ok = np.where(np.isfinite(ref), np.isfinite(got) & (err <= bound), ~np.isfinite(got))
+    bad = ~ok
+    if not bad.any():
+        return None
+    with np.errstate(invalid="ignore", divide="ignore"):
+        score = np.where(bad, np.where(np.isfinite(err), err / np.where(bound > 0, bound, np.inf), np.inf), -1.0)
+        score = np.where(bad & (score == 0), np.inf, score)  # finite vs non-finite, or any error at bound 0
+    flat = int(np.nanargmax(np.where(np.isnan(score), np.inf, score)))
+    idx = np.unravel_index(flat, got.shape)
+    return Worst(tuple(int(i) for i in idx), float(got[idx]), float(ref[idx]), float(np.asarray(bound)[idx]),
+                 int(bad.sum()), int(bad.size))
+
+
+def describe(what: str, worst: Worst, inputs: Inputs, backend: Backend, ref: oracle.Forward | None) -> str:
+    """A diagnosis: the worst element of ``what``, the bound, the row's conditioning."""
+    where = ", ".join(map(str, worst.index))
+    lines = [
+        f"{backend.name} {inputs.case.id} (seed {inputs.seed}): {what}[{where}] = {worst.value:.9g}, "
+        f"float64 reference {worst.reference:.9g}, |error| {abs(worst.value - worst.reference):.3g} > bound "
+        f"{worst.bound:.3g} ({worst.ratio:.3g}x); {worst.violations} of {worst.total} elements out of bound",
+    ]
+    if ref is not None and ref.x.shape[0] and len(worst.index) >= 1:
+        row = worst.index[0]
+        lines.append(f"  row {row}: mean {ref.mean[row]:.6g}, sigma {np.sqrt(ref.var[row]):.3g}, "
+                     f"eps {inputs.case.eps:g}, N {ref.x.shape[1]}, dtype {inputs.case.dtype}, "
+                     f"params {inputs.case.params} ({inputs.case.affine})")
+    lines.append(f"  inputs: harness.cases.make_inputs(<case {inputs.case.id}>, seed={inputs.seed})")
+    return "\n".join(lines)
+
+
+def _fail(what: str, got, ref_values, bound, inputs, backend, ref) -> None:
+    __tracebackhide__ = True
+    worst = worst_violation(got, ref_values, bound)
+    if worst is not None:
+        raise ConformanceError(describe(what, worst, inputs, backend, ref))
+
+
+def _check_array(what: str, got, backend: Backend, shape, dtype: str) -> np.ndarray:
+    """``got`` as NumPy, after checking its type, shape and dtype."""
+    __tracebackhide__ = True
+    try:
+        host = np.asarray(backend.to_numpy(got))
+    except Exception as exc:
+        raise ConformanceError(f"{backend.name}: {what}: to_numpy failed on {type(got).__name__}: {exc}") from exc
+    if tuple(host.shape) != tuple(shape):
+        raise ConformanceError(f"{backend.name}: {what} has shape {tuple(host.shape)}, expected {tuple(shape)}")
+    if host.dtype != host_dtype(dtype):
+        try:
+            got_name = dtype_name(host.dtype)
+        except ValueError:
+            got_name = str(host.dtype)
+        raise ConformanceError(f"{backend.name}: {what} has dtype {got_name}, expected {dtype}")
+    return host
+
+
+@dataclass
+class ForwardRun:
+    """What a backend produced for one case, as host arrays."""
+
+    y: np.ndarray
+    statistics: tuple[np.ndarray, np.ndarray] | None  # float64 (M,) each
+    statistics_dtype: str  # the dtype the backend stored them in
+    native: tuple  # the native (x, weight, bias) handed to the backend
+
+
+def run_forward(backend: Backend, inputs: Inputs) -> ForwardRun:
+    """Convert inputs, call ``layer_norm`` (and ``layer_norm_statistics``), bring results back."""
+    __tracebackhide__ = True
+    case = inputs.case
+    x, w, b = (None if a is None else backend.asarray(a) for a in (inputs.x, inputs.weight, inputs.bias))
+    y = backend.layer_norm(x, case.normalized_shape, w, b, case.eps)
+    backend.synchronize()
+    y_host = _check_array("y", y, backend, case.shape, case.dtype)
+    stats = backend.layer_norm_statistics(x, case.normalized_shape, w, b, case.eps)
+    if stats is None:
+        return ForwardRun(y_host, None, "float32", (x, w, b))
+    mean, rstd = (np.asarray(backend.to_numpy(s)) for s in stats)
+    if mean.size != case.rows or rstd.size != case.rows:
+        raise ConformanceError(f"{backend.name}: statistics have {mean.size} and {rstd.size} values, "
+                               f"expected one per row ({case.rows})")
+    try:
+        stored = min((dtype_name(mean.dtype), dtype_name(rstd.dtype)), key=lambda d: -UNIT_ROUNDOFF[d])
+    except ValueError as exc:
+        raise ConformanceError(f"{backend.name}: statistics: {exc}") from None
+    as64 = (np.asarray(mean, dtype=np.float64).reshape(-1), np.asarray(rstd, dtype=np.float64).reshape(-1))
+    return ForwardRun(y_host, as64, stored, (x, w, b))
+
+
+def reference(inputs: Inputs) -> oracle.Forward:
+    case = inputs.case
+    return oracle.forward(inputs.x, case.normalized_shape, inputs.weight, inputs.bias, case.eps)
+
+
+def check_forward_values(backend: Backend, inputs: Inputs, run: ForwardRun) -> None:
+    """y, and the statistics if exposed, within the error model's bounds."""
+    __tracebackhide__ = True
+    ref = reference(inputs)
+    case = inputs.case
+    y = oracle.rows_view(run.y, case.normalized_shape)
+    _fail("y", y, ref.y, errors.forward_bound(ref, case.dtype), inputs, backend, ref)
+    if run.statistics is not None:
+        mean, rstd = run.statistics
+        stored = run.statistics_dtype
+        _fail("mean", mean[:, None], ref.mean[:, None], errors.mean_bound(ref, case.dtype, stored)[:, None],
+              inputs, backend, ref)
+        _fail("rstd", rstd[:, None], ref.rstd[:, None], errors.rstd_bound(ref, case.dtype, stored)[:, None],
+              inputs, backend, ref)
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bitwise equality (NaN payloads included), for determinism and untouched inputs."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+def check_inputs_unmodified(backend: Backend, inputs: Inputs, run: ForwardRun) -> None:
+    __tracebackhide__ = True
+    for what, original, native in zip(("x", "weight", "bias"), (inputs.x, inputs.weight, inputs.bias), run.native):
+        if original is not None and not same_bits(np.asarray(backend.to_numpy(native)), original):
+            raise ConformanceError(f"{backend.name} {inputs.case.id}: layer_norm modified its input {what} in place")
+
+
+def check_deterministic(backend: Backend, inputs: Inputs, run: ForwardRun) -> None:
+    """The same input twice gives bit-identical output."""
+    __tracebackhide__ = True
+    again = run_forward(backend, inputs)
+    if not same_bits(again.y, run.y):
+        diff = np.flatnonzero(np.ascontiguousarray(again.y).view(np.uint8) != np.ascontiguousarray(run.y).view(np.uint8))
+        raise ConformanceError(f"{backend.name} {inputs.case.id}: the same input twice gave different outputs "
+                               f"({diff.size} differing bytes); a kernel must be deterministic for one input")
+
+
+def check_forward(backend: Backend, inputs: Inputs) -> None:
+    """Every forward property of one case: values, statistics, shape and dtype,
+    inputs untouched, determinism."""
+    __tracebackhide__ = True
+    run = run_forward(backend, inputs)
+    check_forward_values(backend, inputs, run)
+    check_inputs_unmodified(backend, inputs, run)
+    check_deterministic(backend, inputs, run)
+
+
+def check_rows_independent(backend: Backend, inputs: Inputs) -> None:
+    """Each of a few rows computed alone agrees with the same row in the batch,
+    within twice the bound (each may deviate from the reference by one bound)."""
+    __tracebackhide__ = True
+    case = inputs.case
+    full = oracle.rows_view(run_forward(backend, inputs).y, case.normalized_shape)
+    ref = reference(inputs)
+    bound = errors.forward_bound(ref, case.dtype)
+    x_rows = inputs.x.reshape(-1, *case.normalized_shape)
+    for row in sorted({0, case.rows // 2, case.rows - 1}):
+        single = Inputs(Case(case.family, (1, *case.normalized_shape), case.normalized_shape, case.dtype,
+                             case.dist, case.eps, case.affine, case.param_dtype),
+                        inputs.seed, x_rows[row:row + 1].copy(), inputs.weight, inputs.bias)
+        alone = oracle.rows_view(run_forward(backend, single).y, case.normalized_shape)[0]
+        worst = worst_violation(alone, full[row], 2 * bound[row])
+        if worst is not None:
+            raise ConformanceError(
+                f"{backend.name} {case.id} (seed {inputs.seed}): row {row} computed alone differs from the same "
+                f"row in the batch at column {worst.index[0]}: {worst.value:.9g} vs {worst.reference:.9g}, "
+                f"beyond twice the bound {worst.bound:.3g}; a row's result must not depend on other rows")

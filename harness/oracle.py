@@ -1,0 +1,89 @@
+"""The float64 oracle: LayerNorm forward and backward, two-pass, on the rows.
+
+Inputs are the *already rounded* arrays a backend receives (x, weight, bias in
+the tested dtype); everything is computed in float64 on a (M, N) view where
+M is the number of rows and N the number of normalized elements. The oracle is
+checked against exact rational arithmetic in ``tests/test_oracle.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def rows_view(a: np.ndarray, normalized_shape: tuple[int, ...]) -> np.ndarray:
+    """``a`` as a float64 (M, N) array: M rows of N = prod(normalized_shape)."""
+    n = int(np.prod(normalized_shape, dtype=np.int64))
+    return np.asarray(a, dtype=np.float64).reshape(-1, n)
+
+
+def params_row(p: np.ndarray | None, n: int, fill: float) -> np.ndarray:
+    """weight or bias as a float64 (N,) row; ``fill`` stands in for None."""
+    if p is None:
+        return np.full(n, fill)
+    return np.asarray(p, dtype=np.float64).reshape(n)
+
+
+@dataclass(frozen=True)
+class Forward:
+    """Oracle forward on (M, N) rows; ``y`` is reshaped to x's shape by callers."""
+
+    x: np.ndarray          # (M, N) float64 input
+    weight: np.ndarray     # (N,) float64 (ones when None)
+    bias: np.ndarray       # (N,) float64 (zeros when None)
+    mean: np.ndarray       # (M,)
+    var: np.ndarray        # (M,) biased variance
+    sigma_eps: np.ndarray  # (M,) sqrt(var + eps)
+    xhat: np.ndarray       # (M, N)
+    y: np.ndarray          # (M, N)
+
+    @property
+    def rstd(self) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return 1.0 / self.sigma_eps
+
+
+def forward(x: np.ndarray, normalized_shape: tuple[int, ...], weight: np.ndarray | None,
+            bias: np.ndarray | None, eps: float) -> Forward:
+    """``y = (x - mean) / sqrt(var + eps) * weight + bias``, two-pass, in float64."""
+    x2 = rows_view(x, normalized_shape)
+    n = x2.shape[1]
+    w = params_row(weight, n, 1.0)
+    b = params_row(bias, n, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        mean = x2.mean(axis=1) if x2.shape[0] else np.zeros(0)
+        centered = x2 - mean[:, None]
+        var = (centered * centered).mean(axis=1) if x2.shape[0] else np.zeros(0)
+        sigma_eps = np.sqrt(var + eps)
+        xhat = centered / sigma_eps[:, None]
+        y = xhat * w + b
+    return Forward(x2, w, b, mean, var, sigma_eps, xhat, y)
+
+
+@dataclass(frozen=True)
+class Backward:
+    """Oracle gradients: dx (M, N); dweight, dbias (N,)."""
+
+    dx: np.ndarray
+    dweight: np.ndarray
+    dbias: np.ndarray
+    g: np.ndarray  # dy * weight, (M, N)
+
+
+def backward(dy: np.ndarray, fwd: Forward) -> Backward:
+    """The closed form: ``dx = r*(g - mean(g) - xhat*mean(g*xhat))``, ``g = dy*weight``,
+    ``dweight = sum_rows(dy*xhat)``, ``dbias = sum_rows(dy)``."""
+    dy2 = np.asarray(dy, dtype=np.float64).reshape(fwd.x.shape)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        g = dy2 * fwd.weight
+        if dy2.shape[0]:
+            mean_g = g.mean(axis=1, keepdims=True)
+            mean_gx = (g * fwd.xhat).mean(axis=1, keepdims=True)
+        else:
+            mean_g = mean_gx = np.zeros((0, 1))
+        dx = (g - mean_g - fwd.xhat * mean_gx) / fwd.sigma_eps[:, None]
+        dweight = (dy2 * fwd.xhat).sum(axis=0)
+        dbias = dy2.sum(axis=0)
+    return Backward(dx, dweight, dbias, g)

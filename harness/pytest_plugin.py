@@ -1,0 +1,150 @@
+"""The pytest plugin (entry point ``pytest11``): ``--impl``, seeds, parametrization.
+
+Loaded by every pytest session in an environment with normbench installed, so
+it stays cheap: it imports no backend until a test asks for the ``backend``
+argument, or ``--impl`` is given (then a bad name is a usage error at once).
+
+A suite test takes ``backend`` (and optionally ``case`` and ``seed``)::
+
+    @pytest.mark.normbench_cases(cases.FORWARD_CASES)
+    def test_forward(backend, case, seed):
+        conformance.check_forward(backend, cases.make_inputs(case, seed))
+
+and is parametrized over the selected backends x cases x seeds, with ids like
+``test_forward[torch-float16-rows65-hidden1000-offset1e3]``. Cases a backend
+cannot run (dtype, layout, no backward) are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import pytest
+
+from harness import __version__
+from harness.registry import ALL, NormbenchError, Selection, get_registry
+
+SELECTION = pytest.StashKey[Selection]()
+_SEED_RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
+
+
+def parse_seeds(value: str) -> list[int]:
+    """``"3"``, ``"0..19"`` (inclusive) or ``"1,4,9"`` as a list of seeds."""
+    try:
+        match = _SEED_RANGE.match(value.strip())
+        if match:
+            lo, hi = int(match[1]), int(match[2])
+            if lo > hi:
+                raise ValueError
+            return list(range(lo, hi + 1))
+        seeds = [int(s) for s in value.split(",")]
+        if not seeds or min(seeds) < 0:
+            raise ValueError
+        return list(dict.fromkeys(seeds))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"Could not parse value: {value!r}. Use a seed N >= 0, a range A..B or a list N,M,...") from None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("normbench", "normbench LayerNorm suites")
+    group.addoption("--impl", metavar="NAMES", default=None,
+                    help="Backends to run the suites on: a name, names separated by commas, or "
+                         f"{ALL!r} (every available backend; unavailable ones are listed and skipped). "
+                         "`normbench list` shows the names. Default: 'all'.")
+    group.addoption("--normbench-seed", metavar="SEEDS", type=parse_seeds, default=[0],
+                    help="Seed(s) of the random inputs: N, a range A..B, or N,M,... "
+                         "Several seeds add a -seedN suffix to test ids. Default: 0.")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "normbench_cases(cases, backward=False): parametrize a suite test "
+                                       "over these harness.cases.Case objects and the selected backends")
+    config.addinivalue_line("markers", "slow: a large case; deselect with -m 'not slow'")
+    if config.getoption("impl") is not None:
+        selection(config)
+
+
+def selection(config: pytest.Config) -> Selection:
+    """The backends ``--impl`` selects (created once per process)."""
+    if SELECTION not in config.stash:
+        spec = config.getoption("impl") or ALL
+        try:
+            config.stash[SELECTION] = get_registry().select(spec)
+        except NormbenchError as exc:
+            raise pytest.UsageError(f"--impl={spec}: {exc}") from None
+    return config.stash[SELECTION]
+
+
+def _header(config: pytest.Config) -> list[str]:
+    sel = config.stash[SELECTION]
+    seeds = config.getoption("normbench_seed")
+    shown = ", ".join(f"{b.name} ({(type(b).library_version() + ', ') if type(b).library_version() else ''}"
+                      f"{b.device})" for b in sel.backends) or "none"
+    lines = [f"normbench {__version__}: backends {shown}; seed "
+             f"{seeds[0] if len(seeds) == 1 else f'{seeds[0]}..{seeds[-1]} ({len(seeds)} seeds)'}"]
+    lines += [f"normbench: skipped {name}: {reason}" for name, reason in sel.skipped]
+    return lines
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    return _header(config) if SELECTION in config.stash else None
+
+
+def pytest_report_collectionfinish(config: pytest.Config, items) -> list[str] | None:
+    # --impl not given: the selection was made lazily during collection
+    if config.getoption("impl") is None and SELECTION in config.stash:
+        return _header(config)
+    return None
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" not in metafunc.fixturenames:
+        return
+    from harness.conformance import skip_reason
+
+    sel = selection(metafunc.config)
+    seeds = metafunc.config.getoption("normbench_seed")
+    marker = metafunc.definition.get_closest_marker("normbench_cases")
+    case_list = list(marker.args[0]) if marker else [None]
+    backward = bool(marker.kwargs.get("backward", False)) if marker else False
+    use_seed = "seed" in metafunc.fixturenames
+    argnames = ["backend"] + (["case"] if marker else []) + (["seed"] if use_seed else [])
+    params = []
+    for backend in sel.backends:
+        for case in case_list:
+            for seed in seeds if use_seed else [None]:
+                parts = [backend.name, case.id if case else None,
+                         f"seed{seed}" if use_seed and len(seeds) > 1 else None]
+                marks = []
+                reason = skip_reason(backend, case, backward=backward) if case else (
+                    f"backend {backend.name!r} has no backward (has_backward = False)"
+                    if backward and not backend.has_backward else None)
+                if reason:
+                    marks.append(pytest.mark.skip(reason=reason))
+                if case is not None and case.slow:
+                    marks.append(pytest.mark.slow)
+                values = [backend] + ([case] if marker else []) + ([seed] if use_seed else [])
+                params.append(pytest.param(*values, id="-".join(p for p in parts if p), marks=marks))
+    if not params:
+        why = "; ".join(f"{n}: {r}" for n, r in sel.skipped) or "no backend selected"
+        params = [pytest.param(*([None] * len(argnames)), id="no-backend",
+                               marks=pytest.mark.skip(reason=f"no available backend ({why})"))]
+    metafunc.parametrize(argnames, params)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    outcome = yield
+    report = outcome.get_result()
+    callspec = getattr(item, "callspec", None)
+    if report.when != "call" or not report.failed or callspec is None:
+        return
+    backend = callspec.params.get("backend")
+    if backend is None:
+        return
+    seed = callspec.params.get("seed", item.config.getoption("normbench_seed")[0])
+    nodeid = re.sub(r"-seed\d+\]$", "]", item.nodeid)
+    report.sections.append(("normbench: reproduce",
+                            f"pytest '{nodeid}' --impl={backend.name} --normbench-seed={seed}"))

@@ -1,0 +1,210 @@
+"""Backend discovery through the entry-point group ``normbench.backends``.
+
+Built-in backends are registered in normbench's own ``pyproject.toml`` exactly
+as a third-party plugin registers its own::
+
+    [project.entry-points."normbench.backends"]
+    mine = "my_package.module:MyBackend"
+
+Nothing is imported until a backend is used: :func:`get_registry` reads
+metadata only; :meth:`Registry.load_class` imports the plugin's module (which
+must not import heavy frameworks at top level); :meth:`Registry.create`
+instantiates it (where heavy frameworks load). A broken plugin becomes a
+:class:`PluginProblem` naming its distribution and the fix, never a crash of
+the whole run.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import re
+from dataclasses import dataclass, field
+
+from harness.backend import Availability, Backend
+
+GROUP = "normbench.backends"
+#: reserved by ``--impl=all``
+ALL = "all"
+_NAME = re.compile(r"^[a-z][a-z0-9_]*(-[a-z0-9_]+)*$")
+HOWTO = "see docs/writing-a-backend.md"
+
+
+class NormbenchError(Exception):
+    """A problem the user can fix; its message says what was wrong and the fix."""
+
+
+class UnknownBackend(NormbenchError):
+    pass
+
+
+class BackendUnavailable(NormbenchError):
+    pass
+
+
+class PluginError(NormbenchError):
+    pass
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """One registered backend: entry-point name, target and who provides it."""
+
+    name: str
+    target: str
+    distribution: str
+    version: str
+
+    @property
+    def provider(self) -> str:
+        return f"{self.distribution} {self.version}".strip()
+
+
+@dataclass(frozen=True)
+class PluginProblem:
+    """A plugin that cannot be used, with the fix in ``message``."""
+
+    name: str
+    distribution: str
+    message: str
+
+
+@dataclass
+class Selection:
+    """What ``--impl`` resolved to: the backends to run and those left out."""
+
+    backends: list[Backend] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _distribution_of(ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
+    dist = getattr(ep, "dist", None)
+    if dist is None:
+        return "unknown distribution", ""
+    return dist.metadata["Name"] or "unknown distribution", dist.version or ""
+
+
+class Registry:
+    """The backends found in one set of entry points (see :func:`get_registry`)."""
+
+    def __init__(self, entry_points: list[importlib.metadata.EntryPoint]) -> None:
+        self.plugins: dict[str, Plugin] = {}
+        self.problems: list[PluginProblem] = []
+        self._classes: dict[str, type[Backend]] = {}
+        claims: dict[str, list[Plugin]] = {}
+        for ep in entry_points:
+            dist, version = _distribution_of(ep)
+            plugin = Plugin(ep.name, ep.value, dist, version)
+            if ep.name == ALL or not _NAME.match(ep.name):
+                self.problems.append(PluginProblem(ep.name, dist, (
+                    f"backend name {ep.name!r} from distribution {dist} is not valid: use lowercase "
+                    f"letters, digits, '_' and '-', starting with a letter, and not {ALL!r}. "
+                    f"Fix: rename the entry point in {dist}'s [project.entry-points.\"{GROUP}\"]")))
+                continue
+            claims.setdefault(ep.name, []).append(plugin)
+        for name, claimants in sorted(claims.items()):
+            # normbench's own built-ins win a clash, then the first distribution by name
+            claimants.sort(key=lambda p: (p.distribution != "normbench", p.distribution))
+            self.plugins[name] = claimants[0]
+            if len(claimants) > 1:
+                who = ", ".join(f"{p.distribution} ({p.target})" for p in claimants)
+                self.problems.append(PluginProblem(name, claimants[1].distribution, (
+                    f"backend name {name!r} is claimed by several distributions: {who}; "
+                    f"using {claimants[0].distribution}'s. Fix: uninstall one or rename its entry point")))
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.plugins)
+
+    def plugin(self, name: str) -> Plugin:
+        try:
+            return self.plugins[name]
+        except KeyError:
+            known = ", ".join(self.names) or "none"
+            raise UnknownBackend(
+                f"unknown backend {name!r}; known backends: {known} (or {ALL!r}). "
+                f"Install a plugin that provides it, {HOWTO}") from None
+
+    def load_class(self, name: str) -> type[Backend]:
+        """Import the backend's class (light: its module must not import heavy frameworks)."""
+        if name in self._classes:
+            return self._classes[name]
+        plugin = self.plugin(name)
+        module, _, attr = plugin.target.partition(":")
+        where = f"backend {name!r} from distribution {plugin.provider} ({plugin.target})"
+        try:
+            obj = importlib.import_module(module)
+            for part in attr.split(".") if attr else ():
+                obj = getattr(obj, part)
+        except Exception as exc:  # a plugin's import may fail in any way
+            raise PluginError(f"{where} failed to import: {type(exc).__name__}: {exc}. "
+                              f"Fix: install what it needs, or uninstall {plugin.distribution}") from exc
+        if not (isinstance(obj, type) and issubclass(obj, Backend)):
+            raise PluginError(f"{where} is not a harness.Backend subclass (got {obj!r}). "
+                              f"Fix: point the entry point at a Backend subclass; {HOWTO}")
+        if getattr(obj, "name", None) != name:
+            raise PluginError(f"{where} declares name = {getattr(obj, 'name', None)!r}, but its entry point "
+                              f"is {name!r}. Fix: make the class attribute `name` equal the entry-point name")
+        self._classes[name] = obj
+        return obj
+
+    def availability(self, name: str) -> Availability:
+        """Whether ``name`` can run here (imports its module, never its framework)."""
+        cls = self.load_class(name)
+        try:
+            result = cls.availability()
+        except Exception as exc:
+            raise PluginError(f"backend {name!r} from distribution {self.plugin(name).provider}: "
+                              f"availability() raised {type(exc).__name__}: {exc}. "
+                              f"Fix: availability() must return an Availability, not raise") from exc
+        if not isinstance(result, Availability):
+            raise PluginError(f"backend {name!r}: availability() returned {result!r}, not an Availability")
+        return result
+
+    def create(self, name: str) -> Backend:
+        """An instance of backend ``name``, or :class:`BackendUnavailable` saying why not."""
+        cls = self.load_class(name)
+        available = self.availability(name)
+        if not available:
+            raise BackendUnavailable(f"backend {name!r} is not available: {available.reason}")
+        try:
+            return cls()
+        except Exception as exc:
+            raise BackendUnavailable(
+                f"backend {name!r} is not available: it failed to start: {type(exc).__name__}: {exc}") from exc
+
+    def select(self, spec: str) -> Selection:
+        """Resolve an ``--impl`` value: ``"torch"``, ``"numpy,torch"`` or ``"all"``.
+
+        A named backend that cannot run raises; with ``all`` it is skipped and
+        listed in :attr:`Selection.skipped` with its reason.
+        """
+        names = [n.strip() for n in spec.split(",") if n.strip()]
+        if not names:
+            raise UnknownBackend(f"--impl is empty; choose from: {', '.join(self.names)} (or {ALL!r})")
+        selection = Selection()
+        if names == [ALL]:
+            selection.skipped += [(p.name, p.message) for p in self.problems]
+            for name in self.names:
+                try:
+                    selection.backends.append(self.create(name))
+                except NormbenchError as exc:
+                    selection.skipped.append((name, str(exc)))
+            return selection
+        for name in dict.fromkeys(names):
+            if name == ALL:
+                raise UnknownBackend(f"--impl={spec}: {ALL!r} cannot be combined with other names")
+            selection.backends.append(self.create(name))
+        return selection
+
+
+@functools.lru_cache(maxsize=1)
+def get_registry() -> Registry:
+    """The registry of installed backends (cached; :func:`refresh` re-reads)."""
+    return Registry(list(importlib.metadata.entry_points(group=GROUP)))
+
+
+def refresh() -> Registry:
+    """Forget the cached registry (after installing a plugin) and read it again."""
+    get_registry.cache_clear()
+    return get_registry()

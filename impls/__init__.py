@@ -1,0 +1,1 @@
+"""normbench's built-in backends, registered through entry points like any plugin."""
