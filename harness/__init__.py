@@ -5,10 +5,10 @@ that needs them is created.
 """
 
 from harness.backend import Availability, Backend
-from harness.registry import (BackendUnavailable, NormbenchError, PluginError, UnknownBackend, get_registry,
-                              refresh)
+from harness.exceptions import BackendUnavailable, InvalidInput, NormbenchError, PluginError, UnknownBackend
+from harness.registry import get_registry, refresh
 
 __version__ = "0.1.0"
 
-__all__ = ["Availability", "Backend", "BackendUnavailable", "NormbenchError", "PluginError", "UnknownBackend",
+__all__ = ["Availability", "Backend", "BackendUnavailable", "InvalidInput", "NormbenchError", "PluginError", "UnknownBackend",
            "get_registry", "refresh", "__version__"]

@@ -45,8 +45,9 @@ from __future__ import annotations
 import abc
 import importlib.metadata
 import importlib.util
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from harness.dtypes import DTYPES
 
@@ -65,11 +66,11 @@ class Availability:
         return self.available
 
     @classmethod
-    def yes(cls) -> "Availability":
+    def yes(cls) -> Availability:
         return cls(True)
 
     @classmethod
-    def no(cls, reason: str) -> "Availability":
+    def no(cls, reason: str) -> Availability:
         return cls(False, reason)
 
 
@@ -97,7 +98,9 @@ class Backend(abc.ABC):
     requires: ClassVar[Sequence[str]] = ()
     #: the fix for a missing requirement, e.g. ``pip install 'normbench[torch]'``
     install_hint: ClassVar[str] = ""
-    #: where it computes; set in ``__init__`` once known (e.g. "cuda:0 (NVIDIA H100)")
+    #: where it can compute, for ``normbench list`` before it is created (e.g. "cuda or cpu")
+    devices: ClassVar[str] = "cpu"
+    #: where this instance computes; set in ``__init__`` once known (e.g. "cuda:0 (NVIDIA H100)")
     device: str = "cpu"
 
     # -- metadata ---------------------------------------------------------------

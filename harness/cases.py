@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from harness.dtypes import DTYPES, host_dtype
+from harness.dtypes import DTYPES, dtype_name, host_dtype
+from harness.exceptions import InvalidInput
 
 AFFINES = ("wb", "w", "b", "none")
 LAYOUTS = ("contiguous", "transposed", "step2", "colslice", "rowslice")
@@ -66,10 +67,11 @@ def _near_constant(rng, shape, eps):
 
 
 def _poisoned(rng, shape, eps):
-    """N(0,1) with a NaN in row 1 and an Inf in row 2 (needs 3+ rows)."""
+    """N(0,1) with a NaN in row 1 and an Inf in row 2 (with fewer rows, the last rows)."""
     x = rng.standard_normal(shape)
-    x[1, 0] = np.nan
-    x[2, shape[1] // 2] = np.inf
+    if shape[0]:
+        x[min(1, shape[0] - 1), 0] = np.nan
+        x[min(2, shape[0] - 1), shape[1] // 2] = np.inf
     return x
 
 
@@ -94,6 +96,28 @@ DISTRIBUTIONS: dict[str, Callable[[np.random.Generator, tuple[int, int], float],
 }
 
 
+def validate_eps(eps: float) -> None:
+    """eps must be a finite number >= 0 (it is added to the variance under the sqrt)."""
+    if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+        raise InvalidInput(f"eps must be a finite number >= 0, got {eps!r}; the usual value is 1e-5")
+
+
+def validate_shapes(shape: tuple[int, ...], normalized_shape: tuple[int, ...],
+                    weight_shape: tuple[int, ...] | None, bias_shape: tuple[int, ...] | None) -> None:
+    """x's shape must end with normalized_shape (non-empty, positive); weight
+    and bias, when given, must have exactly normalized_shape."""
+    shape, normalized_shape = tuple(shape), tuple(normalized_shape)
+    if not normalized_shape or any(int(d) < 1 for d in normalized_shape):
+        raise InvalidInput(f"normalized_shape must be non-empty with every size >= 1, got {normalized_shape}")
+    if any(int(d) < 0 for d in shape) or shape[len(shape) - len(normalized_shape):] != normalized_shape:
+        raise InvalidInput(f"x has shape {shape}, which does not end with normalized_shape {normalized_shape}; "
+                           f"normalized_shape must be x's trailing dims, e.g. {shape[-1:]}")
+    for what, got in (("weight", weight_shape), ("bias", bias_shape)):
+        if got is not None and tuple(got) != normalized_shape:
+            raise InvalidInput(f"{what} has shape {tuple(got)} but normalized_shape is {normalized_shape}; "
+                               f"{what} must have shape normalized_shape (or be None)")
+
+
 @dataclass(frozen=True)
 class Case:
     """One conformance case. ``shape`` is x's full shape; the trailing
@@ -110,15 +134,15 @@ class Case:
     layout: str = "contiguous"
 
     def __post_init__(self) -> None:
-        k = len(self.normalized_shape)
-        if tuple(self.shape[len(self.shape) - k:]) != tuple(self.normalized_shape):
-            raise ValueError(f"shape {self.shape} does not end with normalized_shape {self.normalized_shape}")
-        if self.dtype not in DTYPES or (self.param_dtype or self.dtype) not in DTYPES:
-            raise ValueError(f"unknown dtype in {self!r}")
-        if self.dist not in DISTRIBUTIONS or self.affine not in AFFINES or self.layout not in LAYOUTS:
-            raise ValueError(f"unknown distribution, affine or layout in {self!r}")
+        validate_shapes(self.shape, self.normalized_shape, None, None)
+        validate_eps(self.eps)
+        for what, value, valid in (("dtype", self.dtype, DTYPES), ("param dtype", self.params, DTYPES),
+                                   ("distribution", self.dist, DISTRIBUTIONS), ("affine", self.affine, AFFINES),
+                                   ("layout", self.layout, LAYOUTS)):
+            if value not in valid:
+                raise InvalidInput(f"unknown {what} {value!r}; expected one of {', '.join(valid)}")
         if self.layout != "contiguous" and len(self.shape) != 2:
-            raise ValueError("strided layouts are defined for rank-2 cases")
+            raise InvalidInput(f"layout {self.layout!r} needs a rank-2 shape (rows, hidden), got {self.shape}")
 
     @property
     def rows(self) -> int:
@@ -168,6 +192,24 @@ class Inputs:
     x: np.ndarray
     weight: np.ndarray | None
     bias: np.ndarray | None
+
+
+def inputs_from_arrays(x: np.ndarray, normalized_shape: tuple[int, ...], weight: np.ndarray | None = None,
+                       bias: np.ndarray | None = None, eps: float = 1e-5) -> Inputs:
+    """Inputs from a user's own arrays (validated), for checking a backend on real data."""
+    x = np.asarray(x)
+    validate_shapes(x.shape, tuple(normalized_shape), None if weight is None else np.shape(weight),
+                    None if bias is None else np.shape(bias))
+    params = [p for p in (weight, bias) if p is not None]
+    param_dtypes = {dtype_name(np.asarray(p).dtype) for p in params}
+    if len(param_dtypes) > 1:
+        raise InvalidInput(f"weight and bias have different dtypes {sorted(param_dtypes)}; give them one dtype")
+    affine = {(True, True): "wb", (True, False): "w", (False, True): "b", (False, False): "none"}[
+        (weight is not None, bias is not None)]
+    case = Case("custom", tuple(x.shape), tuple(normalized_shape), dtype_name(x.dtype), "normal", float(eps),
+                affine, param_dtypes.pop() if param_dtypes else None)
+    as_host = lambda p: None if p is None else np.asarray(p)
+    return Inputs(case, 0, x, as_host(weight), as_host(bias))
 
 
 def rng_for(case: Case, seed: int, stream: str = "inputs") -> np.random.Generator:
@@ -271,4 +313,5 @@ def forward_cases() -> list[Case]:
 
 
 FORWARD_CASES: list[Case] = forward_cases()
-FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(c.family for c in FORWARD_CASES))
+#: every case family any suite uses (one pytest marker each: ``family_<name>``)
+ALL_FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(c.family for c in FORWARD_CASES))

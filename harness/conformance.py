@@ -124,19 +124,21 @@ class ForwardRun:
     statistics: tuple[np.ndarray, np.ndarray] | None  # float64 (M,) each
     statistics_dtype: str  # the dtype the backend stored them in
     native: tuple  # the native (x, weight, bias) handed to the backend
+    originals: tuple  # copies of the host (x, weight, bias), taken before the call
 
 
 def run_forward(backend: Backend, inputs: Inputs) -> ForwardRun:
     """Convert inputs, call ``layer_norm`` (and ``layer_norm_statistics``), bring results back."""
     __tracebackhide__ = True
     case = inputs.case
+    originals = tuple(None if a is None else a.copy() for a in (inputs.x, inputs.weight, inputs.bias))
     x, w, b = (None if a is None else backend.asarray(a) for a in (inputs.x, inputs.weight, inputs.bias))
     y = backend.layer_norm(x, case.normalized_shape, w, b, case.eps)
     backend.synchronize()
     y_host = _check_array("y", y, backend, case.shape, case.dtype)
     stats = backend.layer_norm_statistics(x, case.normalized_shape, w, b, case.eps)
     if stats is None:
-        return ForwardRun(y_host, None, "float32", (x, w, b))
+        return ForwardRun(y_host, None, "float32", (x, w, b), originals)
     mean, rstd = (np.asarray(backend.to_numpy(s)) for s in stats)
     if mean.size != case.rows or rstd.size != case.rows:
         raise ConformanceError(f"{backend.name}: statistics have {mean.size} and {rstd.size} values, "
@@ -146,7 +148,7 @@ def run_forward(backend: Backend, inputs: Inputs) -> ForwardRun:
     except ValueError as exc:
         raise ConformanceError(f"{backend.name}: statistics: {exc}") from None
     as64 = (np.asarray(mean, dtype=np.float64).reshape(-1), np.asarray(rstd, dtype=np.float64).reshape(-1))
-    return ForwardRun(y_host, as64, stored, (x, w, b))
+    return ForwardRun(y_host, as64, stored, (x, w, b), originals)
 
 
 def reference(inputs: Inputs) -> oracle.Forward:
@@ -178,7 +180,7 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 def check_inputs_unmodified(backend: Backend, inputs: Inputs, run: ForwardRun) -> None:
     __tracebackhide__ = True
-    for what, original, native in zip(("x", "weight", "bias"), (inputs.x, inputs.weight, inputs.bias), run.native):
+    for what, original, native in zip(("x", "weight", "bias"), run.originals, run.native):
         if original is not None and not same_bits(np.asarray(backend.to_numpy(native)), original):
             raise ConformanceError(f"{backend.name} {inputs.case.id}: layer_norm modified its input {what} in place")
 

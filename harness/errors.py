@@ -48,6 +48,7 @@ import numpy as np
 from harness import oracle
 from harness.dtypes import SUBNORMAL_SPACING, UNIT_ROUNDOFF, accumulation_roundoff
 
+
 def k(n: int) -> float:
     """The accumulation growth factor for a sum of n terms: 16 + 2*sqrt(n)."""
     return 16.0 + 2.0 * float(np.sqrt(max(n, 0)))

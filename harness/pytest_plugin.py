@@ -11,7 +11,8 @@ A suite test takes ``backend`` (and optionally ``case`` and ``seed``)::
         conformance.check_forward(backend, cases.make_inputs(case, seed))
 
 and is parametrized over the selected backends x cases x seeds, with ids like
-``test_forward[torch-float16-rows65-hidden1000-offset1e3]``. Cases a backend
+``test_forward[torch-float16-rows65-hidden1000-offset1e3]`` and a marker per
+case family (``pytest suites/ -m family_layout``). Cases a backend
 cannot run (dtype, layout, no backward) are skipped with the reason.
 """
 
@@ -23,7 +24,8 @@ import re
 import pytest
 
 from harness import __version__
-from harness.registry import ALL, NormbenchError, Selection, get_registry
+from harness.exceptions import NormbenchError
+from harness.registry import ALL, Selection, get_registry
 
 SELECTION = pytest.StashKey[Selection]()
 _SEED_RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
@@ -62,6 +64,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "normbench_cases(cases, backward=False): parametrize a suite test "
                                        "over these harness.cases.Case objects and the selected backends")
     config.addinivalue_line("markers", "slow: a large case; deselect with -m 'not slow'")
+    from harness.cases import ALL_FAMILIES
+
+    for family in ALL_FAMILIES:
+        config.addinivalue_line("markers", f"family_{family}: cases of the {family!r} family (harness.cases)")
     if config.getoption("impl") is not None:
         selection(config)
 
@@ -85,6 +91,7 @@ def _header(config: pytest.Config) -> list[str]:
     lines = [f"normbench {__version__}: backends {shown}; seed "
              f"{seeds[0] if len(seeds) == 1 else f'{seeds[0]}..{seeds[-1]} ({len(seeds)} seeds)'}"]
     lines += [f"normbench: skipped {name}: {reason}" for name, reason in sel.skipped]
+    lines += [f"normbench: warning: {message}" for message in sel.warnings]
     return lines
 
 
@@ -123,8 +130,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
                     if backward and not backend.has_backward else None)
                 if reason:
                     marks.append(pytest.mark.skip(reason=reason))
-                if case is not None and case.slow:
-                    marks.append(pytest.mark.slow)
+                if case is not None:
+                    marks.append(getattr(pytest.mark, f"family_{case.family}"))
+                    if case.slow:
+                        marks.append(pytest.mark.slow)
                 values = [backend] + ([case] if marker else []) + ([seed] if use_seed else [])
                 params.append(pytest.param(*values, id="-".join(p for p in parts if p), marks=marks))
     if not params:

@@ -22,28 +22,13 @@ import re
 from dataclasses import dataclass, field
 
 from harness.backend import Availability, Backend
+from harness.exceptions import BackendUnavailable, NormbenchError, PluginError, UnknownBackend
 
 GROUP = "normbench.backends"
 #: reserved by ``--impl=all``
 ALL = "all"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*(-[a-z0-9_]+)*$")
 HOWTO = "see docs/writing-a-backend.md"
-
-
-class NormbenchError(Exception):
-    """A problem the user can fix; its message says what was wrong and the fix."""
-
-
-class UnknownBackend(NormbenchError):
-    pass
-
-
-class BackendUnavailable(NormbenchError):
-    pass
-
-
-class PluginError(NormbenchError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -71,10 +56,12 @@ class PluginProblem:
 
 @dataclass
 class Selection:
-    """What ``--impl`` resolved to: the backends to run and those left out."""
+    """What ``--impl`` resolved to: the backends to run, those left out (name,
+    reason), and plugin problems that left nothing out (a name clash)."""
 
     backends: list[Backend] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _distribution_of(ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
@@ -136,7 +123,7 @@ class Registry:
             obj = importlib.import_module(module)
             for part in attr.split(".") if attr else ():
                 obj = getattr(obj, part)
-        except Exception as exc:  # a plugin's import may fail in any way
+        except (Exception, SystemExit) as exc:  # a plugin's import may fail in any way
             raise PluginError(f"{where} failed to import: {type(exc).__name__}: {exc}. "
                               f"Fix: install what it needs, or uninstall {plugin.distribution}") from exc
         if not (isinstance(obj, type) and issubclass(obj, Backend)):
@@ -158,7 +145,9 @@ class Registry:
                               f"availability() raised {type(exc).__name__}: {exc}. "
                               f"Fix: availability() must return an Availability, not raise") from exc
         if not isinstance(result, Availability):
-            raise PluginError(f"backend {name!r}: availability() returned {result!r}, not an Availability")
+            raise PluginError(f"backend {name!r} from distribution {self.plugin(name).provider}: availability() "
+                              f"returned {result!r}, not an Availability. Fix: return Availability.yes() or "
+                              f"Availability.no(reason)")
         return result
 
     def create(self, name: str) -> Backend:
@@ -171,7 +160,9 @@ class Registry:
             return cls()
         except Exception as exc:
             raise BackendUnavailable(
-                f"backend {name!r} is not available: it failed to start: {type(exc).__name__}: {exc}") from exc
+                f"backend {name!r} from distribution {self.plugin(name).provider} is not available: it failed to "
+                f"start: {type(exc).__name__}: {exc}. Fix: check its framework's installation and device, or "
+                f"report it to {self.plugin(name).distribution}'s authors") from exc
 
     def select(self, spec: str) -> Selection:
         """Resolve an ``--impl`` value: ``"torch"``, ``"numpy,torch"`` or ``"all"``.
@@ -182,9 +173,9 @@ class Registry:
         names = [n.strip() for n in spec.split(",") if n.strip()]
         if not names:
             raise UnknownBackend(f"--impl is empty; choose from: {', '.join(self.names)} (or {ALL!r})")
-        selection = Selection()
+        selection = Selection(warnings=[p.message for p in self.problems if p.name in self.plugins])
         if names == [ALL]:
-            selection.skipped += [(p.name, p.message) for p in self.problems]
+            selection.skipped += [(p.name, p.message) for p in self.problems if p.name not in self.plugins]
             for name in self.names:
                 try:
                     selection.backends.append(self.create(name))

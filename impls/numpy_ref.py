@@ -33,9 +33,9 @@ class NumpyBackend(Backend):
         x64 = np.asarray(x, dtype=np.float64)
         axes = _axes(x64, normalized_shape)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            mean = x64.mean(axis=axes, keepdims=True) if x64.size else np.zeros(x64.shape[: x64.ndim - len(axes)] + (1,) * len(axes))
+            mean = x64.mean(axis=axes, keepdims=True)  # N >= 1, so empty batches reduce cleanly
             centered = x64 - mean
-            var = (centered * centered).mean(axis=axes, keepdims=True) if x64.size else np.zeros_like(mean)
+            var = (centered * centered).mean(axis=axes, keepdims=True)
             rstd = 1.0 / np.sqrt(var + eps)
         return x64, centered, mean, rstd
 
@@ -61,8 +61,8 @@ class NumpyBackend(Backend):
         with np.errstate(invalid="ignore", over="ignore"):
             xhat = centered * rstd
             g = dy64 * (np.asarray(weight, dtype=np.float64) if weight is not None else 1.0)
-            mean_g = g.mean(axis=axes, keepdims=True) if g.size else g.sum(axis=axes, keepdims=True)
-            mean_gx = (g * xhat).mean(axis=axes, keepdims=True) if g.size else mean_g
+            mean_g = g.mean(axis=axes, keepdims=True)
+            mean_gx = (g * xhat).mean(axis=axes, keepdims=True)
             dx = (rstd * (g - mean_g - xhat * mean_gx)).astype(x.dtype)
             dweight = None if weight is None else (dy64 * xhat).sum(axis=lead).astype(weight.dtype)
             dbias = None if bias is None else dy64.sum(axis=lead).astype(bias.dtype)

@@ -20,6 +20,7 @@ class TorchBackend(Backend):
     strided = True
     requires = ("torch",)
     install_hint = "pip install 'normbench[torch]'"
+    devices = "cuda if available, else cpu"
 
     def __init__(self) -> None:
         import torch

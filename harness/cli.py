@@ -1,0 +1,170 @@
+"""``normbench``: list backends, check one case, run the suites.
+
+    normbench list [--probe]          the installed backends and whether they run here
+    normbench check --impl torch --shape 64x1000 --dtype bfloat16 --dist offset1e3
+    normbench test --impl NAME [PYTEST ARGS]   the suites on NAME, from an installed normbench
+    normbench run [--impl all]        the main job: every suite on every available backend
+
+Every user error prints one line ``normbench: error: ...`` with the fix and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from harness import __version__
+from harness.exceptions import NormbenchError
+from harness.registry import ALL, get_registry
+
+
+def _shape(value: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in value.lower().replace(",", "x").split("x") if d != "")
+        if not dims or min(dims) < 0:
+            raise ValueError
+        return dims
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Use sizes joined by 'x', e.g. 64x1000") from None
+
+
+def _eps(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Use a number, e.g. 1e-5") from None
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    registry = get_registry()
+    rows = [["name", "provided by", "library", "available", "dtypes", "device", "backward"]]
+    problems = [p.message for p in registry.problems]
+    for name in registry.names:
+        plugin = registry.plugin(name)
+        try:
+            cls = registry.load_class(name)
+            available = registry.availability(name)
+        except NormbenchError as exc:
+            problems.append(str(exc))
+            rows.append([name, plugin.provider, "", "no: broken plugin (see below)", "", "", ""])
+            continue
+        device = cls.devices
+        status = "yes" if available else f"no: {available.reason}"
+        if args.probe and available:
+            try:
+                device = registry.create(name).device
+            except NormbenchError as exc:
+                status = f"no: {exc}"
+        rows.append([name, plugin.provider, cls.library_version() or "-", status, ",".join(cls.dtypes), device,
+                     "yes" if cls.has_backward else "no"])
+    print(_table(rows))
+    for message in problems:
+        print(f"problem: {message}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from harness import cases, conformance
+
+    normalized = args.normalized_shape or args.shape[-1:]
+    case = cases.Case("check", args.shape, normalized, args.dtype, args.dist, args.eps, args.affine,
+                      args.param_dtype, args.layout)
+    backend = get_registry().select(args.impl).backends[0]
+    reason = conformance.skip_reason(backend, case)
+    if reason:
+        raise NormbenchError(f"cannot check {case.id}: {reason}")
+    try:
+        conformance.check_forward(backend, cases.make_inputs(case, args.seed))
+    except conformance.ConformanceError as exc:
+        print(f"FAIL {exc}")
+        return 1
+    print(f"PASS {backend.name} {case.id} (seed {args.seed}): within the error model's bound")
+    return 0
+
+
+def _pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
+    from harness.runner import suites_dir
+
+    out = [str(suites_dir()), "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning",
+           f"--impl={args.impl}", f"--normbench-seed={args.seed}"]
+    if args.workers != "0":
+        out += ["-n", args.workers]
+    return out + list(extra)
+
+
+def cmd_test(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    import pytest
+
+    return int(pytest.main(_pytest_args(args, extra)))
+
+
+def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from harness.runner import run_pytest, summary
+
+    code, outcomes = run_pytest(_pytest_args(args, ["-q", "--no-header", *extra]))
+    print("\nnormbench conformance summary\n" + summary(outcomes))
+    return code
+
+
+def parser() -> argparse.ArgumentParser:
+    from harness.cases import AFFINES, DISTRIBUTIONS, LAYOUTS
+    from harness.dtypes import DTYPES
+    from harness.pytest_plugin import parse_seeds
+
+    top = argparse.ArgumentParser(prog="normbench", description="LayerNorm conformance and throughput harness.")
+    top.add_argument("--version", action="version", version=f"normbench {__version__}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("list", help="list installed backends and whether they can run here")
+    p.add_argument("--probe", action="store_true",
+                   help="create each available backend to show its actual device (imports its framework)")
+
+    p = sub.add_parser("check", help="check one case on one backend against the oracle")
+    p.add_argument("--impl", required=True, metavar="NAME", help="the backend (see `normbench list`)")
+    p.add_argument("--shape", required=True, type=_shape, metavar="AxB", help="x's shape, e.g. 64x1000")
+    p.add_argument("--normalized-shape", type=_shape, metavar="AxB",
+                   help="the trailing dims to normalize. Default: the last dim of --shape")
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help="Default: %(default)r")
+    p.add_argument("--param-dtype", choices=DTYPES, help="weight/bias dtype. Default: --dtype")
+    p.add_argument("--dist", choices=sorted(DISTRIBUTIONS), default="normal", help="Default: %(default)r")
+    p.add_argument("--eps", type=_eps, default=1e-5, help="Default: %(default)r")
+    p.add_argument("--affine", choices=AFFINES, default="wb",
+                   help="weight and bias, weight only, bias only, none. Default: %(default)r")
+    p.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="Default: %(default)r")
+    p.add_argument("--seed", type=int, default=0, help="Default: %(default)r")
+
+    for name, helptext in (("test", "run the suites with pytest (extra arguments go to pytest)"),
+                           ("run", "the main job: run the suites on the backends and print a summary")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--impl", default=ALL, metavar="NAMES",
+                       help=f"backends: names separated by commas, or {ALL!r}. Default: %(default)r")
+        p.add_argument("--seed", type=lambda s: (parse_seeds(s), s)[1], default="0", metavar="SEEDS",
+                       help="seed(s): N, A..B or N,M. Default: %(default)r")
+        p.add_argument("-n", "--workers", default="auto", metavar="N",
+                       help="pytest-xdist workers ('0' for none). Default: %(default)r")
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, extra = parser().parse_known_args(argv)
+    if extra and args.command not in ("test", "run"):
+        parser().error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        if args.command == "list":
+            return cmd_list(args)
+        if args.command == "check":
+            return cmd_check(args)
+        return {"test": cmd_test, "run": cmd_run}[args.command](args, extra)
+    except NormbenchError as exc:
+        print(f"normbench: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

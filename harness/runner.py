@@ -1,0 +1,86 @@
+"""Run the installed suites through pytest and collect one outcome per test.
+
+Used by ``normbench run`` and ``normbench test``; works from a checkout and from
+an installed wheel (the suites ship as the ``suites`` package).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+_ID = re.compile(r"^(?P<file>[^:]+)::(?P<test>[^\[]+)\[(?P<backend>[a-z][a-z0-9_-]*?)-(?P<rest>.*)\]$")
+
+
+def suites_dir() -> Path:
+    """Where the ``suites`` package lives (a checkout's ``suites/`` or site-packages)."""
+    spec = importlib.util.find_spec("suites")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the normbench suites are not installed; reinstall normbench")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One test's result: ``outcome`` is passed, failed, skipped or error."""
+
+    nodeid: str
+    backend: str
+    test: str
+    outcome: str
+    message: str = ""
+
+
+@dataclass
+class Collector:
+    """A pytest plugin object recording every test's outcome (works under xdist)."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def pytest_runtest_logreport(self, report) -> None:
+        failed_setup = report.when == "setup" and not report.passed
+        if not (report.when == "call" or failed_setup):
+            return
+        outcome = report.outcome if report.when == "call" else ("skipped" if report.skipped else "error")
+        match = _ID.match(report.nodeid.split("/")[-1])
+        message = ""
+        if report.skipped and isinstance(report.longrepr, tuple):
+            message = str(report.longrepr[2]).removeprefix("Skipped: ")
+        elif report.failed:
+            message = getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message or ""
+        self.outcomes.append(Outcome(report.nodeid, match["backend"] if match else "",
+                                     match["test"] if match else report.nodeid, outcome, str(message)))
+
+
+def run_pytest(args: list[str]) -> tuple[int, list[Outcome]]:
+    """``pytest.main(args)`` with a :class:`Collector`; returns (exit code, outcomes)."""
+    collector = Collector()
+    code = pytest.main(args, plugins=[collector])
+    return int(code), collector.outcomes
+
+
+def summary(outcomes: list[Outcome], max_failures: int = 5) -> str:
+    """A table per backend: passed, failed, skipped; then the first failures of each."""
+    backends = sorted({o.backend for o in outcomes if o.backend})
+    if not backends:
+        return "no suite test ran"
+    counts = {b: Counter(o.outcome for o in outcomes if o.backend == b) for b in backends}
+    width = max(len(b) for b in backends + ["backend"])
+    lines = [f"{'backend':<{width}}  {'passed':>7} {'failed':>7} {'skipped':>7}  verdict"]
+    for b in backends:
+        c = counts[b]
+        bad = c["failed"] + c["error"]
+        verdict = "PASS" if bad == 0 and c["passed"] else ("FAIL" if bad else "nothing ran")
+        lines.append(f"{b:<{width}}  {c['passed']:>7} {bad:>7} {c['skipped']:>7}  {verdict}")
+    for b in backends:
+        failures = [o for o in outcomes if o.backend == b and o.outcome in ("failed", "error")]
+        if failures:
+            lines.append(f"\n{b}: {len(failures)} failing; first {min(len(failures), max_failures)}:")
+            lines += [f"  {o.nodeid}\n    {o.message.splitlines()[0] if o.message else ''}"
+                      for o in failures[:max_failures]]
+    return "\n".join(lines)

@@ -1,0 +1,59 @@
+"""Register backends as a plugin would, without installing anything.
+
+Writes ``<dist>-0.0.0.dist-info`` with an ``entry_points.txt`` under a folder
+(the pandas plotting-backend test trick); put that folder on ``sys.path`` or
+``PYTHONPATH`` and ``importlib.metadata`` finds the entry points.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import xml.etree.ElementTree as ET
+from collections import Counter, defaultdict
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+
+def write_dist_info(folder: Path, entry_points: dict[str, str], dist: str = "normbench-test-plugins",
+                    group: str = "normbench.backends") -> Path:
+    info = folder / f"{dist.replace('-', '_')}-0.0.0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.0.0\n")
+    lines = [f"[{group}]"] + [f"{name} = {target}" for name, target in entry_points.items()]
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def subprocess_env(*paths: Path) -> dict[str, str]:
+    """The current environment with ``paths`` (and tests/) first on PYTHONPATH."""
+    env = dict(os.environ)
+    parts = [str(p) for p in paths] + [str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    return env
+
+
+def pytest_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
+
+
+def outcomes_by_backend(junit_xml: Path, backends: list[str]) -> dict[str, Counter]:
+    """Per backend: Counter of passed/failed/skipped, and the failing test names under "failures"."""
+    result: dict[str, Counter] = defaultdict(Counter)
+    names = sorted(backends, key=len, reverse=True)
+    for case in ET.parse(junit_xml).iter("testcase"):
+        param = case.get("name", "").partition("[")[2]
+        backend = next((b for b in names if param == f"{b}]" or param.startswith(f"{b}-")), None)
+        if backend is None:
+            continue
+        if case.find("failure") is not None or case.find("error") is not None:
+            result[backend]["failed"] += 1
+            result[backend][f"caught by {case.get('name').partition('[')[0]}"] += 1
+        elif case.find("skipped") is not None:
+            result[backend]["skipped"] += 1
+        else:
+            result[backend]["passed"] += 1
+    return result

@@ -1,0 +1,66 @@
+"""normbench's command line, as a user types it."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.plugins import ROOT, subprocess_env, write_dist_info
+
+
+def normbench(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_list_shows_the_builtin_backends():
+    out = normbench("list")
+    assert out.returncode == 0
+    header, *rows = out.stdout.splitlines()
+    assert header.split()[:3] == ["name", "provided", "by"]
+    assert any(r.startswith("numpy ") and " yes " in r for r in rows)
+
+
+def test_list_reports_a_broken_plugin_and_keeps_the_others(tmp_path):
+    write_dist_info(tmp_path, {"broken": "no_such_module:Backend", "Bad Name": "x:y"}, dist="acme-kernels")
+    out = normbench("list", env=subprocess_env(tmp_path))
+    assert out.returncode == 0
+    assert "problem: backend 'broken' from distribution acme-kernels 0.0.0" in out.stdout
+    assert "backend name 'Bad Name' from distribution acme-kernels is not valid" in out.stdout
+    assert any(line.startswith("numpy ") for line in out.stdout.splitlines())
+
+
+def test_check_passes_a_correct_backend():
+    out = normbench("check", "--impl=numpy", "--shape=64x1000", "--dtype=bfloat16", "--dist=offset1e3")
+    assert out.returncode == 0 and out.stdout.startswith("PASS numpy bfloat16-rows64-hidden1000-offset1e3")
+
+
+def test_check_fails_a_wrong_backend_with_a_diagnosis(tmp_path):
+    write_dist_info(tmp_path, {"mutant-bessel": "tests.mutants:BesselCorrection"})
+    out = normbench("check", "--impl=mutant-bessel", "--shape=8x4", env=subprocess_env(tmp_path))
+    assert out.returncode == 1
+    assert out.stdout.startswith("FAIL mutant-bessel float32-rows8-hidden4-normal (seed 0): y[")
+    assert "> bound" in out.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["check", "--impl=nope", "--shape=4x4"], "unknown backend 'nope'; known backends:"),
+    (["check", "--impl=numpy", "--shape=4x8", "--normalized-shape=16"], "does not end with normalized_shape"),
+    (["check", "--impl=numpy", "--shape=4x8", "--eps=inf"], "eps must be a finite number"),
+    (["check", "--impl=numpy", "--shape=4xq"], "Could not parse value: '4xq'"),
+    (["check", "--impl=numpy", "--shape=4x8", "--dtype=float8"], "invalid choice: 'float8'"),
+    (["run", "--seed=x"], "Could not parse value: 'x'"),
+    (["list", "--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_bad_input_gets_one_clear_message(args, message):
+    out = normbench(*args)
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_run_prints_a_summary():
+    out = normbench("run", "--impl=numpy", "-n", "0", "-m", "family_multidim")
+    assert out.returncode == 0, out.stdout[-2000:]
+    assert "normbench conformance summary" in out.stdout
+    assert any(line.split()[:1] == ["numpy"] and line.rstrip().endswith("PASS") for line in out.stdout.splitlines())
