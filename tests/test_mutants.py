@@ -27,7 +27,8 @@ def forward_outcomes(tmp_path_factory):
         pytest_command(str(suites_dir() / "test_forward.py"), f"--impl={','.join(names)}", "-q", "-n", "2",
                        f"--junitxml={xml}", "--normbench-seed=0"),
         cwd=ROOT, env=subprocess_env(folder), capture_output=True, text=True, timeout=1200)
-    assert proc.returncode in (0, 1), f"the suite did not run (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    output = proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.returncode in (0, 1), f"the suite did not run (exit {proc.returncode}):\n{output}"
     return outcomes_by_backend(xml, names)
 
 
