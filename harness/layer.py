@@ -91,9 +91,11 @@ def make_layer(case: Case, seed: int) -> Layer:
     x is half-normal (the non-negative outputs of a ReLU layer below) and W ~ N(0, 1/D),
     so the summed inputs have sigma ~ 1 and row means that differ between cases.
     Gains are +-uniform(0.5, 2) (never near 0, so a change of xhat shows in y), biases N(0, 1);
-    both rounded to the case's parameter dtype (None for an absent one is not used here).
+    both rounded to the case's parameter dtype. Every case of one shape and seed has the
+    same x, W and (before rounding) gain and bias, whatever its dtype and eps.
     """
-    rng = rng_for(case, seed, "layer")
+    # keyed by the shape alone: every dtype, eps and parameter dtype sees the same layer
+    rng = rng_for(Case(case.family, case.shape, case.normalized_shape, "float64"), seed, "layer")
     d = INPUT_DIM
     x = np.round(np.abs(rng.standard_normal((case.rows, d))) / X_GRID) * X_GRID
     w = np.round(rng.standard_normal((d, case.hidden)) / np.sqrt(d) / W_GRID) * W_GRID
