@@ -134,6 +134,10 @@ def cmd_table1(args: argparse.Namespace) -> int:
 
     rows = table1.oracle_rows()
     row_norm = OracleRowLayerNorm()
+    for flag, value in (("dtype", args.dtype), ("eps", args.eps)):
+        if value is not None and not args.impl:
+            raise NormbenchError(f"--{flag}={value} needs --impl: without it the layer-norm row is the float64 oracle "
+                                 f"(with eps 0)")
     if args.impl:
         backend = _one_backend(args.impl)
         dtype = args.dtype or ("float32" if "float32" in backend.dtypes else backend.dtypes[0])
@@ -141,9 +145,7 @@ def cmd_table1(args: argparse.Namespace) -> int:
             raise NormbenchError(f"--dtype={dtype}: backend {backend.name!r} supports {', '.join(backend.dtypes)}; "
                                  f"choose one of those")
         row_norm = BackendRowLayerNorm(backend, dtype)
-        rows["layer"] = table1.layer_norm_row(row_norm, args.eps)
-    elif args.dtype:
-        raise NormbenchError(f"--dtype={args.dtype} needs --impl: without it the layer-norm row is the float64 oracle")
+        rows["layer"] = table1.layer_norm_row(row_norm, 1e-5 if args.eps is None else args.eps)
     cells = table1.measure_table(rows, args.seed)
     print(table1.render_table(cells, rows, args.seed))
     ok = all(cell.agrees for cell in cells.values())
@@ -195,7 +197,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--impl", metavar="NAME", help="measure the layer-norm row on this backend (see `normbench list`). "
                                                    "Default: the float64 oracle")
     p.add_argument("--dtype", choices=DTYPES, help="the backend's dtype. Default: float32 if it supports it")
-    p.add_argument("--eps", type=_eps, default=1e-5, help="the backend's eps (the oracles use 0). Default: %(default)r")
+    p.add_argument("--eps", type=_eps, help="the backend's eps (the oracles use 0). Default: 1e-05")
     p.add_argument("--seed", type=int, default=0, help="Default: %(default)r")
     p.add_argument("--no-recurrent", action="store_true", help="skip the §3.1 RNN and LSTM section")
     return top
