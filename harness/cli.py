@@ -192,6 +192,12 @@ def parser() -> argparse.ArgumentParser:
                        help="seed(s): N, A..B or N,M. Default: %(default)r")
         p.add_argument("-n", "--workers", default="auto", metavar="N",
                        help="pytest-xdist workers ('0' for none). Default: %(default)r")
+    _add_table1(sub)
+    return top
+
+
+def _add_table1(sub) -> None:
+    from harness.dtypes import DTYPES
 
     p = sub.add_parser("table1", help="measure the paper's Table 1 (and §3.1) and print it beside the paper's")
     p.add_argument("--impl", metavar="NAME", help="measure the layer-norm row on this backend (see `normbench list`). "
@@ -200,7 +206,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--eps", type=_eps, help="the backend's eps (the oracles use 0). Default: 1e-05")
     p.add_argument("--seed", type=int, default=0, help="Default: %(default)r")
     p.add_argument("--no-recurrent", action="store_true", help="skip the §3.1 RNN and LSTM section")
-    return top
 
 
 def main(argv: Sequence[str] | None = None) -> int:

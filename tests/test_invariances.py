@@ -144,9 +144,11 @@ def test_propagated_bound_covers_a_linear_recurrence():
     assert bound.max() < 10, "a contracting recurrence must keep a bounded bound"
 
 
-def test_recurrent_oracle_runs_are_invariant():
+@pytest.mark.parametrize("eps", [0.0, 1e-3])
+def test_recurrent_oracle_runs_are_invariant(eps):
+    """With eps > 0 the unscaled run uses eps/delta^2 in the LayerNorms whose input delta scales."""
     from harness import recurrent
 
     for case, kind in ((cases.RNN_CASES[0], "rnn"), (cases.LSTM_CASES[0], "lstm")):
-        result = recurrent.measure(OracleRowLayerNorm(), recurrent.make_network(case, 0, kind), 0.0)
+        result = recurrent.measure(OracleRowLayerNorm(), recurrent.make_network(case, 0, kind), eps)
         assert all(result.ratio(d) <= 1 and result.plain_ratio(d) >= FAR for d in recurrent.RNN_SCALES)
