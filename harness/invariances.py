@@ -14,6 +14,14 @@ of at least :data:`FAR` times that bound somewhere (the worst element's
 above it that no rounding could explain it. Anything in between is "unclear" and
 agrees with neither claim.
 
+**Re-centering.** Adding c to every unit of a case is exact in float64 and leaves
+layer norm unchanged, but the shifted summed inputs are rounded at magnitude |c|
+and the kernel's mean and centering err relative to |c|: both bound terms grow as
+|c|/sigma, the error model's ``k(N)*u_acc*|w|*(|a| + mean|a|)/sigma_eps`` and the
+rounding's ``|w|*u*(|a| + mean|a| + |xhat|*rms(a))/sigma_eps`` (``harness.sensitivity``).
+NUMERICS.md measures ~17*u*|c|/sigma for correct two-pass kernels; a one-pass
+variance loses ``u*(c/sigma)^2`` of the variance and fails at |c| ~ 1e3 sigma in fp32.
+
 **eps.** With eps > 0, ``LN_eps(delta*a) = LN_{eps/delta^2}(a)`` exactly (and the
 same for batch norm), but ``LN_eps(delta*a) != LN_eps(a)``: the naive pair differs
 by O(1) at delta = 1e-3, eps = 1e-5. So when a transformation scales the summed
