@@ -443,5 +443,46 @@ def gradcheck_cases() -> list[Case]:
 
 BACKWARD_CASES: list[Case] = backward_cases()
 GRADCHECK_CASES: list[Case] = gradcheck_cases()
+
+
+# -- the invariance suite's cases (the paper's §3.1, §5.1 and §5.2) ------------------------
+# The layer model (harness.layer) draws its own x and W; "normal" names the summed inputs'
+# distribution, ~N(0, 1). Rows are training cases, hidden the layer's units.
+
+#: the layer behind Table 1: 16 training cases, 100 units (the paper's setting)
+TABLE1_SHAPE = (16, 100)
+
+
+def table1_case(dtype: str, eps: float = 1e-5) -> Case:
+    """The layer ``normbench table1`` measures."""
+    return Case("invariance", TABLE1_SHAPE, TABLE1_SHAPE[1:], dtype, eps=eps)
+
+
+def invariance_cases() -> list[Case]:
+    """Table 1's layer-norm row: every dtype, a multi-dim layer, eps 0 and 0.1, fp32 parameters."""
+    cases = [table1_case(dtype) for dtype in DTYPES]
+    cases += [Case("invariance", (16, 8, 16), (8, 16), dtype) for dtype in DTYPES]
+    cases += [table1_case("float32", eps) for eps in (0.0, 0.1)]
+    cases.append(Case("invariance", TABLE1_SHAPE, TABLE1_SHAPE[1:], "bfloat16", param_dtype="float32"))
+    return cases
+
+
+def geometry_cases() -> list[Case]:
+    """§5.2's gradient properties: every dtype, a multi-dim layer, eps 0 and 0.1."""
+    cases = [Case("geometry", TABLE1_SHAPE, TABLE1_SHAPE[1:], dtype) for dtype in DTYPES]
+    cases.append(Case("geometry", (16, 8, 16), (8, 16), "float32"))
+    cases += [Case("geometry", TABLE1_SHAPE, TABLE1_SHAPE[1:], "float32", eps=eps) for eps in (0.0, 0.1)]
+    return cases
+
+
+#: §3.1: 4 sequences; the RNN's LayerNorm has 64 units, the LSTM's gates 4*32. No
+#: bfloat16 (nor float16 for the LSTM): there the propagated rounding bound is within
+#: 10x of the plain network's change, so "not invariant" could not be asserted far above it
+RNN_CASES: list[Case] = [Case("recurrent", (4, 64), (64,), dtype, eps=0.0) for dtype in ("float64", "float32", "float16")]
+LSTM_CASES: list[Case] = [Case("recurrent", (4, 128), (128,), dtype, eps=0.0) for dtype in ("float64", "float32")]
+INVARIANCE_CASES: list[Case] = invariance_cases()
+GEOMETRY_CASES: list[Case] = geometry_cases()
 #: every case family any suite uses (one pytest marker each: ``family_<name>``)
-ALL_FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(c.family for c in FORWARD_CASES + BACKWARD_CASES + GRADCHECK_CASES))
+ALL_FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(
+    c.family for c in FORWARD_CASES + BACKWARD_CASES + GRADCHECK_CASES + INVARIANCE_CASES + GEOMETRY_CASES
+    + RNN_CASES + LSTM_CASES))
