@@ -9,7 +9,8 @@ reporting belong to the harness, so a backend stays a page of code.
 Required: ``name``, :meth:`asarray`, :meth:`to_numpy`, :meth:`layer_norm`.
 Optional: :meth:`layer_norm_backward` (set ``has_backward = False`` if absent),
 :meth:`layer_norm_statistics`, :meth:`synchronize`, :meth:`warmup`,
-:meth:`availability`, :meth:`library_version`, the ``device`` attribute.
+:meth:`availability`, :meth:`library_version`, the ``device`` attribute, and
+``known_deviations`` (failures it is known to have, with the reasons).
 
 Example, a complete backend (register it in your ``pyproject.toml`` under
 ``[project.entry-points."normbench.backends"]`` as ``mine = "my_pkg:Mine"``)::
@@ -45,7 +46,7 @@ from __future__ import annotations
 import abc
 import importlib.metadata
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -102,6 +103,13 @@ class Backend(abc.ABC):
     devices: ClassVar[str] = "cpu"
     #: where this instance computes; set in ``__init__`` once known (e.g. "cuda:0 (NVIDIA H100)")
     device: str = "cpu"
+    #: failures this backend is known to have, each with the reason: ``{"test pattern": "reason"}``
+    #: or ``{"test pattern | message regex": "reason"}``; a test pattern is a glob over the test id
+    #: (with or without the backend's name), the case id or the case family. They are reported as
+    #: "known deviation" (xfailed), never as passed; see ``harness/known_failures.py``. Example::
+    #:
+    #:     known_deviations = {"*-offset1e4": "one-pass variance: E[x^2] - E[x]^2 cancels at mean 1e4 sigma"}
+    known_deviations: ClassVar[Mapping[str, str]] = {}
 
     # -- metadata ---------------------------------------------------------------
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import known_failures
+
 _ID = re.compile(r"^(?P<file>[^:]+)::(?P<test>[^\[]+)\[(?P<backend>[a-z][a-z0-9_-]*?)-(?P<rest>.*)\]$")
 
 
@@ -27,13 +29,19 @@ def suites_dir() -> Path:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One test's result: ``outcome`` is passed, failed, skipped or error."""
+    """One test's result: ``outcome`` is passed, failed, skipped, error or deviation (a
+    failure declared as a known deviation: ``message`` is the failure, ``deviation``
+    "known deviation (source): reason")."""
 
     nodeid: str
     backend: str
     test: str
     outcome: str
     message: str = ""
+    deviation: str = ""
+    #: the known deviations that cover this test (source, reason), and the source of the one explaining it
+    covers: tuple[tuple[str, str], ...] = ()
+    explains: str = ""
 
 
 @dataclass
@@ -46,15 +54,19 @@ class Collector:
         failed_setup = report.when == "setup" and not report.passed
         if not (report.when == "call" or failed_setup):
             return
+        record = getattr(report, "normbench_deviations", None) or {}
         outcome = report.outcome if report.when == "call" else ("skipped" if report.skipped else "error")
+        deviation = str(getattr(report, "wasxfail", "")) if report.skipped else ""
         match = _ID.match(report.nodeid.split("/")[-1])
         message = ""
         if report.skipped and isinstance(report.longrepr, tuple):
             message = str(report.longrepr[2]).removeprefix("Skipped: ")
-        elif report.failed:
+        elif report.failed or deviation:
             message = getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message or ""
         self.outcomes.append(Outcome(report.nodeid, match["backend"] if match else "",
-                                     match["test"] if match else report.nodeid, outcome, str(message)))
+                                     match["test"] if match else report.nodeid, "deviation" if deviation else outcome,
+                                     str(message), deviation, tuple(record.get("covers", {}).items()),
+                                     record.get("explains") or ""))
 
 
 def run_pytest(args: list[str]) -> tuple[int, list[Outcome]]:
@@ -64,23 +76,38 @@ def run_pytest(args: list[str]) -> tuple[int, list[Outcome]]:
     return int(code), collector.outcomes
 
 
+def deviations(outcomes: list[Outcome]) -> known_failures.Tally:
+    """The known deviations of a run: which occurred, and which were declared but did not."""
+    tally = known_failures.Tally()
+    for o in outcomes:
+        tally.add({"covers": dict(o.covers), "explains": o.explains})
+    return tally
+
+
 def summary(outcomes: list[Outcome], max_failures: int = 5) -> str:
-    """A table per backend: passed, failed, skipped; then the first failures of each."""
+    """A table per backend: passed, failed, known deviations, skipped; then the first
+    failures of each, the known deviations that occurred and those that did not."""
     backends = sorted({o.backend for o in outcomes if o.backend})
     if not backends:
         return "no suite test ran"
     counts = {b: Counter(o.outcome for o in outcomes if o.backend == b) for b in backends}
     width = max(len(b) for b in backends + ["backend"])
-    lines = [f"{'backend':<{width}}  {'passed':>7} {'failed':>7} {'skipped':>7}  verdict"]
+    lines = [f"{'backend':<{width}}  {'passed':>7} {'failed':>7} {'known dev.':>10} {'skipped':>7}  verdict"]
     for b in backends:
         c = counts[b]
         bad = c["failed"] + c["error"]
         verdict = "PASS" if bad == 0 and c["passed"] else ("FAIL" if bad else "nothing ran")
-        lines.append(f"{b:<{width}}  {c['passed']:>7} {bad:>7} {c['skipped']:>7}  {verdict}")
+        if verdict == "PASS" and c["deviation"]:
+            verdict = "PASS, with known deviations"
+        lines.append(f"{b:<{width}}  {c['passed']:>7} {bad:>7} {c['deviation']:>10} {c['skipped']:>7}  {verdict}")
     for b in backends:
         failures = [o for o in outcomes if o.backend == b and o.outcome in ("failed", "error")]
         if failures:
             lines.append(f"\n{b}: {len(failures)} failing; first {min(len(failures), max_failures)}:")
             lines += [f"  {o.nodeid}\n    {o.message.splitlines()[0] if o.message else ''}"
                       for o in failures[:max_failures]]
+    declared = deviations(outcomes).lines()
+    if declared:
+        lines += ["\nknown deviations (declared failures, shown so they stay visible):"]
+        lines += [f"  {line}" for line in declared]
     return "\n".join(lines)
