@@ -251,6 +251,8 @@ class DeviationReport:
     def pytest_terminal_summary(self, terminalreporter) -> None:
         lines = self.tally.lines()
         if lines:
-            terminalreporter.section("normbench known deviations")
+            strict = self.config.getoption("normbench_strict")
+            terminalreporter.section("normbench known deviations" + (
+                " (--normbench-strict: reported as failures)" if strict else ""))
             for line in lines:
                 terminalreporter.line(line)

@@ -8,14 +8,13 @@ The backend is the one-pass-variance mutant (a real bug: fails on rows with a la
 mean), registered through a throw-away dist-info like any plugin.
 """
 
-import re
 import subprocess
 import sys
 
 import pytest
 
 from harness.runner import Outcome, suites_dir, summary
-from tests.plugins import ROOT, pytest_command, subprocess_env, write_dist_info
+from tests.plugins import ROOT, counts, pytest_command, subprocess_env, write_dist_info
 
 FORWARD = str(suites_dir() / "test_forward.py")
 OFFSET1E3 = "float32-rows8-hidden1000-offset1e3"
@@ -57,12 +56,6 @@ def plugins(tmp_path_factory):
 def run(plugins, *args):
     return subprocess.run(pytest_command(FORWARD, *args), cwd=ROOT, env=subprocess_env(plugins),
                           capture_output=True, text=True, timeout=600)
-
-
-def counts(stdout: str) -> dict[str, int]:
-    """pytest's last line as counts: {"passed": 1, "xfailed": 1, ...}."""
-    return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", stdout.strip().splitlines()[-1])
-            if word != "deselected" and not word.startswith("second")}
 
 
 def only(*case_ids: str) -> list[str]:
