@@ -148,6 +148,25 @@ def load(path: Path | None = None) -> list[KnownDeviation]:
     return parse(path.read_text(encoding="utf-8"), str(path))
 
 
+def declaration_problem(cls: type) -> str:
+    """What is wrong with a class's ``known_deviations`` and how to fix it, or ""."""
+    declared = getattr(cls, ATTRIBUTE, None) or {}
+    fix = (f"Fix: write e.g. {ATTRIBUTE} = {{'*-offset1e4': 'one-pass variance cancels at large means', "
+           f"'test_backward[*] | \\): dx\\[': 'dx rounded twice'}}")
+    bad = ([] if isinstance(declared, Mapping) else [declared]) or [
+        (k, v) for k, v in declared.items()
+        if not (isinstance(k, str) and k.partition("|")[0].strip() and isinstance(v, str) and v.strip())]
+    if bad:
+        return f"{ATTRIBUTE} must map test patterns to reasons, both non-empty strings; got {bad[0]!r}. {fix}"
+    for key in declared:
+        regex = key.partition("|")[2].strip()
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            return f"{ATTRIBUTE}: bad message regex {regex!r} in {key!r}: {exc}. {fix}"
+    return ""
+
+
 def from_backend(cls: type) -> list[KnownDeviation]:
     """The deviations a Backend class declares in ``known_deviations``:
     ``{"test pattern": reason}`` or ``{"test pattern | message regex": reason}``.
@@ -162,24 +181,15 @@ def from_backend(cls: type) -> list[KnownDeviation]:
     >>> from_backend(Mine)[0].source
     'mine.known_deviations["*-offset1e4"]'
     """
-    declared = getattr(cls, ATTRIBUTE, None) or {}
     name = getattr(cls, "name", cls.__name__)
-    where = f"backend {name!r} ({cls.__module__}.{cls.__qualname__}): {ATTRIBUTE}"
-    fix = (f"Fix: write e.g. {ATTRIBUTE} = {{'*-offset1e4': 'one-pass variance cancels at large means', "
-           f"'test_backward[*] | \\): dx\\[': 'dx rounded twice'}}")
-    bad = ([] if isinstance(declared, Mapping) else [declared]) or [
-        (k, v) for k, v in declared.items()
-        if not (isinstance(k, str) and k.partition("|")[0].strip() and isinstance(v, str) and v.strip())]
-    if bad:
-        raise PluginError(f"{where} must map test patterns to reasons, both non-empty strings; got {bad[0]!r}. {fix}")
+    problem = declaration_problem(cls)
+    if problem:
+        raise PluginError(f"backend {name!r} ({cls.__module__}.{cls.__qualname__}): {problem}")
     entries = []
-    for key, reason in declared.items():
+    for key, reason in (getattr(cls, ATTRIBUTE, None) or {}).items():
         pattern, bar, regex = (part.strip() for part in key.partition("|"))
-        try:
-            message = re.compile(regex) if bar else None
-        except re.error as exc:
-            raise PluginError(f"{where}: bad message regex {regex!r} in {key!r}: {exc}. {fix}") from None
-        entries.append(KnownDeviation(name, "*", pattern, message, reason.strip(), f"{name}.{ATTRIBUTE}", key))
+        entries.append(KnownDeviation(name, "*", pattern, re.compile(regex) if bar else None, reason.strip(),
+                                      f"{name}.{ATTRIBUTE}", key))
     return entries
 
 

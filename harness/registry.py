@@ -83,11 +83,7 @@ def class_problem(cls: type[Backend]) -> str:
     if isinstance(dtypes, str) or not dtypes or not set(dtypes) <= set(DTYPES):
         return (f"dtypes = {dtypes!r} is not a non-empty sequence of {', '.join(DTYPES)}. "
                 f"Fix: declare e.g. dtypes = ('float32', 'bfloat16')")
-    try:
-        known_failures.from_backend(cls)
-    except PluginError as exc:
-        return str(exc)
-    return ""
+    return known_failures.declaration_problem(cls)
 
 
 class Registry:
