@@ -23,19 +23,31 @@ Backward (``backward_config``), from the saved mean and rstd:
   ``PROGRAMS_PER_SM`` programs per SM; each walks a contiguous range of row
   tiles, writes dx, and keeps dweight/dbias partial sums in registers, written
   once per program to a ``(programs, N)`` buffer that ``reduce_config``'s
-  kernel sums in a fixed order (no atomics: bit-identical run to run).
+  kernel sums in a fixed order (no atomics: bit-identical run to run). More
+  programs are added when needed so that none walks more than sqrt(tiles)
+  tiles: each dweight/dbias value is then a sum with sequential chains of
+  about sqrt(M) additions, within the error model's k(M) = 16 + 2*sqrt(M).
 * **looped** beyond that: one program per row computes the two row sums dx
   needs, then a grid of (row ranges x column chunks) writes dx and the
   partials; x and dy are read twice (5·M·N·e bytes instead of 3), a tuning item.
 
 Warps: about ``ELEMENTS_PER_THREAD`` values per thread (16-byte loads of half
-types), between 1 and ``MAX_WARPS``. Under the Triton interpreter there are no
-SMs: ``INTERPRETER_SM_COUNT`` stands in, small so that the interpreter stays
-fast, large enough that several programs and the partial reduction run.
+types), between 1 and ``MAX_WARPS``.
+
+Under the Triton interpreter (``Target.interpreter``) every program is an
+iteration of a Python loop costing milliseconds, and there are no SMs or
+registers: ``INTERPRETER_SM_COUNT`` stands in for the SMs (small, but several
+programs and the partial reduction still run), and row tiles and the
+reduction's column blocks are wider (``INTERPRETER_TILE_ELEMENTS``,
+``INTERPRETER_REDUCE_BLOCK_N``); backward row tiles hold at most sqrt(M) rows,
+because the interpreter sums a tile's rows sequentially (a GPU, as a tree). Which path a size takes (row in registers or
+looped) and its chunk sizes stay the GPU's, so the interpreter runs the code
+the GPU runs; ``impls.triton.compile_check`` compiles the GPU's exact configurations.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 #: the most accumulator bytes of one padded row kept in registers (forward)
@@ -50,11 +62,26 @@ ELEMENTS_PER_THREAD = 8
 MAX_WARPS = 16
 #: persistent backward programs per SM
 PROGRAMS_PER_SM = 2
-#: the stand-in SM count when interpreting
+#: under the interpreter: the stand-in SM count, and values per row tile
 INTERPRETER_SM_COUNT = 4
+INTERPRETER_TILE_ELEMENTS = 1 << 16
 #: the partial-sum reduction's tile: partial rows by columns
 REDUCE_BLOCK_P = 32
 REDUCE_BLOCK_N = 128
+#: its columns per program under the interpreter, where each program costs milliseconds of Python
+INTERPRETER_REDUCE_BLOCK_N = 4096
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the kernels run: a GPU's SM count, or the interpreter."""
+
+    sm_count: int
+    interpreter: bool = False
+
+    @classmethod
+    def interpreted(cls) -> Target:
+        return cls(INTERPRETER_SM_COUNT, True)
 
 
 def next_pow2(n: int) -> int:
@@ -82,17 +109,18 @@ class ForwardConfig:
     grid: tuple[int, ...]
 
 
-def _row_tile(rows: int, block_n: int) -> int:
+def _row_tile(rows: int, block_n: int, target: Target) -> int:
     """Rows per program for a row of ``block_n`` padded values (a power of two)."""
-    return max(1, min(TILE_ELEMENTS // block_n, next_pow2(rows)))
+    tile = INTERPRETER_TILE_ELEMENTS if target.interpreter else TILE_ELEMENTS
+    return max(1, min(tile // block_n, next_pow2(rows)))
 
 
-def forward_config(rows: int, n: int, acc_bytes: int) -> ForwardConfig:
+def forward_config(rows: int, n: int, acc_bytes: int, target: Target) -> ForwardConfig:
     """The forward launch for ``rows`` rows of ``n`` values, accumulating in ``acc_bytes`` (4 or 8)."""
     rows = max(rows, 1)
     block_n = next_pow2(n)
     if block_n * acc_bytes <= FUSED_MAX_BYTES:
-        block_m = _row_tile(rows, block_n)
+        block_m = _row_tile(rows, block_n, target)
         return ForwardConfig(False, block_m, block_n, warps_for(block_m * block_n), (cdiv(rows, block_m),))
     chunk = min(block_n, CHUNK_BYTES // acc_bytes)
     return ForwardConfig(True, 1, chunk, warps_for(chunk), (rows,))
@@ -117,19 +145,28 @@ class BackwardConfig:
     column_chunks: int  # 1 unless looped
 
 
-def backward_config(rows: int, n: int, acc_bytes: int, sm_count: int) -> BackwardConfig:
-    """The backward launch for ``rows`` rows of ``n`` values on a device with ``sm_count`` SMs."""
-    rows, target = max(rows, 1), max(1, sm_count * PROGRAMS_PER_SM)
+def _units_per_program(units: int, programs: int) -> int:
+    """Row tiles (or rows) per persistent program: ``units`` spread over ``programs``, but
+    at most sqrt(units), so that no dweight/dbias value is a sequential sum of more than
+    about sqrt(rows) terms: the error model's k(M) = 16 + 2*sqrt(M) assumes a blocked sum."""
+    return max(1, min(cdiv(units, min(units, programs)), math.isqrt(units)))
+
+
+def backward_config(rows: int, n: int, acc_bytes: int, target: Target) -> BackwardConfig:
+    """The backward launch for ``rows`` rows of ``n`` values."""
+    rows, programs = max(rows, 1), max(1, target.sm_count * PROGRAMS_PER_SM)
     block_n = next_pow2(n)
     if block_n * acc_bytes <= BACKWARD_FUSED_MAX_BYTES:
-        block_m = _row_tile(rows, block_n)
+        block_m = _row_tile(rows, block_n, target)
+        if target.interpreter:  # there tl.sum over a tile's rows is a sequential NumPy sum
+            block_m = min(block_m, 1 << (math.isqrt(rows).bit_length() - 1))
         tiles = cdiv(rows, block_m)
-        per_program = cdiv(tiles, min(tiles, target))
+        per_program = _units_per_program(tiles, programs)
         return BackwardConfig(False, block_m, block_n, warps_for(block_m * block_n), cdiv(tiles, per_program),
                               per_program, 1)
     chunk = min(block_n, CHUNK_BYTES // acc_bytes)
     chunks = cdiv(n, chunk)
-    per_program = cdiv(rows, min(rows, max(1, target // chunks)))
+    per_program = _units_per_program(rows, max(1, programs // chunks))
     return BackwardConfig(True, 1, chunk, warps_for(chunk), cdiv(rows, per_program), per_program, chunks)
 
 
@@ -143,7 +180,8 @@ class ReduceConfig:
     grid: tuple[int, ...]
 
 
-def reduce_config(programs: int, n: int) -> ReduceConfig:
+def reduce_config(programs: int, n: int, target: Target) -> ReduceConfig:
+    """The reduction of ``programs`` rows of ``n`` partial sums."""
     block_p = min(REDUCE_BLOCK_P, next_pow2(programs))
-    block_n = min(REDUCE_BLOCK_N, next_pow2(n))
+    block_n = min(INTERPRETER_REDUCE_BLOCK_N if target.interpreter else REDUCE_BLOCK_N, next_pow2(n))
     return ReduceConfig(block_p, block_n, warps_for(block_p * block_n), (cdiv(n, block_n),))

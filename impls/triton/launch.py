@@ -53,10 +53,11 @@ def statistics_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 @functools.cache
-def _sm_count(device: torch.device) -> int:
+def _target(device: torch.device) -> heuristics.Target:
+    """What the heuristics need to know about the device (queried once, at the first launch)."""
     if device.type != "cuda":
-        return heuristics.INTERPRETER_SM_COUNT
-    return torch.cuda.get_device_properties(device).multi_processor_count
+        return heuristics.Target.interpreted()
+    return heuristics.Target(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 def _check_tensor(what: str, t: torch.Tensor, device: torch.device | None) -> None:
@@ -130,7 +131,7 @@ def forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tens
     rstd = torch.empty(m, dtype=acc, device=x.device)
     if m:
         fk = _kernels()[0]
-        cfg = heuristics.forward_config(m, n, acc.itemsize)
+        cfg = heuristics.forward_config(m, n, acc.itemsize, _target(x.device))
         common = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
                       ACC=fk.accumulator(acc == torch.float64), BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
         with _launching(x.device):
@@ -182,7 +183,8 @@ def _launch_backward(dy2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor | None
     fk, bk = _kernels()
     m, n = x2.shape
     acc = mean.dtype
-    cfg = heuristics.backward_config(m, n, acc.itemsize, _sm_count(x2.device))
+    target = _target(x2.device)
+    cfg = heuristics.backward_config(m, n, acc.itemsize, target)
     partial = lambda out: None if out is None else torch.empty((cfg.programs, n), dtype=acc, device=x2.device)
     dw_partial, db_partial = partial(dw), partial(db)
     flags = dict(HAS_WEIGHT=w is not None, COMPUTE_DX=dx is not None, COMPUTE_DW=dw is not None,
@@ -202,7 +204,7 @@ def _launch_backward(dy2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor | None
                 dy2, x2, w, mean, rstd, dx, dw_partial, db_partial, dy2.stride(0), x2.stride(0), m, n,
                 cfg.tiles_per_program, BLOCK_M=cfg.block_m, **flags)
         if dw is not None or db is not None:
-            rc = heuristics.reduce_config(cfg.programs, n)
+            rc = heuristics.reduce_config(cfg.programs, n, target)
             bk.layer_norm_reduce_partials[rc.grid](dw_partial, db_partial, dw, db, cfg.programs, n,
                                                    COMPUTE_DW=dw is not None, COMPUTE_DB=db is not None,
                                                    ACC=flags["ACC"], BLOCK_P=rc.block_p, BLOCK_N=rc.block_n,

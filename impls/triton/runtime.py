@@ -12,6 +12,12 @@ for the rest of the process. :func:`ensure_mode` makes it, once:
 * unset: compiled kernels when ``torch.cuda.is_available()``, else the
   interpreter, and ``TRITON_INTERPRET=1`` is set for this process.
 
+Triton's own language helpers (``tl.sum``, ...) are ``@triton.jit`` functions
+too, decorated when triton is first imported: a process that imported triton
+before the interpreter was chosen cannot interpret kernels, and
+:func:`ensure_mode` says so (set ``TRITON_INTERPRET=1`` in the environment, or
+create the backend before importing triton).
+
 Nothing here runs at import time: ``import impls.triton.runtime`` imports
 neither torch nor triton. The kernel modules call :func:`ensure_mode` first
 thing, and are themselves imported lazily on the first launch, so importing
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 from dataclasses import dataclass
 
 ENV = "TRITON_INTERPRET"
@@ -59,5 +66,19 @@ def ensure_mode() -> Mode:
 
     if torch.cuda.is_available():
         return Mode(False, "cuda", "a CUDA device is present")
+    if _triton_imported_compiled():
+        raise RuntimeError(f"no CUDA device is present, so the Triton kernels must run in the interpreter, but "
+                           f"triton was imported before {ENV}=1 was set; set {ENV}=1 in the environment, or "
+                           f"import impls.triton (and create its backend) before triton")
     os.environ[ENV] = "1"
     return Mode(True, "cpu", f"no CUDA device is present, so {ENV}=1 was set for this process")
+
+
+def _triton_imported_compiled() -> bool:
+    """Whether triton is already imported with compiled ``@triton.jit`` helpers."""
+    if "triton" not in sys.modules:
+        return False
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(getattr(tl.standard, "sum", None), JITFunction)
