@@ -60,4 +60,4 @@ def test_row_in_registers_up_to_16k_fp32_values():
     assert h.forward_config(8192, 16385, 4, GPU).looped
     assert h.forward_config(8192, 8193, 8, GPU).looped
     small = h.forward_config(8192, 256, 4, GPU)
-    assert small.block_m == h.TILE_ELEMENTS // 256 and small.grid == (8192 * 256 // h.TILE_ELEMENTS,)
+    assert small.block_m == h.TILE_BYTES // 4 // 256 and small.grid == (8192 * 256 * 4 // h.TILE_BYTES,)

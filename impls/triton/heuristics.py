@@ -11,7 +11,7 @@ Forward (``forward_config``):
 * **row in registers** when the padded row ``BLOCK_N = next_pow2(N)`` holds at
   most ``FUSED_MAX_BYTES`` of accumulators (16384 fp32 values, 8192 fp64): one
   read of x, two-pass statistics in registers, one write of y. For small rows
-  a program takes ``BLOCK_M`` rows at once, about ``TILE_ELEMENTS`` values, so
+  a program takes ``BLOCK_M`` rows at once, about ``TILE_BYTES`` of accumulators, so
   each program still moves enough bytes to hide memory latency.
 * **looped** beyond that: one program per row walks it in ``CHUNK_BYTES``
   chunks twice (statistics, then y); the second read mostly hits L2.
@@ -38,7 +38,7 @@ Under the Triton interpreter (``Target.interpreter``) every program is an
 iteration of a Python loop costing milliseconds, and there are no SMs or
 registers: ``INTERPRETER_SM_COUNT`` stands in for the SMs (small, but several
 programs and the partial reduction still run), and row tiles and the
-reduction's column blocks are wider (``INTERPRETER_TILE_ELEMENTS``,
+reduction's column blocks are wider (``INTERPRETER_TILE_BYTES``,
 ``INTERPRETER_REDUCE_BLOCK_N``); backward row tiles hold at most sqrt(M) rows,
 because the interpreter sums a tile's rows sequentially (a GPU, as a tree). Which path a size takes (row in registers or
 looped) and its chunk sizes stay the GPU's, so the interpreter runs the code
@@ -56,15 +56,15 @@ FUSED_MAX_BYTES = 64 * 1024
 BACKWARD_FUSED_MAX_BYTES = 32 * 1024
 #: the accumulator bytes of one chunk of a looped row
 CHUNK_BYTES = 16 * 1024
-#: values per program for rows shorter than this (several rows per program)
-TILE_ELEMENTS = 4096
+#: accumulator bytes per program for short rows (several rows per program): 4096 fp32 values
+TILE_BYTES = 16 * 1024
 ELEMENTS_PER_THREAD = 8
 MAX_WARPS = 16
 #: persistent backward programs per SM
 PROGRAMS_PER_SM = 2
 #: under the interpreter: the stand-in SM count, and values per row tile
 INTERPRETER_SM_COUNT = 4
-INTERPRETER_TILE_ELEMENTS = 1 << 16
+INTERPRETER_TILE_BYTES = 256 * 1024
 #: the partial-sum reduction's tile: partial rows by columns
 REDUCE_BLOCK_P = 32
 REDUCE_BLOCK_N = 128
@@ -109,9 +109,9 @@ class ForwardConfig:
     grid: tuple[int, ...]
 
 
-def _row_tile(rows: int, block_n: int, target: Target) -> int:
+def _row_tile(rows: int, block_n: int, acc_bytes: int, target: Target) -> int:
     """Rows per program for a row of ``block_n`` padded values (a power of two)."""
-    tile = INTERPRETER_TILE_ELEMENTS if target.interpreter else TILE_ELEMENTS
+    tile = (INTERPRETER_TILE_BYTES if target.interpreter else TILE_BYTES) // acc_bytes
     return max(1, min(tile // block_n, next_pow2(rows)))
 
 
@@ -120,7 +120,7 @@ def forward_config(rows: int, n: int, acc_bytes: int, target: Target) -> Forward
     rows = max(rows, 1)
     block_n = next_pow2(n)
     if block_n * acc_bytes <= FUSED_MAX_BYTES:
-        block_m = _row_tile(rows, block_n, target)
+        block_m = _row_tile(rows, block_n, acc_bytes, target)
         return ForwardConfig(False, block_m, block_n, warps_for(block_m * block_n), (cdiv(rows, block_m),))
     chunk = min(block_n, CHUNK_BYTES // acc_bytes)
     return ForwardConfig(True, 1, chunk, warps_for(chunk), (rows,))
@@ -157,7 +157,7 @@ def backward_config(rows: int, n: int, acc_bytes: int, target: Target) -> Backwa
     rows, programs = max(rows, 1), max(1, target.sm_count * PROGRAMS_PER_SM)
     block_n = next_pow2(n)
     if block_n * acc_bytes <= BACKWARD_FUSED_MAX_BYTES:
-        block_m = _row_tile(rows, block_n, target)
+        block_m = _row_tile(rows, block_n, acc_bytes, target)
         if target.interpreter:  # there tl.sum over a tile's rows is a sequential NumPy sum
             block_m = min(block_m, 1 << (math.isqrt(rows).bit_length() - 1))
         tiles = cdiv(rows, block_m)
