@@ -8,6 +8,9 @@ Triton interpreter on CPU, or compiled on a CUDA device.
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -220,11 +223,13 @@ def test_unavailable_without_triton_names_the_install(monkeypatch):
 def test_kernels_compile_for_a_gpu(tmp_path):
     """The interpreter cannot show what only the compiler rejects: compile a few configurations
     for sm_90 (row in registers and looped, half and double) in a fresh process."""
-    import subprocess
-    import sys
+    from impls.triton import compile_check
 
-    out = subprocess.run([sys.executable, "-m", "impls.triton.compile_check", "--arch", "90", "--hidden", "1000,65536",
+    out = subprocess.run([sys.executable, "-m", "impls.triton.compile_check", "--arch", "90", "--hidden", "1,1000,65536",
                           "--dtypes", "bfloat16,float64"], capture_output=True, text=True, timeout=600,
-                         env={**__import__("os").environ, "TRITON_DEFAULT_FP_FUSION": "1"})
+                         env={**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"})
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count("ok ") == 21 and "FAIL" not in out.stdout  # 3 dtype pairs, 3 + 4 kernels
+    pairs = [("bfloat16", "bfloat16"), ("float64", "float64"), ("bfloat16", "float32")]
+    runs = [(*pair, "wb") for pair in pairs] + [(*pairs[0], a) for a in compile_check.AFFINES if a != "wb"]
+    expected = sum(len(compile_check.variants(n, *run)) for n in (1, 1000, 65536) for run in runs)
+    assert out.stdout.count("ok ") == expected and "FAIL" not in out.stdout

@@ -38,7 +38,7 @@ def test_backward_programs_cover_every_row_and_none_is_idle(target, acc_bytes):
             # about the device's programs; more only to keep sequential chains short
             assert cfg.programs <= max(target.sm_count * h.PROGRAMS_PER_SM, 2 * math.isqrt(units) + 2)
             chain = cfg.tiles_per_program + (cfg.block_m if target.interpreter else 0)
-            assert chain <= 2 * math.isqrt(rows) + 1, "dweight/dbias sums must stay blocked (error model k(M))"
+            assert chain <= 2 * max(h.CHAIN_MIN, math.isqrt(rows)), "dweight/dbias sums must stay blocked"
             assert cfg.column_chunks * cfg.block_n >= n
             assert cfg.looped == (cfg.column_chunks > 1 or h.next_pow2(n) * acc_bytes > h.BACKWARD_FUSED_MAX_BYTES)
             r = h.reduce_config(cfg.programs, n, target)

@@ -49,14 +49,22 @@ class Variant:
     @property
     def label(self) -> str:
         shown = {k: v for k, v in self.constexprs if k.startswith("BLOCK")}
-        return f"{self.kernel}[{self.x}/{self.params}, N={self.n}, warps={self.num_warps}, {shown}]"
+        flags = [k for k, value in self.constexprs if value is False]
+        absent = f", no {'/'.join(flags)}" if flags else ""
+        return f"{self.kernel}[{self.x}/{self.params}, N={self.n}, warps={self.num_warps}, {shown}{absent}]"
 
 
-def variants(n: int, x: str, params: str) -> list[Variant]:
-    """Every kernel the wrappers launch for ROWS x n inputs of these dtypes (weight and bias present)."""
+#: weight/bias presence: (HAS_WEIGHT, HAS_BIAS, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB)
+AFFINES = {"wb": (True, True, True, True, True), "none": (False, False, True, False, False),
+           "dweight-only": (True, False, False, True, False)}
+
+
+def variants(n: int, x: str, params: str, affine: str = "wb") -> list[Variant]:
+    """Every kernel the wrappers launch for ROWS x n inputs of these dtypes and ``affine``."""
     acc_bytes = 8 if x == "float64" else 4
-    flags = (("HAS_WEIGHT", True), ("HAS_BIAS", True))
-    grads = (("HAS_WEIGHT", True), ("COMPUTE_DX", True), ("COMPUTE_DW", True), ("COMPUTE_DB", True))
+    has_w, has_b, dx, dw, db = AFFINES[affine]
+    flags = (("HAS_WEIGHT", has_w), ("HAS_BIAS", has_b))
+    grads = (("HAS_WEIGHT", has_w), ("COMPUTE_DX", dx), ("COMPUTE_DW", dw), ("COMPUTE_DB", db))
     out = []
     f = heuristics.forward_config(ROWS, n, acc_bytes, TARGET)
     name = "layer_norm_forward_looped" if f.looped else "layer_norm_forward_rows"
@@ -65,15 +73,21 @@ def variants(n: int, x: str, params: str) -> list[Variant]:
     b = heuristics.backward_config(ROWS, n, acc_bytes, TARGET)
     if b.looped:
         out.append(Variant("layer_norm_backward_row_sums", x, params, n, b.num_warps,
-                           (("HAS_WEIGHT", True), ("BLOCK_N", b.block_n))))
+                           (("HAS_WEIGHT", has_w), ("BLOCK_N", b.block_n))))
         out.append(Variant("layer_norm_backward_columns", x, params, n, b.num_warps, grads + (("BLOCK_N", b.block_n),)))
     else:
         out.append(Variant("layer_norm_backward_rows", x, params, n, b.num_warps,
                            grads + (("BLOCK_M", b.block_m), ("BLOCK_N", b.block_n))))
-    r = heuristics.reduce_config(b.programs, n, TARGET)
-    out.append(Variant("layer_norm_reduce_partials", x, params, n, r.num_warps,
-                       (("COMPUTE_DW", True), ("COMPUTE_DB", True), ("BLOCK_P", r.block_p), ("BLOCK_N", r.block_n))))
+    if dw or db:
+        r = heuristics.reduce_config(b.programs, n, TARGET)
+        out.append(Variant("layer_norm_reduce_partials", x, params, n, r.num_warps,
+                           (("COMPUTE_DW", dw), ("COMPUTE_DB", db), ("BLOCK_P", r.block_p), ("BLOCK_N", r.block_n))))
     return out
+
+
+#: pointer arguments that a launch passes as None when the flag is False
+_ABSENT_WHEN = {"W": "HAS_WEIGHT", "B": "HAS_BIAS", "DX": "COMPUTE_DX", "DW_PARTIAL": "COMPUTE_DW",
+                "DW": "COMPUTE_DW", "DB_PARTIAL": "COMPUTE_DB", "DB": "COMPUTE_DB"}
 
 
 def _arg_type(arg: str, v: Variant) -> str:
@@ -88,6 +102,16 @@ def _arg_type(arg: str, v: Variant) -> str:
     return "i64" if arg == "eps_bits" else "i32"
 
 
+def _specialized(arg: str, v: Variant, flags: dict) -> tuple[bool, object]:
+    """Whether a launch makes ``arg`` a constant, and its value: absent pointers are None,
+    and Triton specializes integers equal to 1 (N = 1 rows, whose row strides are 1)."""
+    if arg in _ABSENT_WHEN and not flags.get(_ABSENT_WHEN[arg], True):
+        return True, None
+    if v.n == 1 and arg in ("N", "stride_x_row", "stride_dy_row"):
+        return True, 1
+    return False, None
+
+
 def compile_variant(v: Variant, arch: int):
     """``triton.compile`` one variant for ``sm_<arch>``; returns the compiled kernel."""
     import triton
@@ -100,6 +124,9 @@ def compile_variant(v: Variant, arch: int):
     constexprs = dict(v.constexprs, ACC=forward_kernels.accumulator(v.x == "float64"))
     signature, attrs = {}, {}
     for i, arg in enumerate(fn.arg_names):
+        constant, value = _specialized(arg, v, constexprs)
+        if constant:
+            constexprs[arg] = value
         if arg in constexprs:
             signature[arg] = "constexpr"
             continue
@@ -141,8 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     pairs = [(d, d) for d in args.dtypes.split(",")] + ([("bfloat16", "float32")] if "bfloat16" in args.dtypes else [])
     failures = 0
     for n in (int(h) for h in args.hidden.split(",")):
-        for x, params in pairs:
-            for v in variants(n, x, params):
+        # every dtype pair with weight and bias; the other weight/bias cases with the first pair
+        runs = [(x, params, "wb") for x, params in pairs] + [(*pairs[0], a) for a in AFFINES if a != "wb"]
+        for x, params, affine in runs:
+            for v in variants(n, x, params, affine):
                 try:
                     registers, spills = ptxas_usage(compile_variant(v, args.arch).asm["ptx"], args.arch)
                 except Exception as exc:  # report every failure, then exit 1

@@ -65,6 +65,8 @@ PROGRAMS_PER_SM = 2
 #: under the interpreter: the stand-in SM count, and values per row tile
 INTERPRETER_SM_COUNT = 4
 INTERPRETER_TILE_BYTES = 256 * 1024
+#: sequential chains this short are always within the error model (see _chain_limit)
+CHAIN_MIN = 4
 #: the partial-sum reduction's tile: partial rows by columns
 REDUCE_BLOCK_P = 32
 REDUCE_BLOCK_N = 128
@@ -145,11 +147,17 @@ class BackwardConfig:
     column_chunks: int  # 1 unless looped
 
 
+def _chain_limit(units: int) -> int:
+    """The longest sequential chain of additions allowed over ``units`` terms: about
+    sqrt(units), so that a dweight/dbias value stays a blocked sum, whose error the
+    error model bounds by k(M) = 16 + 2*sqrt(M) (short chains are always fine)."""
+    return max(CHAIN_MIN, math.isqrt(units))
+
+
 def _units_per_program(units: int, programs: int) -> int:
-    """Row tiles (or rows) per persistent program: ``units`` spread over ``programs``, but
-    at most sqrt(units), so that no dweight/dbias value is a sequential sum of more than
-    about sqrt(rows) terms: the error model's k(M) = 16 + 2*sqrt(M) assumes a blocked sum."""
-    return max(1, min(cdiv(units, min(units, programs)), math.isqrt(units)))
+    """Row tiles (or rows) per persistent program: ``units`` spread over ``programs``,
+    but no more than the chain limit."""
+    return max(1, min(cdiv(units, min(units, programs)), _chain_limit(units)))
 
 
 def backward_config(rows: int, n: int, acc_bytes: int, target: Target) -> BackwardConfig:
@@ -159,7 +167,7 @@ def backward_config(rows: int, n: int, acc_bytes: int, target: Target) -> Backwa
     if block_n * acc_bytes <= BACKWARD_FUSED_MAX_BYTES:
         block_m = _row_tile(rows, block_n, acc_bytes, target)
         if target.interpreter:  # there tl.sum over a tile's rows is a sequential NumPy sum
-            block_m = min(block_m, 1 << (math.isqrt(rows).bit_length() - 1))
+            block_m = min(block_m, 1 << (_chain_limit(rows).bit_length() - 1))
         tiles = cdiv(rows, block_m)
         per_program = _units_per_program(tiles, programs)
         return BackwardConfig(False, block_m, block_n, warps_for(block_m * block_n), cdiv(tiles, per_program),
