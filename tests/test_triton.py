@@ -163,6 +163,18 @@ def test_layer_is_a_drop_in_torch_layer_norm():
     assert isinstance(ours, torch.nn.LayerNorm)
 
 
+def test_no_double_backward():
+    x = torch.randn(3, 8, requires_grad=True)
+    (dx,) = torch.autograd.grad(layer_norm(x, (8,)).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        dx.sum().backward()
+
+
+def test_warmup_runs_forward_and_backward(triton_backend):
+    x = triton_backend.asarray(np.ones((4, 16), np.float32))
+    assert triton_backend.warmup(x, (16,), None, triton_backend.asarray(np.zeros(16, np.float32)), 1e-5) is None
+
+
 def test_empty_input():
     x = torch.randn(0, 7, requires_grad=True)
     w, b = torch.randn(7, requires_grad=True), torch.randn(7, requires_grad=True)

@@ -35,6 +35,7 @@ class LayerNormFunction(torch.autograd.Function):
         return y
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # the kernels have no double backward: say so, loudly
     def backward(ctx, dy):
         x, weight, bias, mean, rstd = ctx.saved_tensors
         need_dx, _, need_dw, need_db, _ = ctx.needs_input_grad
