@@ -245,3 +245,26 @@ def test_kernels_compile_for_a_gpu(tmp_path):
     runs = [(*pair, "wb") for pair in pairs] + [(*pairs[0], a) for a in compile_check.AFFINES if a != "wb"]
     expected = sum(len(compile_check.variants(n, *run)) for n in (1, 1000, 65536) for run in runs)
     assert out.stdout.count("ok ") == expected and "FAIL" not in out.stdout
+
+
+# -- compiled or interpreted: decided before triton is imported ------------------------------
+
+
+def _run_python(program: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
+                          env={**environ, **env})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_triton_imported_first_is_a_clear_error():
+    out = _run_python("import triton\nfrom impls.triton import TritonBackend\nTritonBackend()")
+    assert out.returncode != 0
+    assert "triton was imported before TRITON_INTERPRET=1 was set; set TRITON_INTERPRET=1" in out.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_compiled_mode_without_cuda_is_unavailable_with_the_reason():
+    out = _run_python("from harness import get_registry\nget_registry().create('triton')", TRITON_INTERPRET="0")
+    assert out.returncode != 0
+    assert "set to compile (TRITON_INTERPRET=0 is set) but no CUDA device is present" in out.stderr

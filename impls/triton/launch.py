@@ -168,8 +168,9 @@ def backward(dy: torch.Tensor, x: torch.Tensor, normalized_shape: Sequence[int],
     _check_statistics(mean, rstd, m, x)
     need_dweight, need_dbias = need_dweight and weight is not None, need_dbias and bias is not None
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device) if need_dx else None
-    dw = torch.zeros(n, dtype=weight.dtype, device=x.device) if need_dweight else None
-    db = torch.zeros(n, dtype=bias.dtype, device=x.device) if need_dbias else None
+    param_grad = torch.empty if m else torch.zeros  # no rows: the sums are 0; else the reduction writes them
+    dw = param_grad(n, dtype=weight.dtype, device=x.device) if need_dweight else None
+    db = param_grad(n, dtype=bias.dtype, device=x.device) if need_dbias else None
     if m and (need_dx or need_dweight or need_dbias):
         _launch_backward(dy2, x2, _param(weight), mean, rstd, dx, dw, db)
     return (None if dx is None else dx.view(x.shape), None if dw is None else dw.view(shape),
