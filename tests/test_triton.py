@@ -99,6 +99,17 @@ def test_dweight_dbias_bit_identical(triton_backend, shape):
         assert same_bits(a, b)
 
 
+def test_rows_are_read_through_their_stride_and_only_strided_columns_are_copied():
+    base = torch.randn(8, 6)
+    for view in (base[::2], base[:, 1:], base[1:], torch.randn(6).expand(5, 6)):
+        rows = launch.rows_view(view, view.shape[-1])
+        assert rows.data_ptr() == view.data_ptr() and rows.stride() == view.stride()
+    transposed = launch.rows_view(base.T, 8)
+    assert transposed.is_contiguous() and torch.equal(transposed, base.T)
+    stacked = torch.randn(2, 3, 4)[:, :2]  # leading dims that do not collapse to one stride: reshape copies
+    assert launch.rows_view(stacked, 4).shape == (4, 4)
+
+
 # -- the autograd function and the layer, against torch ------------------------------------
 
 AFFINE = [(True, True), (True, False), (False, True), (False, False)]
