@@ -72,15 +72,6 @@ def check_backward(backend, inputs: cases.Inputs, dy: np.ndarray) -> tuple[np.nd
     return tuple(host)
 
 
-#: every forward case family, at their sizes: the backward must hold on all of them
-@pytest.mark.parametrize("case", cases.FORWARD_CASES, ids=str)
-def test_backward_matches_oracle(triton_backend, case):
-    if case.slow:
-        pytest.skip("a large case (harness.cases.SLOW_ELEMENTS); the backward suite covers it")
-    inputs = cases.make_inputs(case, 0)
-    check_backward(triton_backend, inputs, make_dy(inputs))
-
-
 @pytest.mark.parametrize("shape", [(64, 100), (2, 3, 257), (5, 20000), (1025, 8)], ids=str)
 def test_backward_stride0_dy(triton_backend, shape):
     case = cases.Case("layout", shape, shape[-1:], "float32", dist="offset3")
