@@ -1,0 +1,256 @@
+"""Measure one throughput case: verify, warm up, time, verify again, judge.
+
+For one backend, case and direction, :meth:`ThroughputRunner.measure`
+
+1. converts the inputs once and runs the op; its output must pass the oracle
+   under the error model (else verdict ``wrong-before``, and nothing is timed);
+2. warms up: the backend's optional ``warmup(x, normalized_shape, weight,
+   bias, eps)`` hook, then the op ``TimingOptions.warmup`` more times, untimed;
+3. times the op (:mod:`harness.timing`, cold cache by default);
+4. runs the op once more: its output must be bit-identical to the verified
+   one or pass the oracle again, and the inputs must be unmodified (else
+   ``wrong-after``);
+5. computes GB/s from the byte model (:mod:`harness.roofline`) and the median;
+   above the ceiling by more than :data:`ABOVE_CEILING_MARGIN`, the ceiling is
+   measured again (once per device) and, if still above, the verdict is
+   ``above-ceiling``: a result faster than the device can move its bytes is
+   an error (cached outputs, skipped work), never a speed.
+
+An exception from the backend is verdict ``error`` with its message. Only an
+``ok`` row carries ``gbps`` and ``pct_of_ceiling``.
+
+Example (numpy, one small case, a 64 MiB ceiling buffer)::
+
+    >>> from harness import cases, get_registry
+    >>> from harness.timing import TimingOptions
+    >>> runner = ThroughputRunner(TimingOptions(min_samples=3, max_time_s=0), ceiling_bytes=64 << 20)
+    >>> case = cases.Case("t", (64, 256), (256,), "float32")
+    >>> row = runner.measure(get_registry().create("numpy"), case, "forward").row
+    >>> row["verdict"], row["bytes"], row["gbps"] > 0
+    ('ok', 133120, True)
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harness import conformance, errors, oracle
+from harness.backend import Backend
+from harness.cases import Case, Inputs, make_inputs, rng_for, shape_name
+from harness.conformance import ConformanceError
+from harness.dtypes import host_dtype
+from harness.environment import device_name, now_utc
+from harness.roofline import BYTE_MODELS, Ceiling, device_key, direction_bytes, last_level_cache, measure_ceiling
+from harness.timing import Timing, TimingOptions, make_timer, ready
+
+VERDICTS: tuple[str, ...] = ("ok", "wrong-before", "wrong-after", "above-ceiling", "error")
+#: a median faster than the ceiling by more than this factor is an error. The
+#: ceiling is itself a median of a noisy measurement, and a kernel at the
+#: ceiling may land a few percent above it; skipping work lands far above.
+ABOVE_CEILING_MARGIN = 1.10
+
+
+def make_dy(case: Case, seed: int) -> np.ndarray:
+    """The upstream gradient of a case: N(0, 1) rounded to its dtype, from its own stream."""
+    return rng_for(case, seed, "dy").standard_normal(case.shape).astype(host_dtype(case.dtype))
+
+
+@dataclass
+class Prepared:
+    """Inputs converted once, and the op that a timer calls."""
+
+    inputs: Inputs
+    dy: np.ndarray | None
+    native: tuple  # x, weight, bias, dy as the backend's arrays
+    op: Callable[[], Any]
+
+
+def prepare(backend: Backend, case: Case, direction: str, seed: int) -> Prepared:
+    inputs = make_inputs(case, seed)
+    dy = make_dy(case, seed) if direction != "forward" else None
+    x, w, b, g = (None if a is None else backend.asarray(a) for a in (inputs.x, inputs.weight, inputs.bias, dy))
+    ns, eps = case.normalized_shape, case.eps
+    forward = lambda: backend.layer_norm(x, ns, w, b, eps)
+    backward = lambda: backend.layer_norm_backward(g, x, ns, w, b, eps)
+    op = {"forward": forward, "backward": backward, "forward+backward": lambda: (forward(), backward())}[direction]
+    return Prepared(inputs, dy, (x, w, b, g), op)
+
+
+@dataclass
+class Verifier:
+    """Checks outputs against the oracle; a later output bit-identical to a
+    verified one needs no second oracle run."""
+
+    backend: Backend
+    prepared: Prepared
+    direction: str
+    originals: tuple = ()
+    verified: list[np.ndarray] | None = None
+
+    def __post_init__(self) -> None:
+        p = self.prepared
+        self.originals = tuple(None if a is None else a.copy() for a in (p.inputs.x, p.inputs.weight, p.inputs.bias, p.dy))
+
+    def _host(self, outputs: Any) -> list[np.ndarray]:
+        """Outputs as host arrays (y; dx, dweight, dbias), their shapes and dtypes checked."""
+        case, backend = self.prepared.inputs.case, self.backend
+        check = conformance._check_array  # shape and dtype, with a readable message
+        if self.direction == "forward":
+            return [check("y", outputs, backend, case.shape, case.dtype)]
+        y, grads = (None, outputs) if self.direction == "backward" else outputs
+        host = [] if y is None else [check("y", y, backend, case.shape, case.dtype)]
+        dx, dw, db = grads
+        host.append(check("dx", dx, backend, case.shape, case.dtype))
+        return host + [check(what, g, backend, case.normalized_shape, case.params)
+                       for what, g in (("dweight", dw), ("dbias", db))]
+
+    def _oracle(self, host: list[np.ndarray]) -> None:
+        p, case = self.prepared, self.prepared.inputs.case
+        if self.direction != "backward":
+            conformance.check_forward_values(self.backend, p.inputs, conformance.ForwardRun(
+                host[0], None, "float32", p.native[:3], self.originals[:3]))
+            host = host[1:]
+        if self.direction == "forward":
+            return
+        ref = conformance.reference(p.inputs)
+        grads = oracle.backward(p.dy, ref)
+        bounds = errors.backward_bounds(p.dy, ref, grads, case.dtype)
+        for what, got, want, bound in (("dx", oracle.rows_view(host[0], case.normalized_shape), grads.dx, bounds[0]),
+                                       ("dweight", host[1].reshape(1, -1), grads.dweight[None], bounds[1][None]),
+                                       ("dbias", host[2].reshape(1, -1), grads.dbias[None], bounds[2][None])):
+            worst = conformance.worst_violation(got, want, bound)
+            if worst is not None:
+                raise ConformanceError(conformance.describe(what, worst, p.inputs, self.backend, ref))
+
+    def check(self, outputs: Any) -> None:
+        """Raise :class:`ConformanceError` unless ``outputs`` are right."""
+        host = self._host(outputs)
+        if self.verified is not None and all(conformance.same_bits(a, b) for a, b in zip(host, self.verified)):
+            return
+        self._oracle(host)
+        self.verified = host
+
+    def check_inputs(self) -> None:
+        p = self.prepared
+        for what, original, native in zip(("x", "weight", "bias", "dy"), self.originals, p.native):
+            if original is not None and not conformance.same_bits(np.asarray(self.backend.to_numpy(native)), original):
+                raise ConformanceError(f"{self.backend.name} {p.inputs.case.id}: the {self.direction} modified its "
+                                       f"input {what} in place")
+
+
+@dataclass
+class Measurement:
+    """One results row (:data:`harness.results.THROUGHPUT_COLUMNS`) and the samples behind it."""
+
+    row: dict[str, Any]
+    timing: Timing | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.row["verdict"] == "ok"
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+@dataclass
+class ThroughputRunner:
+    """Measures cases one after another, with one ceiling and one timer per device.
+
+    ``ceiling_bytes`` overrides the ceiling's copy buffer (default 4x the
+    last-level cache); ``measure_ceiling`` and ``make_timer`` may be replaced
+    (tests use a fixed ceiling and a synthetic clock).
+    """
+
+    options: TimingOptions = field(default_factory=TimingOptions)
+    ceiling_bytes: int | None = None
+    seed: int = 0
+    run_id: str = ""
+    measure_ceiling: Callable[[str, int | None], Ceiling] = measure_ceiling
+    make_timer: Callable[[str, int], Any] = make_timer
+    ceilings: dict[str, Ceiling] = field(default_factory=dict)
+    _confirmed: set = field(default_factory=set)
+    _timers: dict = field(default_factory=dict)
+
+    def ceiling(self, device: str) -> Ceiling:
+        key = device_key(device)
+        if key not in self.ceilings:
+            self.ceilings[key] = self.measure_ceiling(key, self.ceiling_bytes)
+        return self.ceilings[key]
+
+    def _timer(self, key: str):
+        if key not in self._timers:
+            self._timers[key] = self.make_timer(key, last_level_cache().bytes)
+        return self._timers[key]
+
+    def _base(self, backend: Backend, case: Case, direction: str) -> dict[str, Any]:
+        from harness.results import new_row
+
+        return new_row(run_id=self.run_id, time=now_utc(), host=socket.gethostname(), device=backend.device,
+                       device_name=device_name(backend.device), backend=backend.name,
+                       backend_version=type(backend).library_version(), direction=direction, dtype=case.dtype,
+                       param_dtype=case.params, rows=case.rows, hidden=case.hidden, shape=shape_name(case),
+                       case_id=case.id, seed=self.seed, byte_model=BYTE_MODELS[direction],
+                       bytes=direction_bytes(case.rows, case.hidden, case.dtype, direction, case.params,
+                                             weight=case.affine in ("wb", "w"), bias=case.affine in ("wb", "b")),
+                       cache=self.options.cache)
+
+    def _warm_up(self, backend: Backend, prepared: Prepared, sync: Callable[[Any], None]) -> None:
+        """The backend's ``warmup`` hook (compilation, autotuning), then the op, untimed."""
+        hook = getattr(backend, "warmup", None)
+        if callable(hook):
+            x, w, b, _ = prepared.native
+            case = prepared.inputs.case
+            hook(x, case.normalized_shape, w, b, case.eps)
+        for _ in range(self.options.warmup):
+            sync(prepared.op())
+
+    def measure(self, backend: Backend, case: Case, direction: str) -> Measurement:
+        """Verify, time, verify again and judge one case; never raises for a backend's fault."""
+        row = self._base(backend, case, direction)
+        sync = lambda out: (backend.synchronize(), ready(out))
+        stage = "wrong-before"
+        try:
+            prepared = prepare(backend, case, direction, self.seed)
+            verifier = Verifier(backend, prepared, direction)
+            verifier.check(prepared.op())
+            self._warm_up(backend, prepared, sync)
+            ceiling = self.ceiling(backend.device)
+            timing = self._timer(device_key(backend.device)).measure(prepared.op, sync, self.options)
+            stage = "wrong-after"
+            verifier.check(prepared.op())
+            verifier.check_inputs()
+        except ConformanceError as exc:
+            return Measurement({**row, "verdict": stage, "message": str(exc)})
+        except Exception as exc:  # a backend may fail in any way; the run goes on
+            return Measurement({**row, "verdict": "error", "message": _error(exc)})
+        return Measurement(self._judge(row, timing, ceiling, backend.device), timing)
+
+    def _judge(self, row: dict[str, Any], timing: Timing, ceiling: Ceiling, device: str) -> dict[str, Any]:
+        row = {**row, "timer": timing.timer, "calls_per_sample": timing.calls_per_sample, **timing.statistics()}
+        gbps = row["bytes"] / timing.median_s / 1e9 if timing.median_s > 0 else math.inf
+        key = device_key(device)
+        if gbps > ceiling.gbps * ABOVE_CEILING_MARGIN and key not in self._confirmed:
+            self._confirmed.add(key)  # measure once more before calling it an error
+            again = self.measure_ceiling(key, self.ceiling_bytes)
+            ceiling = self.ceilings[key] = max(ceiling, again, key=lambda c: c.gbps)
+        row.update(ceiling_gbps=ceiling.gbps, fits_in_cache=row["bytes"] <= ceiling.cache_bytes)
+        if gbps > ceiling.gbps * ABOVE_CEILING_MARGIN:
+            return {**row, "verdict": "above-ceiling", "message": (
+                f"measured {gbps:.3g} GB/s, {gbps / ceiling.gbps:.2f}x the copy-bandwidth ceiling {ceiling.gbps:.3g} "
+                f"GB/s: faster than the device can move the byte model's {row['bytes']} bytes, so an output is "
+                f"cached or work is skipped; recorded as an error, not a speed")}
+        notes = []
+        if timing.wide:
+            notes.append(f"wide spread: IQR is {100 * timing.rel_spread:.0f}% of the median (a busy machine?)")
+        if not ceiling.buffer_ok:
+            notes.append("the ceiling's buffer was below 4x the last-level cache")
+        return {**row, "verdict": "ok", "gbps": gbps, "pct_of_ceiling": 100 * gbps / ceiling.gbps,
+                "message": "; ".join(notes)}
