@@ -86,13 +86,17 @@ def selection(config: pytest.Config) -> Selection:
     return config.stash[SELECTION]
 
 
+def _describe(backend) -> str:
+    version = type(backend).library_version()
+    return f"{backend.name} ({version + ', ' if version else ''}{backend.device})"
+
+
 def _header(config: pytest.Config) -> list[str]:
     sel = config.stash[SELECTION]
     seeds = config.getoption("normbench_seed")
-    shown = ", ".join(f"{b.name} ({(type(b).library_version() + ', ') if type(b).library_version() else ''}"
-                      f"{b.device})" for b in sel.backends) or "none"
-    lines = [f"normbench {__version__}: backends {shown}; seed "
-             f"{seeds[0] if len(seeds) == 1 else f'{seeds[0]}..{seeds[-1]} ({len(seeds)} seeds)'}"]
+    seed = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}..{seeds[-1]} ({len(seeds)} seeds)"
+    shown = ", ".join(_describe(b) for b in sel.backends) or "none"
+    lines = [f"normbench {__version__}: backends {shown}; seed {seed}"]
     lines += [f"normbench: skipped {name}: {reason}" for name, reason in sel.skipped]
     lines += [f"normbench: warning: {message}" for message in sel.warnings]
     return lines
