@@ -106,3 +106,12 @@ def test_conformance_outcomes_are_saved_per_backend_test_and_case(tmp_path):
     pd.testing.assert_frame_equal(again, df)
     assert again.loc[0, ["backend", "suite", "test", "case", "outcome"]].tolist() == [
         "mutant-eps-fixed", "test_forward.py", "test_forward", "float32-rows5-hidden1-offset3", "failed"]
+
+
+@pytest.mark.parametrize("columns", [results.THROUGHPUT_COLUMNS, results.CONFORMANCE_COLUMNS])
+def test_the_schema_tables_in_reports_readme_are_current(columns):
+    from tests.plugins import ROOT
+
+    readme = (ROOT / "reports" / "README.md").read_text()
+    for c in columns:
+        assert f"| `{c.name}` | {c.kind} | {c.doc} |" in readme, f"reports/README.md: update the row of {c.name}"
