@@ -120,12 +120,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     sel = selection(metafunc.config)
     if "direction" in metafunc.fixturenames:  # a throughput test: the sweep, not the conformance cases
-        from harness.pytest_throughput import sweep_params
+        from harness.pytest_throughput import parametrize_sweep
 
-        params = sweep_params(metafunc.config, sel.backends)
-        metafunc.parametrize(["backend", "case", "direction"], params or [pytest.param(
-            None, None, None, id="no-case", marks=pytest.mark.skip(reason="no backend or no case passed the filters"))])
-        return
+        return parametrize_sweep(metafunc, sel.backends)
     seeds = metafunc.config.getoption("normbench_seed")
     marker = metafunc.definition.get_closest_marker("normbench_cases")
     case_list = list(marker.args[0]) if marker else [None]

@@ -113,6 +113,12 @@ def sweep_params(config: pytest.Config, backends: list) -> list:
     return params
 
 
+def parametrize_sweep(metafunc: pytest.Metafunc, backends: list) -> None:
+    params = sweep_params(metafunc.config, backends) or [pytest.param(
+        None, None, None, id="no-case", marks=pytest.mark.skip(reason="no backend or no case passed the filters"))]
+    metafunc.parametrize(["backend", "case", "direction"], params)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     timed = [i for i in items if i.get_closest_marker("throughput")]
     if config.getoption("markexpr") or not timed or len(timed) == len(items):
