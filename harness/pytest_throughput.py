@@ -100,7 +100,9 @@ def filters(config: pytest.Config) -> Filters:
 
 
 def sweep_params(config: pytest.Config, backends: list) -> list:
-    """pytest params (backend, case, direction) of the sweep for each backend."""
+    """pytest params (backend, case, direction) of the sweep for each backend,
+    case by case (every backend and direction of a case in a row, so they share
+    its inputs and oracle results, and compare side by side)."""
     from harness.conformance import skip_reason
 
     worker = hasattr(config, "workerinput")
@@ -110,7 +112,8 @@ def sweep_params(config: pytest.Config, backends: list) -> list:
             reason = XDIST_REASON if worker else skip_reason(backend, case, backward=direction != "forward")
             marks = [getattr(pytest.mark, f"family_{case.family}")] + ([pytest.mark.skip(reason=reason)] if reason else [])
             params.append(pytest.param(backend, case, direction, id=f"{backend.name}-{case.id}-{direction}", marks=marks))
-    return params
+    order = {case: i for i, case in enumerate(dict.fromkeys(p.values[1] for p in params))}
+    return sorted(params, key=lambda p: order[p.values[1]])
 
 
 def parametrize_sweep(metafunc: pytest.Metafunc, backends: list) -> None:

@@ -32,23 +32,19 @@ Example (numpy, one small case, a 64 MiB ceiling buffer)::
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from harness import conformance, errors, oracle
 from harness.backend import Backend
-from harness.cases import Case, Inputs, make_inputs, rng_for, shape_name
+from harness.cases import Case, shape_name
 from harness.conformance import ConformanceError
-from harness.dtypes import host_dtype
 from harness.environment import device_name, now_utc
 from harness.roofline import BYTE_MODELS, Ceiling, device_key, direction_bytes, last_level_cache, measure_ceiling
 from harness.timing import Timing, TimingOptions, make_timer, ready
+from harness.verify import Reference, Verifier
 
 VERDICTS: tuple[str, ...] = ("ok", "wrong-before", "wrong-after", "above-ceiling", "error")
 #: a median faster than the ceiling by more than this factor is an error. The
@@ -57,99 +53,23 @@ VERDICTS: tuple[str, ...] = ("ok", "wrong-before", "wrong-after", "above-ceiling
 ABOVE_CEILING_MARGIN = 1.10
 
 
-def make_dy(case: Case, seed: int) -> np.ndarray:
-    """The upstream gradient of a case: N(0, 1) rounded to its dtype, from its own stream."""
-    return rng_for(case, seed, "dy").standard_normal(case.shape).astype(host_dtype(case.dtype))
-
-
 @dataclass
 class Prepared:
-    """Inputs converted once, and the op that a timer calls."""
+    """A case's inputs converted once (from copies of the reference's), and the op a timer calls."""
 
-    inputs: Inputs
-    dy: np.ndarray | None
     native: tuple  # x, weight, bias, dy as the backend's arrays
     op: Callable[[], Any]
 
 
-def prepare(backend: Backend, case: Case, direction: str, seed: int) -> Prepared:
-    inputs = make_inputs(case, seed)
-    dy = make_dy(case, seed) if direction != "forward" else None
-    x, w, b, g = (None if a is None else backend.asarray(a) for a in (inputs.x, inputs.weight, inputs.bias, dy))
+def prepare(backend: Backend, reference: Reference, direction: str) -> Prepared:
+    case = reference.case
+    wanted = reference.arrays if direction != "forward" else (*reference.arrays[:3], None)
+    x, w, b, g = (None if a is None else backend.asarray(a.copy()) for a in wanted)
     ns, eps = case.normalized_shape, case.eps
     forward = lambda: backend.layer_norm(x, ns, w, b, eps)
     backward = lambda: backend.layer_norm_backward(g, x, ns, w, b, eps)
     op = {"forward": forward, "backward": backward, "forward+backward": lambda: (forward(), backward())}[direction]
-    return Prepared(inputs, dy, (x, w, b, g), op)
-
-
-@dataclass
-class Verifier:
-    """Checks outputs against the oracle; a later output bit-identical to a
-    verified one needs no second oracle run."""
-
-    backend: Backend
-    prepared: Prepared
-    direction: str
-    originals: tuple = ()
-    verified: list[np.ndarray] | None = None
-
-    def __post_init__(self) -> None:
-        # copies taken before any call: the oracle and the input check use these,
-        # so a backend that writes into its inputs cannot move the reference
-        p = self.prepared
-        self.originals = tuple(None if a is None else a.copy() for a in (p.inputs.x, p.inputs.weight, p.inputs.bias, p.dy))
-        self.pristine = dataclasses.replace(p.inputs, x=self.originals[0], weight=self.originals[1], bias=self.originals[2])
-
-    def _host(self, outputs: Any) -> list[np.ndarray]:
-        """Outputs as host arrays (y; dx, dweight, dbias), their shapes and dtypes checked."""
-        case, backend = self.prepared.inputs.case, self.backend
-        check = conformance._check_array  # shape and dtype, with a readable message
-        if self.direction == "forward":
-            return [check("y", outputs, backend, case.shape, case.dtype)]
-        y, grads = (None, outputs) if self.direction == "backward" else outputs
-        host = [] if y is None else [check("y", y, backend, case.shape, case.dtype)]
-        dx, dw, db = grads
-        host.append(check("dx", dx, backend, case.shape, case.dtype))
-        return host + [None if g is None else check(what, g, backend, case.normalized_shape, case.params)
-                       for what, g in (("dweight", dw), ("dbias", db))]
-
-    def _oracle(self, host: list[np.ndarray | None]) -> None:
-        p, inputs, case = self.prepared, self.pristine, self.pristine.case
-        if self.direction != "backward":
-            conformance.check_forward_values(self.backend, inputs, conformance.ForwardRun(
-                host[0], None, "float32", p.native[:3], self.originals[:3]))
-            host = host[1:]
-        if self.direction == "forward":
-            return
-        dy = self.originals[3]
-        ref = conformance.reference(inputs)
-        grads = oracle.backward(dy, ref)
-        bounds = errors.backward_bounds(dy, ref, grads, case.dtype)
-        rows = lambda a: np.reshape(np.asarray(a, dtype=np.float64), (-1, case.hidden))  # (M, N) or (1, N)
-        for what, got, want, bound in (("dx", host[0], grads.dx, bounds[0]), ("dweight", host[1], grads.dweight, bounds[1]),
-                                       ("dbias", host[2], grads.dbias, bounds[2])):
-            if got is None:
-                continue
-            worst = conformance.worst_violation(rows(got), rows(want), rows(bound))
-            if worst is not None:
-                raise ConformanceError(conformance.describe(what, worst, inputs, self.backend, ref))
-
-    def check(self, outputs: Any) -> None:
-        """Raise :class:`ConformanceError` unless ``outputs`` are right."""
-        host = self._host(outputs)
-        same = lambda a, b: (a is None and b is None) or (a is not None and b is not None and conformance.same_bits(a, b))
-        if self.verified is not None and all(same(a, b) for a, b in zip(host, self.verified)):
-            return
-        self._oracle(host)
-        self.verified = host
-
-    def check_inputs(self) -> None:
-        p = self.prepared
-        for what, original, native in zip(("x", "weight", "bias", "dy"), self.originals, p.native):
-            if original is not None and not conformance.same_bits(np.asarray(self.backend.to_numpy(native)), original):
-                raise ConformanceError(f"{self.backend.name} {p.inputs.case.id}: the {self.direction} modified its "
-                                       f"input {what} in place")
+    return Prepared((x, w, b, g), op)
 
 
 @dataclass
@@ -186,6 +106,7 @@ class ThroughputRunner:
     ceilings: dict[str, Ceiling] = field(default_factory=dict)
     _confirmed: set = field(default_factory=set)
     _timers: dict = field(default_factory=dict)
+    _last: Reference | None = None
 
     def ceiling(self, device: str) -> Ceiling:
         key = device_key(device)
@@ -210,12 +131,19 @@ class ThroughputRunner:
                                              weight=case.affine in ("wb", "w"), bias=case.affine in ("wb", "b")),
                        cache=self.options.cache)
 
-    def _warm_up(self, backend: Backend, prepared: Prepared, sync: Callable[[Any], None]) -> None:
+    def _reference(self, case: Case) -> Reference:
+        """The reference of ``case``, reused while the same case is measured in
+        another direction or on another backend (the sweep keeps them together)."""
+        if self._last is None or self._last.case != case or self._last.seed != self.seed:
+            self._last = None  # let the old one go first: a GPU case's oracle is gigabytes
+            self._last = Reference(case, self.seed)
+        return self._last
+
+    def _warm_up(self, backend: Backend, case: Case, prepared: Prepared, sync: Callable[[Any], None]) -> None:
         """The backend's ``warmup`` hook (compilation, autotuning), then the op, untimed."""
         hook = getattr(backend, "warmup", None)
         if callable(hook):
             x, w, b, _ = prepared.native
-            case = prepared.inputs.case
             hook(x, case.normalized_shape, w, b, case.eps)
         for _ in range(self.options.warmup):
             sync(prepared.op())
@@ -226,10 +154,11 @@ class ThroughputRunner:
         sync = lambda out: (backend.synchronize(), ready(out))
         stage = "wrong-before"
         try:
-            prepared = prepare(backend, case, direction, self.seed)
-            verifier = Verifier(backend, prepared, direction)
+            reference = self._reference(case)
+            prepared = prepare(backend, reference, direction)
+            verifier = Verifier(backend, reference, direction, prepared.native)
             verifier.check(prepared.op())
-            self._warm_up(backend, prepared, sync)
+            self._warm_up(backend, case, prepared, sync)
             ceiling = self.ceiling(backend.device)
             timing = self._timer(device_key(backend.device)).measure(prepared.op, sync, self.options)
             stage = "wrong-after"

@@ -93,3 +93,17 @@ def test_a_backend_that_raises_is_an_error_row_and_the_run_goes_on():
 def test_a_wide_spread_is_flagged_not_hidden():
     row = runner(min_samples=12).measure(Erratic(2e-3), CASE, "forward").row
     assert row["verdict"] == "ok" and row["wide_spread"] and "wide spread" in row["message"]
+
+
+def test_the_directions_and_backends_of_a_case_share_its_inputs_and_oracle(monkeypatch):
+    from harness import verify
+
+    made = []
+    monkeypatch.setattr(verify, "make_inputs", lambda case, seed: made.append(case) or cases.make_inputs(case, seed))
+    r = runner(min_samples=3)
+    for backend in (KnownCost(1e-4), KnownCost(1e-4)):
+        for direction in ("forward", "backward", "forward+backward"):
+            assert r.measure(backend, CASE, direction).ok
+    assert made == [CASE]
+    r.measure(KnownCost(1e-4), cases.Case("t", (8, 256), (256,), "float32"), "forward")
+    assert len(made) == 2
