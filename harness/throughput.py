@@ -171,7 +171,8 @@ class ThroughputRunner:
         return Measurement(self._judge(row, timing, ceiling, backend.device), timing)
 
     def _judge(self, row: dict[str, Any], timing: Timing, ceiling: Ceiling, device: str) -> dict[str, Any]:
-        row = {**row, "timer": timing.timer, "calls_per_sample": timing.calls_per_sample, **timing.statistics()}
+        row = {**row, "timer": timing.timer, "cache": timing.cache, "calls_per_sample": timing.calls_per_sample,
+               **timing.statistics()}
         gbps = row["bytes"] / timing.median_s / 1e9 if timing.median_s > 0 else math.inf
         key = device_key(device)
         if gbps > ceiling.gbps * ABOVE_CEILING_MARGIN and key not in self._confirmed:

@@ -196,14 +196,14 @@ class HostTimer:
         return (time.perf_counter_ns() - start) / 1e9 / calls, out
 
     def measure(self, op: Op, sync: Sync, options: TimingOptions) -> Timing:
-        cold = options.cache == "cold"
+        cold = options.cache == "cold" and self.flush is not None  # no flush for this device: say warm
         calls = 1 if cold else _calls_per_sample(self._one(op, sync, 1, cold)[0], options)  # untimed sizing call
         samples: list[float] = []
         started = time.perf_counter()
         while not _stop(len(samples), started, options):
             sample, _ = self._one(op, sync, calls, cold)
             samples.append(sample)
-        return Timing(tuple(samples), self.name, options.cache, calls)
+        return Timing(tuple(samples), self.name, "cold" if cold else "warm", calls)
 
 
 class CudaEventTimer:

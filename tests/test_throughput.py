@@ -1,7 +1,7 @@
 """The throughput judge: verify before and after timing, never report a wrong or impossible speed.
 
 Every test uses synthetic backends (tests/synthetic.py), a fixed ceiling and
-a host timer without the cold-cache flush, so nothing here depends on how fast
+a host timer with a no-op cold-cache flush, so nothing here depends on how fast
 this machine is. Timing tolerances are those of tests/test_timing.py.
 """
 
@@ -20,7 +20,8 @@ CASE = cases.Case("t", (64, 256), (256,), "float32")
 
 def runner(ceiling_gbps: float = 1e6, **options) -> ThroughputRunner:
     opts = TimingOptions(**({"min_samples": 20, "max_time_s": 0.0} | options))
-    return ThroughputRunner(opts, measure_ceiling=fixed_ceiling(ceiling_gbps), make_timer=lambda key, cache: HostTimer(None))
+    return ThroughputRunner(opts, measure_ceiling=fixed_ceiling(ceiling_gbps),
+                            make_timer=lambda key, cache: HostTimer(flush=lambda: None))
 
 
 @pytest.mark.parametrize("direction", ["forward", "backward", "forward+backward"])

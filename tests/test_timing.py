@@ -53,6 +53,11 @@ def test_warm_mode_batches_short_calls_and_reports_per_call_time():
     within(timing, cost)
 
 
+def test_a_device_without_a_flush_is_timed_warm_and_says_so():
+    timing = HostTimer(flush=None).measure(lambda: None, lambda out: None, TimingOptions(cache="cold", **QUICK))
+    assert timing.cache == "warm"
+
+
 def test_asynchronous_work_is_waited_for():
     """An op that returns before its work is done (JAX dispatch) is timed to completion."""
     timing = HostTimer(flush=None).measure(AsyncDispatch(COST), ready, TimingOptions(cache="warm", **QUICK))
