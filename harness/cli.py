@@ -143,7 +143,7 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         results.save(folder, results.frame(outcome_rows(outcomes, run_id), results.CONFORMANCE), results.CONFORMANCE)
         codes.append(code)
         report.append("normbench conformance summary\n" + summary(outcomes))
-    if "throughput" in args.suites:
+    if "throughput" in args.suites and INTERRUPTED not in codes:  # Ctrl-C stops the run, keeping what is written
         print(f"\nnormbench: throughput suite, results in {folder}/", flush=True)
         code, _ = run_pytest(_throughput_args(args, run_id) + list(extra))
         codes.append(code)
@@ -227,6 +227,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
 
 
 SUITES = ("conformance", "throughput")
+INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED
 
 
 def _suites(value: str) -> tuple[str, ...]:
