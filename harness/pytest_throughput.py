@@ -28,12 +28,17 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from harness.sweep import Filters, parse_directions, parse_dtypes, parse_shapes
 from harness.timing import CACHES
+
+if TYPE_CHECKING:
+    from harness.backend import Backend
+    from harness.cases import Case
+    from harness.throughput import Measurement
 
 SESSION = pytest.StashKey["ThroughputSession"]()
 COUNT = pytest.StashKey[int]()
@@ -146,7 +151,8 @@ class ThroughputSession:
     rows: list[dict] = field(default_factory=list)
     _writer: Any = None
 
-    def measure(self, backend, case, direction):
+    def measure(self, backend: Backend, case: Case, direction: str) -> Measurement:
+        """Measure one case (:meth:`harness.throughput.ThroughputRunner.measure`) and write its row at once."""
         from harness.environment import environment, write_environment
         from harness.results import ResultsWriter
 
