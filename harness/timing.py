@@ -197,7 +197,10 @@ class HostTimer:
 
     def measure(self, op: Op, sync: Sync, options: TimingOptions) -> Timing:
         cold = options.cache == "cold" and self.flush is not None  # no flush for this device: say warm
-        calls = 1 if cold else _calls_per_sample(self._one(op, sync, 1, cold)[0], options)  # untimed sizing call
+        if cold:
+            calls = 1
+        else:  # untimed sizing calls; the fastest, as a busy machine only slows calls down
+            calls = _calls_per_sample(min(self._one(op, sync, 1, cold)[0] for _ in range(3)), options)
         samples: list[float] = []
         started = time.perf_counter()
         while not _stop(len(samples), started, options):
@@ -251,7 +254,7 @@ class CudaEventTimer:
 
     def measure(self, op: Op, sync: Sync, options: TimingOptions) -> Timing:
         cold = options.cache == "cold"
-        calls = 1 if cold else _calls_per_sample(self._batch(op, 1, 1, cold)[0], options)  # untimed sizing batch
+        calls = 1 if cold else _calls_per_sample(min(self._batch(op, 3, 1, cold)), options)  # untimed sizing batch
         samples: list[float] = []
         started = time.perf_counter()
         batch = options.min_samples

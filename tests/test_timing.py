@@ -11,7 +11,7 @@ sample can be delayed, by milliseconds, but never shortened:
 * The fastest of 20 samples is within 1.5x the cost: it needs only one
   undisturbed sample (with three CPU hogs on the 2 cores it was within 3 %).
   A timer that puts the cache flush into the sample (the
-  flush costs 5x here), counts a batch as one call (>= 5x) or mixes units
+  flush costs 5x here), counts a batch as one call (>= 3x) or mixes units
   (1000x) fails it.
 * The median is within 10x the cost: only a sanity bound, because with three
   CPU hogs on the 2 cores we measured medians at 2.4-3.2x the cost.
@@ -49,7 +49,7 @@ def test_warm_mode_batches_short_calls_and_reports_per_call_time():
     cost = 1e-3
     timing = HostTimer(flush=None).measure(lambda: spend(cost), lambda out: None,
                                            TimingOptions(cache="warm", min_sample_s=1e-2, **QUICK))
-    assert timing.calls_per_sample >= 5
+    assert timing.calls_per_sample >= 3  # 10 expected; the sizing calls may be slowed down
     within(timing, cost)
 
 
@@ -90,7 +90,7 @@ def test_the_cuda_timer_in_warm_mode_times_back_to_back_launches_without_a_flush
     timing = CudaEventTimer("cuda:0", torch_module=torch).measure(
         lambda: gpu.launch("kernel", 0.01), lambda out: None,
         TimingOptions(cache="warm", min_samples=4, max_samples=4, max_time_s=0.0, min_sample_s=1e-4))
-    assert timing.calls_per_sample == 10
+    assert timing.calls_per_sample in (10, 11)  # 1e-4 s / 1e-5 s, up to the float rounding of the fake clock
     assert all(math.isclose(s, 0.01e-3) for s in timing.samples)
     assert "flush" not in gpu.log and gpu.synchronizes == 2  # the sizing batch, then the samples
 
