@@ -18,8 +18,10 @@ lower fraction of the ceiling.
 The ceiling is the device's copy bandwidth, ``2*bytes/time`` of a copy of a
 buffer at least 4x the last-level cache, median of 20 runs, measured in the
 same run as the cases it judges. On the CPU the copy runs on one thread and on
-every core this process may use (NumPy releases the GIL), and the faster
-median is the ceiling; on CUDA it is ``Tensor.copy_`` timed with CUDA events.
+every core this process may use (NumPy releases the GIL), each run is the
+fastest of 3 back-to-back copies (so another process preempting a copy does
+not lower the ceiling), and the faster median is the ceiling; on CUDA it is
+``Tensor.copy_`` timed with CUDA events (device time: nothing preempts it).
 
 >>> forward_bytes(8192, 4096, "bfloat16", training=True)
 134299648
@@ -51,6 +53,10 @@ STAT_BYTES = 4
 #: the ceiling's copy buffer is at least this many times the last-level cache
 CACHE_MULTIPLE = 4
 CEILING_REPEATS = 20
+#: on the CPU, each run is the fastest of this many back-to-back copies: a copy
+#: preempted by another process (a busy machine) must not lower the ceiling, and
+#: with a buffer 4x the cache a repeat gains nothing from it
+COPIES_PER_RUN = 3
 #: when the cache size cannot be read: larger than most CPUs' LLC (recorded as assumed)
 ASSUMED_CACHE_BYTES = 256 << 20
 MIB = 1 << 20
@@ -236,6 +242,7 @@ def _quartiles(samples: list[float]) -> tuple[float, float, float]:
 
 
 def _cpu_copy_samples(src: np.ndarray, dst: np.ndarray, threads: int, repeats: int) -> list[float]:
+    """``repeats`` runs, each the fastest of :data:`COPIES_PER_RUN` back-to-back copies."""
     from concurrent.futures import ThreadPoolExecutor
 
     n = src.size
@@ -243,14 +250,17 @@ def _cpu_copy_samples(src: np.ndarray, dst: np.ndarray, threads: int, repeats: i
     copy_part = lambda s: np.copyto(dst[s], src[s])
     samples = []
     with ThreadPoolExecutor(threads) as pool:
-        for i in range(repeats + 1):  # the first copy is a warm-up
+        def copy() -> float:
             start = time.perf_counter_ns()
             if threads == 1:
                 np.copyto(dst, src)
             else:
                 list(pool.map(copy_part, parts))
-            if i:
-                samples.append((time.perf_counter_ns() - start) / 1e9)
+            return (time.perf_counter_ns() - start) / 1e9
+
+        copy()  # warm-up
+        for _ in range(repeats):
+            samples.append(min(copy() for _ in range(COPIES_PER_RUN)))
     return samples
 
 
