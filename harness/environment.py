@@ -106,6 +106,8 @@ def environment(run_id: str, command: Sequence[str] | None = None) -> dict[str, 
     threads.update({k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ})
     if "torch" in sys.modules:
         threads["torch_threads"] = sys.modules["torch"].get_num_threads()
+    if hasattr(os, "getloadavg"):  # other processes competing for the cores skew CPU timings
+        threads["load_average_1_5_15min"] = [round(v, 2) for v in os.getloadavg()]
     return {
         "schema": ENVIRONMENT, "schema_version": 1, "run_id": run_id, "started": now_utc(),
         "host": socket.gethostname(), "command": shlex.join(command if command is not None else sys.argv),
