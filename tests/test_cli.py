@@ -71,7 +71,8 @@ def test_run_prints_a_summary(tmp_path):
     assert "normbench conformance summary" in out.stdout
     assert any(line.split()[:1] == ["numpy"] and line.rstrip().endswith("PASS") for line in out.stdout.splitlines())
     conformance = results.load(tmp_path / "r1", results.CONFORMANCE)
-    assert len(conformance) == 16 and set(conformance.outcome) == {"passed"} and set(conformance.backend) == {"numpy"}
+    assert set(conformance.outcome) == {"passed"} and set(conformance.backend) == {"numpy"}
+    assert {"test_forward", "test_backward"} <= set(conformance.test) and conformance.case.str.len().min() > 0
 
 
 def test_run_runs_both_suites_into_one_results_folder(tmp_path):
@@ -87,6 +88,6 @@ def test_run_runs_both_suites_into_one_results_folder(tmp_path):
     assert {p.name for p in folder.iterdir()} == {"environment.json", "throughput.csv", "throughput.json",
                                                   "conformance.csv", "conformance.json"}
     assert results.load(folder).verdict.tolist() == ["ok"]
-    assert set(results.load(folder, results.CONFORMANCE).test) == {"test_forward"}
+    assert "test_forward" in set(results.load(folder, results.CONFORMANCE).test)
     env = json.loads((folder / "environment.json").read_text())
     assert env["command"].startswith("normbench run --impl=numpy") and "cpu" in env["ceilings"]
