@@ -3,6 +3,7 @@
     normbench list [--probe]          the installed backends and whether they run here
     normbench check --impl torch --shape 64x1000 --dtype bfloat16 --dist offset1e3
     normbench test --impl NAME [PYTEST ARGS]   the suites on NAME, from an installed normbench
+    normbench report RESULTS... [-o report.html]   the HTML report of one or more runs
     normbench run [--impl all]        the main job: conformance and throughput on every available backend,
                                       results in reports/<run-id>/, and a summary
 
@@ -149,7 +150,20 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         codes.append(code)
         report.append(_throughput_report(folder))
     print("\n" + "\n\n".join(report) + f"\n\nresults: {folder}/")
+    if args.report:
+        _run_report(folder, args.baseline)
     return _exit_code(codes)
+
+
+def _run_report(folder, baseline: str) -> None:
+    """Write ``report.html`` into the run folder; a run whose results cannot render still ends normally."""
+    from harness.report import write_report
+    from harness.results import ResultsError
+
+    try:
+        print(f"report: {write_report([folder], folder / 'report.html', baseline)}")
+    except ResultsError as exc:
+        print(f"normbench: no report: {exc}", file=sys.stderr)
 
 
 def _throughput_report(folder) -> str:
@@ -206,6 +220,7 @@ def parser() -> argparse.ArgumentParser:
                        help="pytest-xdist workers for conformance ('0' for none; throughput always runs alone). "
                             "Default: %(default)r")
     _run_options(p)
+    _add_report(sub)
     return top
 
 
@@ -224,6 +239,28 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="throughput shapes, ROWSxHIDDEN. Default: the sweep's")
     p.add_argument("--cache", choices=CACHES, default="cold",
                    help="cold: flush the last-level cache before every timed sample. Default: %(default)r")
+    p.add_argument("--no-report", dest="report", action="store_false",
+                   help="do not write report.html into the run folder. Default: write it")
+    p.add_argument("--baseline", default="torch", metavar="NAME",
+                   help="the report's speedup baseline backend. Default: %(default)r")
+
+
+def _add_report(sub) -> None:
+    p = sub.add_parser("report", help="render results (run folders or their files) as one self-contained HTML file")
+    p.add_argument("results", nargs="+", metavar="RESULTS",
+                   help="run folders (reports/<run-id>) or their throughput/conformance .json/.csv, environment.json "
+                        "or table1.json files; several render side by side")
+    p.add_argument("-o", "--output", default="report.html", metavar="FILE", help="Default: %(default)r")
+    p.add_argument("--baseline", default="torch", metavar="NAME",
+                   help="the backend speedups are measured against. Default: %(default)r")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.report import write_report
+
+    path = write_report(args.results, args.output, args.baseline)
+    print(f"report: {path}")
+    return 0
 
 
 SUITES = ("conformance", "throughput")
@@ -248,6 +285,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_list(args)
         if args.command == "check":
             return cmd_check(args)
+        if args.command == "report":
+            return cmd_report(args)
         return {"test": cmd_test, "run": cmd_run}[args.command](args, extra)
     except NormbenchError as exc:
         print(f"normbench: error: {exc}", file=sys.stderr)
