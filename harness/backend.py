@@ -8,8 +8,8 @@ reporting belong to the harness, so a backend stays a page of code.
 
 Required: ``name``, :meth:`asarray`, :meth:`to_numpy`, :meth:`layer_norm`.
 Optional: :meth:`layer_norm_backward` (set ``has_backward = False`` if absent),
-:meth:`layer_norm_statistics`, :meth:`synchronize`, :meth:`availability`,
-:meth:`library_version`, the ``device`` attribute.
+:meth:`layer_norm_statistics`, :meth:`synchronize`, :meth:`warmup`,
+:meth:`availability`, :meth:`library_version`, the ``device`` attribute.
 
 Example, a complete backend (register it in your ``pyproject.toml`` under
 ``[project.entry-points."normbench.backends"]`` as ``mine = "my_pkg:Mine"``)::
@@ -164,6 +164,25 @@ class Backend(abc.ABC):
 
     def synchronize(self) -> None:
         """Block until queued device work is done. Default: nothing to wait for."""
+
+    def warmup(self, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float) -> None:
+        """Optional: do, now, whatever the first call on arrays like these would do
+        besides computing -- JIT compilation, autotuning, handle or workspace
+        creation -- for :meth:`layer_norm` and (with ``has_backward``)
+        :meth:`layer_norm_backward` with a dy like x, and wait for it to finish.
+
+        The throughput harness calls it with a case's native arrays (from
+        :meth:`asarray`) before timing that case, so that none of it lands in a
+        timed region: afterwards, calls with the same shapes, dtypes, weight/bias
+        presence and normalized_shape (and any eps) must not compile. Default:
+        nothing to prepare (an eager backend). Example, a JIT backend::
+
+            def warmup(self, x, normalized_shape, weight, bias, eps):
+                dy = self.zeros_like(x)
+                self.layer_norm(x, normalized_shape, weight, bias, eps)
+                self.layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
+                self.synchronize()
+        """
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} on {self.device}>"

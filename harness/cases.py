@@ -132,6 +132,8 @@ class Case:
     affine: str = "wb"
     param_dtype: str | None = None
     layout: str = "contiguous"
+    #: backward cases: dy is one row broadcast over the rows (stride 0), not ``layout``
+    dy_broadcast: bool = False
 
     def __post_init__(self) -> None:
         validate_shapes(self.shape, self.normalized_shape, None, None)
@@ -176,6 +178,8 @@ class Case:
             parts.append({"w": "weightonly", "b": "biasonly", "none": "noaffine"}[self.affine])
         if self.layout != "contiguous":
             parts.append(self.layout)
+        if self.dy_broadcast:
+            parts.append("dybroadcast")
         return "-".join(parts)
 
     def __str__(self) -> str:
@@ -242,6 +246,35 @@ def make_inputs(case: Case, seed: int) -> Inputs:
     weight = rng.standard_normal(case.normalized_shape).astype(pdt) if case.affine in ("wb", "w") else None
     bias = rng.standard_normal(case.normalized_shape).astype(pdt) if case.affine in ("wb", "b") else None
     return Inputs(case, seed, x, weight, bias)
+
+
+def make_dy(case: Case, seed: int) -> np.ndarray:
+    """The upstream gradient of ``case`` for ``seed``: x's shape and dtype, random with
+    a nonzero mean in every row (an offset of either sign, |offset| in [0.5, 2], plus
+    N(0, 1)), so that mean(dy*weight) != 0 and the mean term of dx matters (never
+    dy = 1 with weight = 1, which makes dx = 0 and the test vacuous, pytorch/pytorch#63541).
+
+    Laid out like x (``Case.layout``, garbage around it), or, with ``case.dy_broadcast``,
+    one row broadcast over the rows with stride 0, as autograd hands over the
+    gradient of a sum. Its own random stream: x and the parameters are unaffected.
+    """
+    rng = rng_for(case, seed, "dy")
+    m, n = case.rows, case.hidden
+    dtype = host_dtype(case.dtype)
+    if case.dy_broadcast:
+        row = rng.choice([-1.0, 1.0]) * rng.uniform(0.5, 2.0) + rng.standard_normal(n)
+        return np.broadcast_to(row.astype(dtype).reshape(case.normalized_shape), case.shape)
+    offsets = rng.choice([-1.0, 1.0], (m, 1)) * rng.uniform(0.5, 2.0, (m, 1))
+    values = (offsets + rng.standard_normal((m, n))).astype(dtype)
+    return _with_layout(values, case.layout, rng) if case.layout != "contiguous" else values.reshape(case.shape)
+
+
+def make_other_x(case: Case, seed: int) -> np.ndarray:
+    """A second x for ``case``: uniform(-9, 9), same shape, dtype and layout, from its
+    own random stream; for checks that a gradient (dbias) does not depend on x."""
+    rng = rng_for(case, seed, "other-x")
+    values = rng.uniform(-9, 9, (case.rows, case.hidden)).astype(host_dtype(case.dtype))
+    return _with_layout(values, case.layout, rng) if case.layout != "contiguous" else values.reshape(case.shape)
 
 
 # -- the forward suite's cases -------------------------------------------------------------
@@ -360,6 +393,141 @@ def shape_name(case: Case) -> str:
     return "x".join(map(str, case.shape))
 
 
+# -- the backward suite's cases ------------------------------------------------------------
+
+
+def backward_cases() -> list[Case]:
+    """Every case family of NUMERICS.md that applies to a backward pass, each id unique.
+
+    dy comes from :func:`make_dy` (nonzero row means). Targets: the dx algebra
+    (hidden, dist), the column reductions of dweight/dbias (rows: 0, non-block
+    multiples, 1025 and 65537, also in half precision and multi-dim), every
+    weight/bias presence (affine, mixed), eps handling in rstd (eps: sigma near
+    sqrt(eps)), N = 1 (dweight exactly 0), layouts of x and dy (strided, stride-0 dy).
+    """
+    cases: list[Case] = []
+    add = cases.append
+    # every weight/bias presence, in the input dtype and as fp32 parameters with half inputs
+    for dtype in DTYPES:
+        for affine in AFFINES:
+            add(_rows_hidden("affine", 7, 100, dtype, dist="uniform9", affine=affine))
+    for dtype in HALF:
+        for affine in ("wb", "w", "b"):
+            add(_rows_hidden("mixed", 7, 100, dtype, dist="offset3", affine=affine, param_dtype="float32"))
+    # the dx algebra over hidden sizes (non-powers of two, nonzero row mean); N = 1: dweight exactly 0
+    for dtype in DTYPES:
+        for n in (1, 2, 3, 17, 129, 1000) + ((8, 33, 1023, 3000) if dtype in ("float32", "bfloat16") else ()):
+            add(_rows_hidden("hidden", 5, n, dtype, dist="offset3"))
+        add(_rows_hidden("hidden", 9, 1, dtype, dist="offset1e3"))
+    add(_rows_hidden("hidden", 3, 4096, "float16", dist="offset3"))
+    add(_rows_hidden("hidden", 2, 32768, "float32", dist="offset3"))
+    add(_rows_hidden("hidden", 3, 8192, "bfloat16", dist="offset3"))
+    # multi-dimensional normalized_shape, weight None with bias among them (BobMcDear/attorch#18)
+    for dtype in ("float64", "float32", "bfloat16"):
+        for ns in MULTI_DIM:
+            add(Case("multidim", (5, *ns), ns, dtype, dist="offset3"))
+    for ns in ((8, 16), (6, 129)):
+        for affine in ("w", "b"):
+            add(Case("multidim", (5, *ns), ns, "float32", dist="offset3", affine=affine))
+    add(Case("multidim", (1025, 8, 16), (8, 16), "float32", dist="offset3"))
+    add(Case("multidim", (65, 6, 129), (6, 129), "bfloat16", dist="offset3", affine="b"))
+    # row counts for the column reductions: empty, one, non-block multiples, many rows in half precision
+    for dtype in ("float32", "bfloat16"):
+        for m in ROWS:
+            add(_rows_hidden("rows", m, 33, dtype, dist="offset3"))
+    for dtype in ("float32", "float16", "bfloat16"):
+        add(_rows_hidden("rows", 65537, 8, dtype, dist="offset3"))
+    add(_rows_hidden("rows", 1025, 33, "float16", dist="offset3"))
+    for affine in ("w", "b"):
+        add(_rows_hidden("rows", 1025, 33, "float32", dist="offset3", affine=affine))
+    # ranks 1 to 5
+    for lead in ((), (2, 3), (2, 1, 2, 3)):
+        add(Case("rank", (*lead, 19), (19,), "float32", dist="offset3"))
+    add(Case("rank", (4, 3, 2, 5), (3, 2, 5), "float32", dist="offset3"))
+    # eps: rows with sigma ~ sqrt(eps) (rstd without eps shows), eps = 0, tiny N with eps = 0.5, constant rows
+    for dtype in ("float64", "float32", "bfloat16"):
+        for eps in EPS:
+            add(_rows_hidden("eps", 8, 64, dtype, dist="normal" if eps == 0 else "sigmasqrteps", eps=eps))
+        for n in (2, 3):
+            add(_rows_hidden("eps", 8, n, dtype, dist="sigmasqrteps", eps=0.5))
+        for eps in (1e-5, 0.1):
+            add(_rows_hidden("eps", 8, 64, dtype, dist="constant", eps=eps))
+    add(_rows_hidden("eps", 8, 1000, "float32", dist="normal", eps=0.0))
+    # input distributions: large means (the conditioning term), small sigma, outliers, constant and zero rows
+    for dtype in DTYPES:
+        for dist in ("normal", "uniform0to10", "offset1e2", "offset1e3", "offset1e4", "sigma1e-2", "sigma1e-3",
+                     "outlier", "constant", "zero"):
+            add(_rows_hidden("dist", 8, 1000, dtype, dist=dist))
+    add(_rows_hidden("dist", 4, 4096, "float16", dist="big300"))
+    add(_rows_hidden("dist", 8, 1000, "float32", dist="sigma1e-3", eps=1e-12))
+    # strided x and dy, and a stride-0 (broadcast) dy
+    for dtype in ("float32", "bfloat16"):
+        for layout in LAYOUTS[1:]:
+            add(_rows_hidden("layout", 16, 100, dtype, dist="offset3", layout=layout))
+        add(_rows_hidden("layout", 16, 100, dtype, dist="offset3", dy_broadcast=True))
+    add(_rows_hidden("layout", 16, 100, "float32", dist="offset3", layout="transposed", dy_broadcast=True))
+    add(Case("layout", (2, 8, 100), (100,), "float32", dist="offset3", dy_broadcast=True))
+    # a NaN and an Inf in x: dx stays finite in the other rows; dbias (sum of dy) stays finite
+    add(_rows_hidden("nonfinite", 6, 64, "float32", dist="poisoned"))
+    ids = [c.id for c in cases]
+    assert len(ids) == len(set(ids)), "case ids must be unique"
+    return cases
+
+
+def gradcheck_cases() -> list[Case]:
+    """float64 cases for the finite-difference check (``harness.gradcheck``): moderate
+    sizes, every weight/bias presence, large means and sigma from 1e-3 to sqrt(eps)."""
+    cases = [_rows_hidden("gradcheck", 6, 64, "float64", dist="normal", affine=a) for a in AFFINES]
+    cases += [_rows_hidden("gradcheck", 4, 1000, "float64", dist=d)
+              for d in ("uniform0to10", "offset1e3", "sigma1e-3", "sigmasqrteps", "outlier")]
+    cases += [_rows_hidden("gradcheck", 8, 3, "float64", dist="sigmasqrteps", eps=0.5),
+              _rows_hidden("gradcheck", 8, 64, "float64", dist="normal", eps=0.0),
+              Case("gradcheck", (3, 6, 129), (6, 129), "float64", dist="offset3", affine="b")]
+    return cases
+
+
+BACKWARD_CASES: list[Case] = backward_cases()
+GRADCHECK_CASES: list[Case] = gradcheck_cases()
+
+
+# -- the invariance suite's cases (the paper's §3.1, §5.1 and §5.2) ------------------------
+# The layer model (harness.layer) draws its own x and W; "normal" names the summed inputs'
+# distribution, ~N(0, 1). Rows are training cases, hidden the layer's units.
+
+#: the layer behind Table 1: 16 training cases, 100 units (the paper's setting)
+TABLE1_SHAPE = (16, 100)
+
+
+def table1_case(dtype: str, eps: float = 1e-5) -> Case:
+    """The layer ``normbench table1`` measures."""
+    return Case("invariance", TABLE1_SHAPE, TABLE1_SHAPE[1:], dtype, eps=eps)
+
+
+def invariance_cases() -> list[Case]:
+    """Table 1's layer-norm row: every dtype, a multi-dim layer, eps 0 and 0.1, fp32 parameters."""
+    cases = [table1_case(dtype) for dtype in DTYPES]
+    cases += [Case("invariance", (16, 8, 16), (8, 16), dtype) for dtype in DTYPES]
+    cases += [table1_case("float32", eps) for eps in (0.0, 0.1)]
+    cases.append(Case("invariance", TABLE1_SHAPE, TABLE1_SHAPE[1:], "bfloat16", param_dtype="float32"))
+    return cases
+
+
+def geometry_cases() -> list[Case]:
+    """§5.2's gradient properties: every dtype, a multi-dim layer, eps 0 and 0.1."""
+    cases = [Case("geometry", TABLE1_SHAPE, TABLE1_SHAPE[1:], dtype) for dtype in DTYPES]
+    cases.append(Case("geometry", (16, 8, 16), (8, 16), "float32"))
+    cases += [Case("geometry", TABLE1_SHAPE, TABLE1_SHAPE[1:], "float32", eps=eps) for eps in (0.0, 0.1)]
+    return cases
+
+
+#: §3.1: 4 sequences; the RNN's LayerNorm has 64 units, the LSTM's gates 4*32. No
+#: bfloat16 (nor float16 for the LSTM): there the propagated rounding bound is within
+#: 10x of the plain network's change, so "not invariant" could not be asserted far above it
+RNN_CASES: list[Case] = [Case("recurrent", (4, 64), (64,), dtype, eps=0.0) for dtype in ("float64", "float32", "float16")]
+LSTM_CASES: list[Case] = [Case("recurrent", (4, 128), (128,), dtype, eps=0.0) for dtype in ("float64", "float32")]
+INVARIANCE_CASES: list[Case] = invariance_cases()
+GEOMETRY_CASES: list[Case] = geometry_cases()
 #: every case family any suite uses (one pytest marker each: ``family_<name>``)
 ALL_FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(
-    c.family for c in FORWARD_CASES + THROUGHPUT_CPU_CASES + THROUGHPUT_GPU_CASES))
+    c.family for c in FORWARD_CASES + BACKWARD_CASES + GRADCHECK_CASES + INVARIANCE_CASES + GEOMETRY_CASES
+    + RNN_CASES + LSTM_CASES + THROUGHPUT_CPU_CASES + THROUGHPUT_GPU_CASES))

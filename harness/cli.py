@@ -3,9 +3,10 @@
     normbench list [--probe]          the installed backends and whether they run here
     normbench check --impl torch --shape 64x1000 --dtype bfloat16 --dist offset1e3
     normbench test --impl NAME [PYTEST ARGS]   the suites on NAME, from an installed normbench
+    normbench run [--impl all]        the main job: every suite on every available backend,
+                                      results in reports/<run-id>/ (with report.html), and a summary
+    normbench table1 [--impl NAME]    the paper's Table 1 (and §3.1) measured, beside the paper's
     normbench report RESULTS... [-o report.html]   the HTML report of one or more runs
-    normbench run [--impl all]        the main job: conformance and throughput on every available backend,
-                                      results in reports/<run-id>/, and a summary
 
 Every user error prints one line ``normbench: error: ...`` with the fix and exits 2.
 """
@@ -17,7 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from harness import __version__
-from harness.exceptions import NormbenchError
+from harness.exceptions import NormbenchError, UnknownBackend
 from harness.registry import ALL, get_registry
 
 
@@ -181,6 +182,49 @@ def _throughput_report(folder) -> str:
     return "normbench throughput summary\n" + throughput_table(df) + "".join(f"\n{line}" for line in lines)
 
 
+def _one_backend(spec: str):
+    """The single backend ``--impl`` names for table1, or a usage error naming the known ones."""
+    registry = get_registry()
+    names = ", ".join(registry.names) or "none"
+    if spec == ALL or "," in spec:
+        raise NormbenchError(f"--impl={spec}: table1 measures one backend's layer norm; choose one of: {names}")
+    try:
+        return registry.select(spec).backends[0]
+    except UnknownBackend:
+        raise
+    except NormbenchError as exc:
+        raise NormbenchError(f"--impl={spec}: {exc}. Known backends: {names}; `normbench list` shows which run here") from None
+
+
+def cmd_table1(args: argparse.Namespace) -> int:
+    """Measure Table 1 (float64 oracles; the layer-norm row on --impl if given) and §3.1; exit 1 on disagreement."""
+    from harness import table1
+    from harness.normalizations import BackendRowLayerNorm, OracleRowLayerNorm
+
+    rows = table1.oracle_rows()
+    row_norm = OracleRowLayerNorm()
+    for flag, value in (("dtype", args.dtype), ("eps", args.eps)):
+        if value is not None and not args.impl:
+            raise NormbenchError(f"--{flag}={value} needs --impl: without it the layer-norm row is the float64 oracle "
+                                 f"(with eps 0)")
+    if args.impl:
+        backend = _one_backend(args.impl)
+        dtype = args.dtype or ("float32" if "float32" in backend.dtypes else backend.dtypes[0])
+        if dtype not in backend.dtypes:
+            raise NormbenchError(f"--dtype={dtype}: backend {backend.name!r} supports {', '.join(backend.dtypes)}; "
+                                 f"choose one of those")
+        row_norm = BackendRowLayerNorm(backend, dtype)
+        rows["layer"] = table1.layer_norm_row(row_norm, 1e-5 if args.eps is None else args.eps)
+    cells = table1.measure_table(rows, args.seed)
+    print(table1.render_table(cells, rows, args.seed))
+    ok = all(cell.agrees for cell in cells.values())
+    if not args.no_recurrent:
+        text, held = table1.render_recurrent(table1.run_recurrent(row_norm, row_norm.dtype, args.seed), row_norm.label, 0.0)
+        print(f"\n{text}")
+        ok = ok and held
+    return 0 if ok else 1
+
+
 def parser() -> argparse.ArgumentParser:
     from harness.cases import AFFINES, DISTRIBUTIONS, LAYOUTS
     from harness.dtypes import DTYPES
@@ -220,6 +264,7 @@ def parser() -> argparse.ArgumentParser:
                        help="pytest-xdist workers for conformance ('0' for none; throughput always runs alone). "
                             "Default: %(default)r")
     _run_options(p)
+    _add_table1(sub)
     _add_report(sub)
     return top
 
@@ -275,6 +320,18 @@ def _suites(value: str) -> tuple[str, ...]:
     return chosen
 
 
+def _add_table1(sub) -> None:
+    from harness.dtypes import DTYPES
+
+    p = sub.add_parser("table1", help="measure the paper's Table 1 (and §3.1) and print it beside the paper's")
+    p.add_argument("--impl", metavar="NAME", help="measure the layer-norm row on this backend (see `normbench list`). "
+                                                   "Default: the float64 oracle")
+    p.add_argument("--dtype", choices=DTYPES, help="the backend's dtype. Default: float32 if it supports it")
+    p.add_argument("--eps", type=_eps, help="the backend's eps (the oracles use 0). Default: 1e-05")
+    p.add_argument("--seed", type=int, default=0, help="Default: %(default)r")
+    p.add_argument("--no-recurrent", action="store_true", help="skip the §3.1 RNN and LSTM section")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -287,6 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_check(args)
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "table1":
+            return cmd_table1(args)
         return {"test": cmd_test, "run": cmd_run}[args.command](args, extra)
     except NormbenchError as exc:
         print(f"normbench: error: {exc}", file=sys.stderr)

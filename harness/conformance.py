@@ -29,6 +29,9 @@ def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str 
             return f"backend {backend.name!r} does not support {dtype} (it declares {', '.join(backend.dtypes)})"
     if case.layout != "contiguous" and not backend.strided:
         return f"backend {backend.name!r} has no strided arrays (strided = False), so layout {case.layout} does not apply"
+    if case.dy_broadcast and not backend.strided:
+        return (f"backend {backend.name!r} has no strided arrays (strided = False), so a stride-0 (broadcast) dy "
+                f"does not apply")
     if backward and not backend.has_backward:
         return f"backend {backend.name!r} has no backward (has_backward = False)"
     return None
@@ -74,8 +77,10 @@ def worst_violation(got: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> Wors
                  int(bad.sum()), int(bad.size))
 
 
-def describe(what: str, worst: Worst, inputs: Inputs, backend: Backend, ref: oracle.Forward | None) -> str:
-    """A diagnosis: the worst element of ``what``, the bound, the row's conditioning."""
+def describe(what: str, worst: Worst, inputs: Inputs, backend: Backend, ref: oracle.Forward | None,
+             notes: tuple[str, ...] = ()) -> str:
+    """A diagnosis: the worst element of ``what``, the bound, the row's conditioning
+    (when ``ref`` is given and the index is a row's), and ``notes``, one line each."""
     where = ", ".join(map(str, worst.index))
     lines = [
         f"{backend.name} {inputs.case.id} (seed {inputs.seed}): {what}[{where}] = {worst.value:.9g}, "
@@ -87,15 +92,16 @@ def describe(what: str, worst: Worst, inputs: Inputs, backend: Backend, ref: ora
         lines.append(f"  row {row}: mean {ref.mean[row]:.6g}, sigma {np.sqrt(ref.var[row]):.3g}, "
                      f"eps {inputs.case.eps:g}, N {ref.x.shape[1]}, dtype {inputs.case.dtype}, "
                      f"params {inputs.case.params} ({inputs.case.affine})")
+    lines += [f"  {note}" for note in notes]
     lines.append(f"  inputs: harness.cases.make_inputs(<case {inputs.case.id}>, seed={inputs.seed})")
     return "\n".join(lines)
 
 
-def _fail(what: str, got, ref_values, bound, inputs, backend, ref) -> None:
+def _fail(what: str, got, ref_values, bound, inputs, backend, ref, notes: tuple[str, ...] = ()) -> None:
     __tracebackhide__ = True
     worst = worst_violation(got, ref_values, bound)
     if worst is not None:
-        raise ConformanceError(describe(what, worst, inputs, backend, ref))
+        raise ConformanceError(describe(what, worst, inputs, backend, ref, notes))
 
 
 def _check_array(what: str, got, backend: Backend, shape, dtype: str) -> np.ndarray:
@@ -143,12 +149,25 @@ def run_forward(backend: Backend, inputs: Inputs) -> ForwardRun:
     if mean.size != case.rows or rstd.size != case.rows:
         raise ConformanceError(f"{backend.name}: statistics have {mean.size} and {rstd.size} values, "
                                f"expected one per row ({case.rows})")
+    as64 = (np.asarray(mean, dtype=np.float64).reshape(-1), np.asarray(rstd, dtype=np.float64).reshape(-1))
+    return ForwardRun(y_host, as64, _stored_dtype(backend, mean, rstd), (x, w, b), originals)
+
+
+def _stored_dtype(backend: Backend, mean: np.ndarray, rstd: np.ndarray) -> str:
+    """The coarser of the saved statistics' two dtypes."""
     try:
-        stored = min((dtype_name(mean.dtype), dtype_name(rstd.dtype)), key=lambda d: -UNIT_ROUNDOFF[d])
+        return min((dtype_name(mean.dtype), dtype_name(rstd.dtype)), key=lambda d: -UNIT_ROUNDOFF[d])
     except ValueError as exc:
         raise ConformanceError(f"{backend.name}: statistics: {exc}") from None
-    as64 = (np.asarray(mean, dtype=np.float64).reshape(-1), np.asarray(rstd, dtype=np.float64).reshape(-1))
-    return ForwardRun(y_host, as64, stored, (x, w, b), originals)
+
+
+def statistics_dtype(backend: Backend, x, case: Case, weight=None, bias=None) -> str | None:
+    """The dtype ``backend`` stores its saved statistics in for native ``x`` (what
+    ``layer_norm_statistics`` returns), or None when it does not expose them."""
+    stats = backend.layer_norm_statistics(x, case.normalized_shape, weight, bias, case.eps)
+    if stats is None:
+        return None
+    return _stored_dtype(backend, *(np.asarray(backend.to_numpy(s)) for s in stats))
 
 
 def reference(inputs: Inputs) -> oracle.Forward:
@@ -225,3 +244,116 @@ def check_rows_independent(backend: Backend, inputs: Inputs) -> None:
                 f"{backend.name} {case.id} (seed {inputs.seed}): row {row} computed alone differs from the same "
                 f"row in the batch at column {worst.index[0]}: {worst.value:.9g} vs {worst.reference:.9g}, "
                 f"beyond twice the bound {worst.bound:.3g}; a row's result must not depend on other rows")
+
+
+# -- backward ------------------------------------------------------------------------------
+
+
+@dataclass
+class BackwardRun:
+    """What a backend's ``layer_norm_backward`` produced for one case, as host arrays."""
+
+    dx: np.ndarray                 # x's shape and dtype
+    dweight: np.ndarray | None     # normalized_shape, the parameters' dtype; None without weight
+    dbias: np.ndarray | None
+    native: tuple                  # the native (dy, x, weight, bias) handed to the backend
+    originals: tuple               # copies of the host (dy, x, weight, bias), taken before the call
+    stats_dtype: str | None        # the dtype of its saved statistics, if exposed (see errors.backward_bounds)
+
+
+def _check_gradient(what: str, got, given, backend: Backend, case: Case, shape, dtype: str) -> np.ndarray | None:
+    """One returned gradient: None exactly when its argument was None, else the right shape and dtype."""
+    __tracebackhide__ = True
+    argument = what[1:]
+    if given is None:
+        if got is not None:
+            raise ConformanceError(f"{backend.name} {case.id}: {what} is a {type(got).__name__}, but {argument} was "
+                                   f"None; return None as the gradient of an absent {argument}")
+        return None
+    if got is None:
+        raise ConformanceError(f"{backend.name} {case.id}: {what} is None, but {argument} was given: a missing "
+                               f"gradient (unslothai/unsloth#4533); return d(loss)/d({argument}) of shape {shape}")
+    return _check_array(what, got, backend, shape, dtype)
+
+
+def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRun:
+    """Convert inputs and dy, call ``layer_norm_backward``, check what it returns (a
+    ``(dx, dweight, dbias)`` tuple; shapes; dtypes; None exactly for absent parameters)."""
+    __tracebackhide__ = True
+    case = inputs.case
+    hosts = (dy, inputs.x, inputs.weight, inputs.bias)
+    originals = tuple(None if a is None else a.copy() for a in hosts)
+    native = tuple(None if a is None else backend.asarray(a) for a in hosts)
+    out = backend.layer_norm_backward(native[0], native[1], case.normalized_shape, native[2], native[3], case.eps)
+    backend.synchronize()
+    if not isinstance(out, (tuple, list)) or len(out) != 3:
+        got = f"a {type(out).__name__}" + (f" of {len(out)}" if isinstance(out, (tuple, list)) else "")
+        raise ConformanceError(f"{backend.name} {case.id}: layer_norm_backward returned {got}; it must return "
+                               f"the tuple (dx, dweight, dbias), None for an absent weight or bias")
+    if out[0] is None:
+        raise ConformanceError(f"{backend.name} {case.id}: dx is None; return d(loss)/d(x) of x's shape {case.shape}")
+    dx = _check_array("dx", out[0], backend, case.shape, case.dtype)
+    dweight = _check_gradient("dweight", out[1], inputs.weight, backend, case, case.normalized_shape, case.params)
+    dbias = _check_gradient("dbias", out[2], inputs.bias, backend, case, case.normalized_shape, case.params)
+    stats = statistics_dtype(backend, native[1], case, native[2], native[3])
+    return BackwardRun(dx, dweight, dbias, native, originals, stats)
+
+
+def gradient_notes(inputs: Inputs) -> tuple[str, ...]:
+    """The lines a gradient diagnosis adds: how to rebuild dy."""
+    return (f"dy: harness.cases.make_dy(<case {inputs.case.id}>, seed={inputs.seed}) (nonzero row means)",)
+
+
+def check_backward_values(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
+    """dx, dweight and dbias within the backward error model's bounds of the oracle's closed
+    form; with N = 1, dweight 0 up to one rounding per row (``errors.n1_dweight_bound``)."""
+    __tracebackhide__ = True
+    case = inputs.case
+    ref = reference(inputs)
+    grads = oracle.backward(dy, ref)
+    bound_dx, bound_dw, bound_db = errors.backward_bounds(dy, ref, grads, case.dtype, case.params, run.stats_dtype)
+    notes = gradient_notes(inputs)
+    _fail("dx", oracle.rows_view(run.dx, case.normalized_shape), grads.dx, bound_dx, inputs, backend, ref, notes)
+    column = (f"each element of dweight and dbias is a sum over the {case.rows} rows; bound = output rounding "
+              f"+ k(M) accumulation of the sum of magnitudes",)
+    for what, got, exact, bound in (("dweight", run.dweight, grads.dweight, bound_dw),
+                                    ("dbias", run.dbias, grads.dbias, bound_db)):
+        if got is not None:
+            ns = case.normalized_shape
+            _fail(what, np.asarray(got, dtype=np.float64), exact.reshape(ns), bound.reshape(ns), inputs, backend,
+                  None, column + notes)
+    if case.hidden == 1 and run.dweight is not None:
+        bound = errors.n1_dweight_bound(dy, ref, case.dtype, case.params, run.stats_dtype)
+        _fail("dweight", np.asarray(run.dweight, dtype=np.float64).reshape(1), np.zeros(1), bound, inputs, backend,
+              None, ("N = 1: xhat = x - mean = 0 exactly, so dweight is 0 up to one rounding of mean*rstd per row "
+                     "(harness.errors.n1_dweight_bound); the kernel mishandles N = 1 (pytorch/pytorch#188372)",)
+              + notes)
+
+
+def check_backward_inputs_unmodified(backend: Backend, inputs: Inputs, run: BackwardRun) -> None:
+    __tracebackhide__ = True
+    for what, original, native in zip(("dy", "x", "weight", "bias"), run.originals, run.native):
+        if original is not None and not same_bits(np.asarray(backend.to_numpy(native)), original):
+            raise ConformanceError(f"{backend.name} {inputs.case.id}: layer_norm_backward modified its input "
+                                   f"{what} in place")
+
+
+def check_backward_deterministic(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
+    """The same input twice gives bit-identical dx, dweight and dbias."""
+    __tracebackhide__ = True
+    again = run_backward(backend, inputs, dy)
+    for what, a, b in (("dx", run.dx, again.dx), ("dweight", run.dweight, again.dweight),
+                       ("dbias", run.dbias, again.dbias)):
+        if a is not None and not same_bits(a, b):
+            raise ConformanceError(f"{backend.name} {inputs.case.id}: the same input twice gave a different {what}; "
+                                   f"a backward must be deterministic for one input (no order-dependent atomics)")
+
+
+def check_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> None:
+    """Every backward property of one case: what is returned (a tuple, shapes, dtypes,
+    None exactly for absent parameters), values, inputs untouched, determinism."""
+    __tracebackhide__ = True
+    run = run_backward(backend, inputs, dy)
+    check_backward_values(backend, inputs, dy, run)
+    check_backward_inputs_unmodified(backend, inputs, run)
+    check_backward_deterministic(backend, inputs, dy, run)

@@ -38,7 +38,10 @@ inputs' statistics in the input dtype.
 
 The backward bounds follow NUMERICS.md's closed form; dweight and dbias are
 bounded by sums of magnitudes over rows, never by their own size, because
-they are sums of random-sign terms.
+they are sums of random-sign terms. The reference-free identities of the
+backward suite (sum(dx) = 0 per row, sum(xhat*dx) = 0 with eps = 0, dbias
+independent of x) get bounds derived from the same model, written in the
+kernel's own computed values (see "bounds for the reference-free identities").
 """
 
 from __future__ import annotations
@@ -88,30 +91,207 @@ def rstd_bound(ref: oracle.Forward, dtype: str, stats_dtype: str = "float32") ->
         return (relative + 2 * UNIT_ROUNDOFF[stats_dtype]) * ref.rstd
 
 
-def backward_bounds(dy: np.ndarray, ref: oracle.Forward, grads: oracle.Backward,
-                    dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _rows_abs(dy: np.ndarray, ref: oracle.Forward) -> np.ndarray:
+    return np.abs(np.asarray(dy, dtype=np.float64).reshape(ref.x.shape))
+
+
+def _coarse_statistics(dtype: str, stats_dtype: str | None) -> float:
+    """u_s of saved statistics stored coarser than the accumulation, else 0: storage in
+    the accumulation dtype is one of the few roundings k(N)'s constant 16 absorbs."""
+    if stats_dtype is None or UNIT_ROUNDOFF[stats_dtype] <= accumulation_roundoff(dtype):
+        return 0.0
+    return UNIT_ROUNDOFF[stats_dtype]
+
+
+def xhat_statistics_error(ref: oracle.Forward, dtype: str, stats_dtype: str | None) -> np.ndarray:
+    """(M, N) bound D on the error of xhat recomputed from saved statistics stored in
+    ``stats_dtype``, when that is coarser than the accumulation (else 0).
+
+    A backward that reuses the forward's saved mean and rstd (PyTorch's CPU kernels
+    store them in the input dtype for half inputs, which the forward suite accepts)
+    computes xhat' = (x - mean')*rstd' with mean' = mean + e_m, |e_m| <= u_s*|mean|*(1 + u_s),
+    rstd' = r*(1 + rho), |rho| <= u_s. So xhat' = xhat + Delta with
+    ``|Delta| <= D = u_s*(|xhat| + |mean|*r)*(1 + u_s)``: a large row mean stored in
+    half precision costs u_s*|mean|/sigma in every xhat, far above the fp32 terms.
+    """
+    u_s = _coarse_statistics(dtype, stats_dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return u_s * (np.abs(ref.xhat) + (np.abs(ref.mean) * ref.rstd)[:, None]) * (1 + u_s)
+
+
+def dx_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str, stats_dtype: str | None = None) -> np.ndarray:
+    """(M, N): the accumulation part of the dx bound,
+    ``k(N)*u_acc*r*(|g| + mean|g| + (|xhat| + c)*mean|g*xhat|)`` with ``g = dy*weight``,
+    plus the cost of coarse saved statistics (``stats_dtype``, see :func:`xhat_statistics_error`).
+
+    dx = r*(g - mean(g) - xhat*mean(g*xhat)): the two means are sums of N terms
+    (k(N)*u_acc relative to their sums of magnitudes); xhat carries the forward's
+    error ``k(N)*u_acc*c`` (c = (|x| + mean|x|)*r, the conditioning term), which
+    multiplies mean(g*xhat); r's own relative error multiplies everything.
+
+    Coarse statistics: with xhat' = xhat + Delta and r' = r*(1 + rho) (above),
+    exactly ``dx' - dx = rho*dx - r*(1 + rho)*(Delta*mean(g*xhat) + xhat*mean(g*Delta) + Delta*mean(g*Delta))``,
+    so ``|dx' - dx| <= u_s*r*(|g| + mean|g| + |xhat|*mean|g*xhat|)
+    + r*(1 + u_s)*(D*mean|g*xhat| + |xhat|*mean(|g|*D) + D*mean(|g|*D))``.
+    """
+    m, n = ref.x.shape
+    g = _rows_abs(dy, ref) * np.abs(ref.weight)
+    u_s = _coarse_statistics(dtype, stats_dtype)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        r = ref.rstd[:, None]
+        c = (np.abs(ref.x) + _mean_abs(ref)[:, None]) * r
+        xhat = np.abs(ref.xhat)
+        means = (lambda a: a.mean(axis=1, keepdims=True)) if m else (lambda a: np.zeros((0, 1)))
+        mean_g, mean_gx = means(g), means(g * xhat)
+        bound = k(n) * accumulation_roundoff(dtype) * r * (g + mean_g + (xhat + c) * mean_gx)
+        if u_s:
+            d = xhat_statistics_error(ref, dtype, stats_dtype)
+            mean_gd = means(g * d)
+            bound = bound + u_s * r * (g + mean_g + xhat * mean_gx) + r * (1 + u_s) * (
+                d * mean_gx + xhat * mean_gd + d * mean_gd)
+        return bound
+
+
+def dweight_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str, stats_dtype: str | None = None) -> np.ndarray:
+    """(N,): ``(k(N) + k(M))*u_acc*sum_rows(|dy|*(|xhat| + c))``: a sum over M rows of
+    dy*xhat, each xhat off by the forward's error. Bounded by the sum of magnitudes,
+    never by |dweight|, which cancels (random-sign terms). Coarse saved statistics
+    add ``sum_rows(|dy|*D)`` exactly (dweight is linear in xhat; D of :func:`xhat_statistics_error`)."""
+    m, n = ref.x.shape
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        c = (np.abs(ref.x) + _mean_abs(ref)[:, None]) * ref.rstd[:, None]
+        dy_abs = _rows_abs(dy, ref)
+        terms = dy_abs * (np.abs(ref.xhat) + c)
+        bound = (k(n) + k(m)) * accumulation_roundoff(dtype) * terms.sum(axis=0)
+        if _coarse_statistics(dtype, stats_dtype):
+            bound = bound + (dy_abs * xhat_statistics_error(ref, dtype, stats_dtype)).sum(axis=0)
+        return bound
+
+
+def dbias_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str) -> np.ndarray:
+    """(N,): ``k(M)*u_acc*sum_rows(|dy|)``, a sum of M terms of dy alone (no statistics)."""
+    m = ref.x.shape[0]
+    return k(m) * accumulation_roundoff(dtype) * _rows_abs(dy, ref).sum(axis=0)
+
+
+def _rounded(value_abs: np.ndarray, dtype: str) -> np.ndarray:
+    """The output-rounding part for a value of magnitude ``value_abs`` stored in ``dtype``:
+    three roundings (of the value and the terms it is made of), subnormals included."""
+    return 3 * (UNIT_ROUNDOFF[dtype] * value_abs + SUBNORMAL_SPACING[dtype] / 2)
+
+
+def backward_bounds(dy: np.ndarray, ref: oracle.Forward, grads: oracle.Backward, dtype: str,
+                    param_dtype: str | None = None,
+                    stats_dtype: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bounds on ``|dx - dx_ref|`` (M, N), ``|dweight - ref|`` and ``|dbias - ref|`` (N,).
 
     With r = 1/sigma_eps and c = (|x| + mean|x|)*r (NUMERICS.md, with mean|x| for |mu| as above):
     ``bound_dx = 3*(u_out*|dx_ref| + eta_out/2) + k(N)*u_acc*r*(|g| + mean|g| + (|xhat| + c)*mean|g*xhat|)``,
-    ``bound_dw = 3*(u_out*|dw_ref| + eta_out/2) + (k(N) + k(M))*u_acc*sum_rows(|dy|*(|xhat| + c))``,
-    ``bound_db = 3*(u_out*|db_ref| + eta_out/2) + k(M)*u_acc*sum_rows(|dy|)``.
+    ``bound_dw = 3*(u_par*|dw_ref| + eta_par/2) + (k(N) + k(M))*u_acc*sum_rows(|dy|*(|xhat| + c))``,
+    ``bound_db = 3*(u_par*|db_ref| + eta_par/2) + k(M)*u_acc*sum_rows(|dy|)``.
+
+    dx has x's dtype (``dtype``); dweight and dbias have the parameters' dtype
+    (``param_dtype``, default ``dtype``), so their output rounding is that dtype's,
+    while the accumulation is fp32 (or fp64) whatever the storage. ``stats_dtype``
+    is the dtype the backend stores its saved mean and rstd in (what
+    ``layer_norm_statistics`` returns; None: the accumulation dtype); coarser storage
+    adds the terms derived in :func:`dx_accumulation` and :func:`dweight_accumulation`.
     """
-    u_out = UNIT_ROUNDOFF[dtype]
-    half_eta = SUBNORMAL_SPACING[dtype] / 2
-    u_acc = accumulation_roundoff(dtype)
-    m, n = ref.x.shape
-    dy2 = np.abs(np.asarray(dy, dtype=np.float64).reshape(m, n))
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        r = ref.rstd[:, None]
-        c = (np.abs(ref.x) + _mean_abs(ref)[:, None]) * r
-        g = np.abs(grads.g)
-        if m:
-            mean_g = g.mean(axis=1, keepdims=True)
-            mean_gx = (g * np.abs(ref.xhat)).mean(axis=1, keepdims=True)
-        else:
-            mean_g = mean_gx = np.zeros((0, 1))
-        dx = 3 * (u_out * np.abs(grads.dx) + half_eta) + k(n) * u_acc * r * (g + mean_g + (np.abs(ref.xhat) + c) * mean_gx)
-        dw = 3 * (u_out * np.abs(grads.dweight) + half_eta) + (k(n) + k(m)) * u_acc * (dy2 * (np.abs(ref.xhat) + c)).sum(axis=0)
-        db = 3 * (u_out * np.abs(grads.dbias) + half_eta) + k(m) * u_acc * dy2.sum(axis=0)
+    params = param_dtype or dtype
+    with np.errstate(invalid="ignore", over="ignore"):
+        dx = _rounded(np.abs(grads.dx), dtype) + dx_accumulation(dy, ref, dtype, stats_dtype)
+        dw = _rounded(np.abs(grads.dweight), params) + dweight_accumulation(dy, ref, dtype, stats_dtype)
+        db = _rounded(np.abs(grads.dbias), params) + dbias_accumulation(dy, ref, dtype)
     return dx, dw, db
+
+
+def n1_dweight_bound(dy: np.ndarray, ref: oracle.Forward, dtype: str, param_dtype: str | None = None,
+                     stats_dtype: str | None = None) -> np.ndarray:
+    """(1,) bound on |dweight| when N = 1, where the exact value is 0.
+
+    With N = 1 the row's mean is x itself, exactly (a sum of one term), so a
+    two-pass kernel's xhat = (x - mean)*rstd is exactly 0, and so is dweight. A
+    kernel that computes xhat as fma(x, rstd, -(mean*rstd)) (PyTorch's CPU kernels)
+    is off by the one rounding of mean*rstd: |xhat'| <= u_acc*|x|*r', where the
+    computed r' <= r*(1 + k(1)*u_acc + u_s) (its accumulation, and u_s for coarse
+    saved statistics). dweight = sum_rows(dy*xhat'), accumulated with
+    (k(M) + 1)*u_acc, then stored in the parameters' dtype (3*u_par, eta_par):
+    ``|dweight| <= u_acc*(1 + k(1)*u_acc + u_s)*(1 + (k(M) + 1)*u_acc)*(1 + 3*u_par)
+    * sum_rows(|dy|*|x|*r) + 1.5*eta_par``, some 40x tighter than the general
+    dweight bound at N = 1. Any other N = 1 mishandling (x*w + b, a Bessel NaN) is off
+    by O(|dy|*|x|*r), ~1/u_acc times more.
+    """
+    m = ref.x.shape[0]
+    u_acc = accumulation_roundoff(dtype)
+    params = param_dtype or dtype
+    u_s = UNIT_ROUNDOFF[stats_dtype] if stats_dtype else u_acc
+    factor = u_acc * (1 + k(1) * u_acc + u_s) * (1 + (k(m) + 1) * u_acc) * (1 + 3 * UNIT_ROUNDOFF[params])
+    with np.errstate(invalid="ignore", over="ignore"):
+        scale = (_rows_abs(dy, ref) * np.abs(ref.x) * ref.rstd[:, None]).sum(axis=0)
+    return factor * scale + 1.5 * SUBNORMAL_SPACING[params]
+
+
+# -- bounds for the reference-free identities ------------------------------------------------
+#
+# A correct kernel's value v of a quantity whose exact value is v* obeys
+# |v - v*| <= 3*u*|v*| + rest (the bounds above). The identities below never
+# use v*, so write the bound in the computed value: |v*| <= |v| + |v - v*| gives
+# |v - v*| <= (3*u*|v| + rest) / (1 - 3*u) -- the *allowance* of v, computable
+# from the kernel's own output and the input's statistics alone.
+
+
+def _allowance(value: np.ndarray, dtype: str, rest: np.ndarray) -> np.ndarray:
+    u3 = 3 * UNIT_ROUNDOFF[dtype]
+    with np.errstate(invalid="ignore", over="ignore"):
+        return (u3 * np.abs(np.asarray(value, dtype=np.float64)) + 1.5 * SUBNORMAL_SPACING[dtype] + rest) / (1 - u3)
+
+
+def row_sum_bound(dy: np.ndarray, ref: oracle.Forward, dx: np.ndarray, dtype: str,
+                  stats_dtype: str | None = None) -> np.ndarray:
+    """(M,) bound on ``|sum_j dx[i, j]|`` for a correct kernel, from its own dx.
+
+    Exactly, sum_j dx_j = r*(sum(g) - N*mean(g) - mean(g*xhat)*sum(xhat)) = 0, since
+    sum(xhat) = 0. Each computed dx_j is within its allowance of the exact value
+    (the dx bound, in the computed value), so the row sum is within the sum of the
+    allowances, plus the float64 summation of N values on the host, (N-1)*u64*sum|dx|.
+    """
+    m, n = ref.x.shape
+    dx2 = np.asarray(dx, dtype=np.float64).reshape(m, n)
+    allowance = _allowance(dx2, dtype, dx_accumulation(dy, ref, dtype, stats_dtype))
+    return allowance.sum(axis=1) + max(n - 1, 0) * UNIT_ROUNDOFF["float64"] * np.abs(dx2).sum(axis=1)
+
+
+def xhat_projection_bound(dy: np.ndarray, ref: oracle.Forward, dx: np.ndarray, dtype: str,
+                          stats_dtype: str | None = None) -> np.ndarray:
+    """(M,) bound on ``|sum_j xhat[i, j]*dx[i, j]|`` for a correct kernel when eps = 0.
+
+    Exactly, sum_j xhat_j*dx_j = r*(N*mean(g*xhat) - mean(g)*sum(xhat) - mean(g*xhat)*sum(xhat^2)),
+    and with eps = 0, sum(xhat^2) = N*var/(var + eps) = N, so it is 0. (With eps > 0 it is
+    r*N*mean(g*xhat)*eps/(var + eps), not 0: the identity is for eps = 0 only.)
+    Error terms: each dx_j within its allowance, weighted by |xhat_j|; xhat is the
+    float64 oracle's, off by at most k(N)*u64*(c_j + |xhat_j|) (its forward bound
+    with w = 1, b = 0), weighted by |dx_j|; the host's float64 sum, N*u64*sum|xhat*dx|.
+    """
+    m, n = ref.x.shape
+    dx2 = np.asarray(dx, dtype=np.float64).reshape(m, n)
+    u64 = UNIT_ROUNDOFF["float64"]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        c = (np.abs(ref.x) + _mean_abs(ref)[:, None]) * ref.rstd[:, None]
+        xhat_error = k(n) * u64 * (c + np.abs(ref.xhat))
+        allowance = _allowance(dx2, dtype, dx_accumulation(dy, ref, dtype, stats_dtype))
+        return ((np.abs(ref.xhat) * allowance).sum(axis=1) + (np.abs(dx2) * xhat_error).sum(axis=1)
+                + n * u64 * np.abs(ref.xhat * dx2).sum(axis=1))
+
+
+def dbias_spread_bound(dy: np.ndarray, ref: oracle.Forward, dbias_a: np.ndarray, dbias_b: np.ndarray,
+                       dtype: str, param_dtype: str | None = None) -> np.ndarray:
+    """(N,) bound on ``|dbias(x_a) - dbias(x_b)|`` for one dy and two inputs x_a, x_b.
+
+    dbias = sum_rows(dy) does not depend on x; each computed dbias is within its
+    allowance of that one exact value (from ``k(M)*u_acc*sum_rows(|dy|)`` and the
+    storage rounding in the parameters' dtype), so the two differ by at most the
+    sum of their allowances.
+    """
+    params = param_dtype or dtype
+    rest = dbias_accumulation(dy, ref, dtype)
+    return _allowance(dbias_a, params, rest) + _allowance(dbias_b, params, rest)

@@ -74,19 +74,41 @@ class Fp32Kernel(Backend):
         with np.errstate(all="ignore"):
             return self.statistics(self.read(x, normalized_shape), eps)
 
+    # the backward, in small overridable steps ------------------------------------------
+    def backward_statistics(self, x32, eps):
+        return self.statistics(x32, eps)
+
+    def row_mean(self, a):
+        return a.mean(axis=1, dtype=F32)[:, None] if a.size else np.zeros((a.shape[0], 1), F32)
+
+    def input_grad(self, g, xhat, rstd):
+        """dx = rstd*(g - mean(g) - xhat*mean(g*xhat)), g = dy*weight."""
+        return rstd[:, None] * (g - self.row_mean(g) - xhat * self.row_mean(g * xhat))
+
+    def column_sum(self, terms, x):
+        """The dweight/dbias reduction over rows, in fp32."""
+        return terms.sum(axis=0, dtype=F32)
+
+    def weight_grad(self, dy32, xhat, w, x):
+        return self.column_sum(dy32 * xhat, x)
+
+    def bias_grad(self, dy32, w, x):
+        return self.column_sum(dy32, x)
+
+    def param_out(self, grad32, p):
+        return None if p is None else grad32.reshape(p.shape).astype(p.dtype)
+
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
         with np.errstate(all="ignore"):
             x32 = self.read(x, normalized_shape)
-            mean, rstd = self.statistics(x32, eps)
+            mean, rstd = self.backward_statistics(x32, eps)
             xhat = (x32 - mean[:, None]) * rstd[:, None]
             dy32 = self.read(dy, normalized_shape)
             w = self.params(weight, x)
             g = dy32 * w if w is not None else dy32
-            mean_g = g.mean(axis=1, dtype=F32)[:, None] if g.size else np.zeros((0, 1), F32)
-            mean_gx = (g * xhat).mean(axis=1, dtype=F32)[:, None] if g.size else np.zeros((0, 1), F32)
-            dx = self.write(rstd[:, None] * (g - mean_g - xhat * mean_gx), x)
-            dw = None if weight is None else (dy32 * xhat).sum(axis=0).reshape(weight.shape).astype(weight.dtype)
-            db = None if bias is None else dy32.sum(axis=0).reshape(bias.shape).astype(bias.dtype)
+            dx = self.write(self.input_grad(g, xhat, rstd), x)
+            dw = None if weight is None else self.param_out(self.weight_grad(dy32, xhat, w, x), weight)
+            db = None if bias is None else self.param_out(self.bias_grad(dy32, w, x), bias)
             return dx, dw, db
 
 
@@ -308,4 +330,209 @@ FORWARD_MUTANTS: list[type[Fp32Kernel]] = [
     EpsOutsideSqrt, BesselCorrection, EpsIgnored, EpsNotPropagated, SingleElementIdentity,
     MixedParamsReinterpreted, LastDimOnly, StatisticsWithoutEps, EmptyInputWrongShape, BatchPrescale,
     NonDeterministic, InPlace, WrongOutputDtype,
+]
+
+
+# -- backward mutants: one bug each (NUMERICS.md classes 6-9, 14, 17, 18) ---------------------
+
+
+class NoMeanTerm(Fp32Kernel):
+    """#7: dx without the mean(dy*weight) term."""
+
+    name = "mutant-dx-no-mean-term"
+
+    def input_grad(self, g, xhat, rstd):
+        return rstd[:, None] * (g - xhat * self.row_mean(g * xhat))
+
+
+class MeanTermTwice(Fp32Kernel):
+    """#7: the mean term subtracted twice (tenstorrent/tt-metal#53204)."""
+
+    name = "mutant-dx-mean-twice"
+
+    def input_grad(self, g, xhat, rstd):
+        return super().input_grad(g, xhat, rstd) - rstd[:, None] * self.row_mean(g)
+
+
+class NoProjection(Fp32Kernel):
+    """#7: dx without the xhat*mean(dy*weight*xhat) projection."""
+
+    name = "mutant-dx-no-projection"
+
+    def input_grad(self, g, xhat, rstd):
+        return rstd[:, None] * (g - self.row_mean(g))
+
+
+class BackwardRstdWithoutEps(Fp32Kernel):
+    """#17: the backward recomputes rstd as 1/sqrt(var), without eps (the forward is right)."""
+
+    name = "mutant-backward-rstd-without-eps"
+
+    def backward_statistics(self, x32, eps):
+        return self.statistics(x32, 0.0)
+
+
+class DweightLastBlockDropped(Fp32Kernel):
+    """#6: dweight reduced over blocks of 256 rows, ceil forgotten: the last partial block is dropped."""
+
+    name = "mutant-dweight-last-block"
+    BLOCK = 256
+
+    def weight_grad(self, dy32, xhat, w, x):
+        full = (dy32.shape[0] // self.BLOCK) * self.BLOCK
+        return self.column_sum((dy32 * xhat)[:full], x)
+
+
+class DweightHalfAccumulation(Fp32Kernel):
+    """#4/#6: dweight accumulated row by row in the input dtype (fp16/bf16 inputs)."""
+
+    name = "mutant-dweight-half-accumulation"
+
+    def weight_grad(self, dy32, xhat, w, x):
+        terms = (dy32 * xhat).astype(x.dtype)
+        total = np.zeros(terms.shape[1], x.dtype)
+        for row in terms:
+            total = (total + row).astype(x.dtype)
+        return total.astype(F32)
+
+
+class DbiasTimesWeight(Fp32Kernel):
+    """#8: dbias computed as sum(dy*weight), the gradient of the wrong product."""
+
+    name = "mutant-dbias-times-weight"
+
+    def bias_grad(self, dy32, w, x):
+        return self.column_sum(dy32 * w if w is not None else dy32, x)
+
+
+class MissingWeightGrad(Fp32Kernel):
+    """#8: the weight gradient is not returned (None) although weight was given."""
+
+    name = "mutant-missing-dweight"
+
+    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        dx, _, db = super().layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
+        return dx, None, db
+
+
+class SeveredBiasGrad(Fp32Kernel):
+    """#8: the bias gradient severed: zeros instead of sum(dy) (unslothai/unsloth#4533)."""
+
+    name = "mutant-severed-dbias"
+
+    def bias_grad(self, dy32, w, x):
+        return np.zeros(dy32.shape[1], F32)
+
+
+class SwappedParamGrads(Fp32Kernel):
+    """#8: dweight and dbias returned in each other's place."""
+
+    name = "mutant-swapped-param-grads"
+
+    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        dx, dw, db = super().layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
+        if dw is None or db is None:
+            return dx, dw, db
+        return dx, db, dw
+
+
+class DyIgnoresStrides(Fp32Kernel):
+    """#9: dy read as contiguous from its buffer's start (stride-0 and strided dy broken)."""
+
+    name = "mutant-dy-ignores-strides"
+
+    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        flat, shape, _, _ = decompose(np.asarray(dy))
+        size = int(np.prod(shape))
+        padded = np.resize(flat, size) if flat.size < size else flat[:size]  # reads past a short buffer
+        return super().layer_norm_backward(padded.reshape(shape), x, normalized_shape, weight, bias, eps)
+
+
+class ParamGradsOverLastDim(Fp32Kernel):
+    """#6: with a multi-dim normalized_shape, dweight/dbias also summed over its leading dims
+    (a buffer sized by the last dim, tiled back)."""
+
+    name = "mutant-param-grads-last-dim"
+
+    def param_out(self, grad32, p):
+        if p is None or np.ndim(p) < 2:
+            return super().param_out(grad32, p)
+        last = p.shape[-1]
+        folded = grad32.reshape(-1, last).sum(axis=0, dtype=F32)
+        return np.broadcast_to(folded, p.shape).astype(p.dtype)
+
+
+class SingleElementBackward(Fp32Kernel):
+    """#14: N = 1 special-cased as y = x*w + b in the backward too: dx = dy*w, dweight = sum(dy*x)."""
+
+    name = "mutant-n1-backward"
+
+    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        if int(np.prod(normalized_shape)) != 1:
+            return super().layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
+        x32, dy32 = self.read(x, normalized_shape), self.read(dy, normalized_shape)
+        w = self.params(weight, x)
+        dx = self.write(dy32 * (w if w is not None else F32(1)), x)
+        return dx, self.param_out(self.column_sum(dy32 * x32, x), weight), self.param_out(self.column_sum(dy32, x), bias)
+
+
+class EmptyGradGarbage(Fp32Kernel):
+    """#18: with no rows, dweight/dbias come back uninitialized (NaN here), not zero."""
+
+    name = "mutant-empty-grads"
+
+    def column_sum(self, terms, x):
+        return np.full(terms.shape[1], np.nan, F32) if terms.shape[0] == 0 else super().column_sum(terms, x)
+
+
+class WrongGradShape(Fp32Kernel):
+    """dweight returned flat, (N,), instead of normalized_shape (multi-dim shapes)."""
+
+    name = "mutant-grad-shape"
+
+    def param_out(self, grad32, p):
+        return None if p is None else grad32.reshape(-1).astype(p.dtype)
+
+
+class WrongGradDtype(Fp32Kernel):
+    """dx returned in fp32 for half inputs."""
+
+    name = "mutant-grad-dtype"
+
+    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        dx, dw, db = super().layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
+        return np.asarray(dx).astype(F32), dw, db
+
+
+class InPlaceDy(Fp32Kernel):
+    """Scales dy by weight in place (its caller's dy is overwritten)."""
+
+    name = "mutant-in-place-dy"
+
+    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        out = super().layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
+        if weight is not None and np.asarray(dy).size:
+            dy *= np.asarray(weight).astype(dy.dtype)
+        return out
+
+
+class NonDeterministicBackward(Fp32Kernel):
+    """Atomics-style dweight: rows added in a different order on every call."""
+
+    name = "mutant-nondeterministic-backward"
+    _calls = itertools.count()
+
+    def column_sum(self, terms, x):
+        order = np.random.default_rng(next(self._calls)).permutation(terms.shape[0])
+        total = np.zeros(terms.shape[1], F32)
+        for row in terms[order]:
+            total += row
+        return total
+
+
+BACKWARD_MUTANTS: list[type[Fp32Kernel]] = [
+    NoMeanTerm, MeanTermTwice, NoProjection, BackwardRstdWithoutEps, DweightLastBlockDropped,
+    DweightHalfAccumulation, DbiasTimesWeight, MissingWeightGrad, SeveredBiasGrad, SwappedParamGrads,
+    DyIgnoresStrides, ParamGradsOverLastDim, SingleElementBackward, EmptyGradGarbage, WrongGradShape,
+    WrongGradDtype, InPlaceDy, NonDeterministicBackward,
 ]

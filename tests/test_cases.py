@@ -62,3 +62,30 @@ def test_user_arrays_are_validated():
         cases.inputs_from_arrays(x, (8,), weight=np.ones(7, np.float32))
     inputs = cases.inputs_from_arrays(x, (8,), weight=np.ones(8, np.float32))
     assert inputs.case.affine == "w" and inputs.case.dtype == "float32"
+
+
+def test_backward_cases_cover_what_the_gradient_bugs_need():
+    bw = cases.BACKWARD_CASES
+    ids = [c.id for c in bw]
+    assert len(ids) == len(set(ids))
+    assert {c.family for c in bw + cases.GRADCHECK_CASES} <= set(cases.ALL_FAMILIES)
+    assert "gradcheck" in cases.ALL_FAMILIES
+    assert set(cases.AFFINES) == {c.affine for c in bw}
+    assert {(8, 16), (6, 129)} <= {c.normalized_shape for c in bw}
+    assert {0, 1, 1025, 65537} <= {c.rows for c in bw}
+    assert {c.dtype for c in bw if c.rows >= 1025} >= {"float32", "float16", "bfloat16"}
+    assert any(c.hidden == 1 for c in bw) and any(c.dist == "sigmasqrteps" for c in bw)
+    assert any(c.eps == 0 for c in bw) and any(c.dy_broadcast for c in bw)
+    assert set(cases.LAYOUTS[1:]) <= {c.layout for c in bw}
+    assert {c.dtype for c in cases.GRADCHECK_CASES} == {"float64"}
+
+
+def test_dy_is_laid_out_like_x_or_broadcast():
+    strided = next(c for c in cases.BACKWARD_CASES if c.layout == "step2")
+    dy = cases.make_dy(strided, 0)
+    assert dy.shape == strided.shape and not dy.flags.c_contiguous and dy.dtype == np.float32
+    broadcast = next(c for c in cases.BACKWARD_CASES if c.dy_broadcast and len(c.shape) == 3)
+    dy = cases.make_dy(broadcast, 0)
+    assert dy.shape == broadcast.shape and dy.strides[:2] == (0, 0)
+    assert cases.make_dy(strided, 0).tobytes() == cases.make_dy(strided, 0).tobytes()
+    assert "dybroadcast" in broadcast.id

@@ -8,6 +8,7 @@ from harness.runner import suites_dir
 from tests.plugins import ROOT, pytest_command, subprocess_env, write_dist_info
 
 FORWARD = str(suites_dir() / "test_forward.py")
+BACKWARD = str(suites_dir() / "test_backward.py")
 
 FAKES = '''
 from harness import Availability
@@ -19,6 +20,14 @@ class NeedsGpu(Fp32Kernel):
     @classmethod
     def availability(cls):
         return Availability.no("no GPU found; run on a machine with CUDA")
+
+
+class ForwardOnly(Fp32Kernel):
+    name = "forward-only"
+    has_backward = False
+
+    def layer_norm_backward(self, *args):
+        raise AssertionError("the harness called the backward of a backend without one")
 '''
 
 
@@ -27,7 +36,8 @@ def plugins(tmp_path_factory):
     folder = tmp_path_factory.mktemp("plugins")
     (folder / "fake_backends_plugin.py").write_text(FAKES)
     write_dist_info(folder, {"needs-gpu": "fake_backends_plugin:NeedsGpu", "broken": "no_such_module:Backend",
-                             "mutant-eps-fixed": "tests.mutants:EpsNotPropagated"}, dist="fake-plugins")
+                             "mutant-eps-fixed": "tests.mutants:EpsNotPropagated",
+                             "forward-only": "fake_backends_plugin:ForwardOnly"}, dist="fake-plugins")
     return folder
 
 
@@ -100,3 +110,10 @@ def test_suites_run_under_xdist(plugins):
     out = run(plugins, FORWARD, "--impl=numpy", "-q", "-n", "2", "-m", "family_rank or family_multidim")
     assert out.returncode == 0, out.stdout[-2000:]
     assert " passed" in out.stdout.splitlines()[-1]
+
+
+def test_a_backend_without_backward_has_its_gradient_tests_skipped_with_the_reason(plugins):
+    out = run(plugins, BACKWARD, "--impl=forward-only", "-q", "-rs", "-m", "family_affine or family_gradcheck")
+    assert out.returncode == 0, out.stdout[-2000:]
+    assert "backend 'forward-only' has no backward (has_backward = False)" in out.stdout
+    assert " passed" not in out.stdout.splitlines()[-1] and "failed" not in out.stdout.splitlines()[-1]

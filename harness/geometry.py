@@ -1,0 +1,160 @@
+"""§5.2 of the paper as gradient properties of a backend's ``layer_norm_backward``.
+
+On the layer model of ``harness.layer`` (``a = x @ W``, y = LN(a), a loss
+``L = <dy, y>`` with a random dy of nonzero row mean):
+
+* **Weight-matrix re-scaling.** ``W -> delta*W`` leaves y unchanged (Table 1) and
+  scales ``dL/dW = x^T dL/da`` by 1/delta: the normalization scalar sigma
+  implicitly lowers the learning rate of large weights. With eps the exact
+  statement is ``delta*dW(delta*W, eps) = dW(W, eps/delta^2)``.
+* **The gain's gradient.** ``dweight = sum_rows(dy*xhat)`` does not change when
+  the input is re-scaled (``x -> delta*x``, eps/delta^2 again); dbias does not
+  depend on the input at all.
+* **Per-row identities** (NUMERICS.md). LN is invariant to shifting a row, so
+  ``sum(dx) = 0``; re-scaling a row changes LN only through eps, so
+  ``sum(xhat*dx) = eps*r^3*sum(g*xhat)`` (``g = dy*weight``, ``r = 1/sqrt(var + eps)``;
+  0 when eps = 0): from ``sum(xhat*dx) = r*N*m*(1 - mean(xhat^2))``, ``m = mean(g*xhat)``,
+  and ``mean(xhat^2) = var/(var + eps)``.
+
+Bounds: each side's gradients deviate from the float64 closed form by at most
+``harness.errors.backward_bounds``, plus, where the two sides' inputs are
+rounded separately, the effect of that rounding (``harness.sensitivity``).
+Sums over a row or over rows of bounded terms are bounded by the sums of the
+bounds; a float64 product ``x^T v`` of M terms errs by at most
+``gamma_M*|x|^T|v|``, ``gamma_M = M*u/(1 - M*u)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness import errors, oracle, sensitivity
+from harness.backend import Backend
+from harness.cases import Case, rng_for
+from harness.conformance import ConformanceError
+from harness.dtypes import UNIT_ROUNDOFF, host_dtype
+from harness.invariances import SCALES
+from harness.layer import Layer, make_layer
+
+U64 = UNIT_ROUNDOFF["float64"]
+
+
+def make_dy(case: Case, seed: int) -> np.ndarray:
+    """The upstream gradient: 0.5 + N(0, 1) (a nonzero row mean, never all ones), in the case's dtype."""
+    rng = rng_for(case, seed, "dy")
+    return (0.5 + rng.standard_normal(case.shape)).astype(host_dtype(case.dtype))
+
+
+@dataclass(frozen=True)
+class Gradients:
+    """A backend's (dx, dweight, dbias) as float64 (M, N), (N,), (N,), with bounds on their
+    distance from the exact gradients of the *exact* summed inputs (``bound_*``), and on
+    their distance from the float64 closed form at the rounded inputs (``kernel_dx``)."""
+
+    dx: np.ndarray
+    dweight: np.ndarray
+    dbias: np.ndarray
+    bound_dx: np.ndarray
+    bound_dweight: np.ndarray
+    bound_dbias: np.ndarray
+    kernel_dx: np.ndarray
+    ref: oracle.Forward
+    grads: oracle.Backward
+
+
+def _host(backend: Backend, value, shape) -> np.ndarray:
+    if value is None:
+        raise ConformanceError(f"{backend.name}: layer_norm_backward returned None for a gradient whose parameter "
+                               f"was given; return dweight and dbias when weight and bias are not None")
+    host = np.asarray(backend.to_numpy(value))
+    if host.size != int(np.prod(shape)):
+        raise ConformanceError(f"{backend.name}: layer_norm_backward returned shape {host.shape}, expected {shape}")
+    return np.asarray(host, np.float64).reshape(shape)
+
+
+def gradients(backend: Backend, dtype: str, a: np.ndarray, layer: Layer, dy: np.ndarray, eps: float) -> Gradients:
+    """The backend's backward at the summed inputs ``a`` (exact float64) rounded to ``dtype``."""
+    ns = layer.normalized_shape
+    rounded = np.asarray(a, np.float64).astype(host_dtype(dtype))
+    p = sensitivity.rounding_perturbation(a, rounded)
+    m, n = rounded.shape
+    native = [backend.asarray(v) for v in (dy, rounded.reshape(m, *ns), layer.gain, layer.bias)]
+    dx, dw, db = backend.layer_norm_backward(native[0], native[1], ns, native[2], native[3], eps)
+    backend.synchronize()
+    ref = oracle.forward(rounded, ns, layer.gain, layer.bias, eps)
+    grads = oracle.backward(dy, ref)
+    bdx, bdw, bdb = errors.backward_bounds(dy, ref, grads, dtype)
+    return Gradients(_host(backend, dx, (m, n)), _host(backend, dw, (n,)), _host(backend, db, (n,)),
+                     bdx + sensitivity.dx_perturbation(ref, grads, p), bdw + sensitivity.dweight_perturbation(dy, ref, p),
+                     bdb, bdx, ref, grads)
+
+
+def _fail_if(what: str, got: np.ndarray, want: np.ndarray, bound: np.ndarray, context: str) -> None:
+    __tracebackhide__ = True
+    with np.errstate(invalid="ignore"):
+        err = np.abs(got - want)
+        bad = ~(err <= bound)
+    if bad.any():
+        with np.errstate(invalid="ignore", divide="ignore"):
+            score = np.where(bad, np.where(np.isfinite(err), err / bound, np.inf), -1.0)
+        i = np.unravel_index(int(np.argmax(score)), got.shape)
+        where = ", ".join(map(str, i))
+        raise ConformanceError(f"{context}: {what}[{where}] = {got[i]:.9g}, expected {want[i]:.9g}: |error| "
+                               f"{err[i]:.3g} > bound {bound[i]:.3g} ({score[i]:.3g}x); {int(bad.sum())} of {bad.size} "
+                               f"elements out of bound")
+
+
+def _context(backend: Backend, case: Case, seed: int) -> str:
+    return f"{backend.name} {case.id} (seed {seed})"
+
+
+def check_weight_matrix_gradient(backend: Backend, case: Case, seed: int) -> None:
+    """``delta*dW(delta*W, eps)`` equals ``dW(W, eps/delta^2)`` for every delta in SCALES."""
+    __tracebackhide__ = True
+    layer, dy = make_layer(case, seed), make_dy(case, seed)
+    x = layer.x
+    gamma = x.shape[0] * U64 / (1 - x.shape[0] * U64)
+    for delta in SCALES:
+        scaled = gradients(backend, case.dtype, layer.with_(w=delta * layer.w).summed_inputs(), layer, dy, case.eps)
+        plain = gradients(backend, case.dtype, layer.summed_inputs(), layer, dy, case.eps / delta**2)
+        dw_scaled, dw_plain = delta * (x.T @ scaled.dx), x.T @ plain.dx
+        bound = np.abs(x.T) @ (delta * scaled.bound_dx + plain.bound_dx)
+        bound += (gamma + U64) * (np.abs(x.T) @ (delta * np.abs(scaled.dx) + np.abs(plain.dx)))
+        _fail_if("delta*dW", dw_scaled, dw_plain, bound,
+                 f"{_context(backend, case, seed)}: W -> {delta:g}*W must scale dL/dW by 1/{delta:g} (paper §5.2: "
+                 f"delta*dW(delta*W, eps) = dW(W, eps/delta^2)), but")
+
+
+def check_gain_gradient(backend: Backend, case: Case, seed: int) -> None:
+    """dweight and dbias at ``x -> delta*x`` (eps) equal those at x (eps/delta^2)."""
+    __tracebackhide__ = True
+    layer, dy = make_layer(case, seed), make_dy(case, seed)
+    for delta in SCALES:
+        scaled = gradients(backend, case.dtype, layer.with_(x=delta * layer.x).summed_inputs(), layer, dy, case.eps)
+        plain = gradients(backend, case.dtype, layer.summed_inputs(), layer, dy, case.eps / delta**2)
+        context = (f"{_context(backend, case, seed)}: x -> {delta:g}*x must not change the gain's gradient "
+                   f"(paper §5.2; with eps/delta^2 on the unscaled side), but")
+        _fail_if("dweight", scaled.dweight, plain.dweight, scaled.bound_dweight + plain.bound_dweight, context)
+        _fail_if("dbias", scaled.dbias, plain.dbias, scaled.bound_dbias + plain.bound_dbias, context)
+
+
+def check_gradient_identities(backend: Backend, case: Case, seed: int) -> None:
+    """Per row: ``sum(dx) = 0`` and ``sum(xhat*dx) = eps*r^3*sum(g*xhat)``."""
+    __tracebackhide__ = True
+    layer, dy = make_layer(case, seed), make_dy(case, seed)
+    run = gradients(backend, case.dtype, layer.summed_inputs(), layer, dy, case.eps)
+    ref, n = run.ref, run.dx.shape[1]
+    context = _context(backend, case, seed)
+    shift_bound = run.kernel_dx.sum(axis=1, keepdims=True) + errors.k(n) * U64 * np.abs(run.dx).sum(axis=1, keepdims=True)
+    _fail_if("sum(dx)", run.dx.sum(axis=1, keepdims=True), np.zeros((run.dx.shape[0], 1)), shift_bound,
+             f"{context}: layer norm is invariant to shifting a row, so each row of dx must sum to 0, but")
+    r = ref.rstd[:, None]
+    gx = run.grads.g * ref.xhat
+    want = case.eps * r**3 * gx.sum(axis=1, keepdims=True)
+    scale_bound = (np.abs(ref.xhat) * run.kernel_dx).sum(axis=1, keepdims=True)
+    scale_bound += errors.k(n) * U64 * ((np.abs(ref.xhat * run.dx)).sum(axis=1, keepdims=True) + np.abs(want))
+    _fail_if("sum(xhat*dx)", (ref.xhat * run.dx).sum(axis=1, keepdims=True), want, scale_bound,
+             f"{context}: re-scaling a row changes layer norm only through eps, so sum(xhat*dx) must equal "
+             f"eps*r^3*sum(dy*weight*xhat), but")

@@ -1,0 +1,115 @@
+"""Reference-free checks of a backward pass: identities every correct gradient obeys.
+
+They never compare with the oracle's gradients; they use only the backend's own
+output and the input's statistics (xhat, sigma_eps), so they cross-check the
+closed form the value checks rely on. Per row, exactly:
+
+* ``sum_j dx[i, j] = 0`` (LayerNorm is invariant to adding a constant to a row);
+* with eps = 0, ``sum_j xhat[i, j]*dx[i, j] = 0`` (and to scaling a row);
+* dbias = sum_rows(dy) does not depend on x.
+
+Their bounds (derivations in ``harness.errors``: ``row_sum_bound``,
+``xhat_projection_bound``, ``dbias_spread_bound``) come from the same error model
+as the value checks, written in the kernel's computed values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness import errors, oracle
+from harness.backend import Backend
+from harness.cases import Inputs, make_other_x
+from harness.conformance import BackwardRun, ConformanceError, reference, run_backward
+
+
+def _finite_rows(ref: oracle.Forward, dy: np.ndarray) -> np.ndarray:
+    """Rows whose x and dy are finite (a NaN or Inf row has no identity to obey)."""
+    dy2 = np.asarray(dy, dtype=np.float64).reshape(ref.x.shape)
+    return np.isfinite(ref.x).all(axis=1) & np.isfinite(dy2).all(axis=1) & (ref.sigma_eps > 0)
+
+
+def _row_check(what: str, why: str, values: np.ndarray, bound: np.ndarray, rows: np.ndarray,
+               backend: Backend, inputs: Inputs, ref: oracle.Forward) -> None:
+    __tracebackhide__ = True
+    with np.errstate(invalid="ignore"):
+        bad = rows & ~(np.abs(values) <= bound)
+    if not bad.any():
+        return
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(bad, np.abs(values) / bound, -1.0)
+    row = int(np.nanargmax(np.where(np.isnan(ratio), np.inf, ratio)))
+    case = inputs.case
+    raise ConformanceError(
+        f"{backend.name} {case.id} (seed {inputs.seed}): {what} = {values[row]:.6g} in row {row}, but it is exactly 0 "
+        f"for a correct gradient ({why}); |value| > bound {bound[row]:.3g}; {int(bad.sum())} of {int(rows.sum())} "
+        f"rows out of bound\n"
+        f"  row {row}: mean {ref.mean[row]:.6g}, sigma {np.sqrt(ref.var[row]):.3g}, eps {case.eps:g}, "
+        f"N {ref.x.shape[1]}, dtype {case.dtype}\n"
+        f"  inputs: harness.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); "
+        f"dy: harness.cases.make_dy(<case {case.id}>, seed={inputs.seed})")
+
+
+def check_row_sums(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
+    """Per row, sum(dx) = 0 within ``errors.row_sum_bound``. Catches a dropped or doubled
+    mean term (tenstorrent/tt-metal#53204)."""
+    __tracebackhide__ = True
+    ref = reference(inputs)
+    dx = oracle.rows_view(run.dx, inputs.case.normalized_shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        sums = dx.sum(axis=1)
+    bound = errors.row_sum_bound(dy, ref, dx, inputs.case.dtype, run.stats_dtype)
+    _row_check("sum(dx)", "LayerNorm ignores a constant added to a row; is the mean term mean(dy*weight) "
+               "subtracted exactly once?", sums, bound, _finite_rows(ref, dy), backend, inputs, ref)
+
+
+def check_xhat_projection(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
+    """With eps = 0, per row sum(xhat*dx) = 0 within ``errors.xhat_projection_bound``.
+    Catches a dropped xhat*mean(g*xhat) projection."""
+    __tracebackhide__ = True
+    case = inputs.case
+    if case.eps != 0:
+        raise ValueError(f"sum(xhat*dx) = 0 holds only for eps = 0, but case {case.id} has eps {case.eps:g}")
+    ref = reference(inputs)
+    dx = oracle.rows_view(run.dx, case.normalized_shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        sums = (ref.xhat * dx).sum(axis=1)
+    bound = errors.xhat_projection_bound(dy, ref, dx, case.dtype, run.stats_dtype)
+    _row_check("sum(xhat*dx)", "with eps = 0 LayerNorm ignores scaling a row; is xhat*mean(dy*weight*xhat) "
+               "subtracted?", sums, bound, _finite_rows(ref, dy), backend, inputs, ref)
+
+
+def check_dbias_independent_of_x(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
+    """dbias with another x (``cases.make_other_x``), same dy, agrees within
+    ``errors.dbias_spread_bound``: dbias = sum_rows(dy) must not read x."""
+    __tracebackhide__ = True
+    case = inputs.case
+    if run.dbias is None:
+        raise ValueError(f"case {case.id} has no bias, so there is no dbias to check")
+    other = Inputs(case, inputs.seed, make_other_x(case, inputs.seed), inputs.weight, inputs.bias)
+    again = run_backward(backend, other, dy)
+    a, b = (np.asarray(d, dtype=np.float64).reshape(-1) for d in (run.dbias, again.dbias))
+    bound = errors.dbias_spread_bound(dy, reference(inputs), a, b, case.dtype, case.params)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(a - b) <= bound) & np.isfinite(np.asarray(dy, dtype=np.float64)).reshape(-1, a.size).all(axis=0)
+    if bad.any():
+        j = int(np.flatnonzero(bad)[np.argmax(np.abs(a - b)[bad])])
+        where = ", ".join(map(str, np.unravel_index(j, case.normalized_shape)))
+        raise ConformanceError(
+            f"{backend.name} {case.id} (seed {inputs.seed}): dbias depends on x: dbias[{where}] = {a[j]:.9g} with x, "
+            f"{b[j]:.9g} with another x and the same dy (|difference| {abs(a[j] - b[j]):.3g} > bound {bound[j]:.3g}); "
+            f"dbias must be sum_rows(dy) (was it computed from xhat, or swapped with dweight?)\n"
+            f"  inputs: harness.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); other x: "
+            f"harness.cases.make_other_x(<case {case.id}>, seed={inputs.seed})")
+
+
+def check_identities(backend: Backend, inputs: Inputs, dy: np.ndarray) -> None:
+    """Every reference-free identity that applies to the case: row sums always,
+    the xhat projection when eps = 0, dbias independence when there is a bias."""
+    __tracebackhide__ = True
+    run = run_backward(backend, inputs, dy)
+    check_row_sums(backend, inputs, dy, run)
+    if inputs.case.eps == 0:
+        check_xhat_projection(backend, inputs, dy, run)
+    if inputs.bias is not None:
+        check_dbias_independent_of_x(backend, inputs, dy, run)

@@ -1,0 +1,185 @@
+"""The three normalizations of Table 1, each applied to a layer with a bound on its error.
+
+* Batch normalization (paper eq. 2 with batch statistics): per hidden unit, mu and
+  sigma over the training cases (rows) of the batch.
+* Weight normalization (§4, Salimans and Kingma): mu = 0, sigma = ||w_j||, the
+  norm of unit j's incoming weight vector.
+* Layer normalization (eq. 3): per training case, mu and sigma over the units.
+
+Each is followed by eq. 5's gain and bias. Batch and weight norm exist here as
+float64 oracles only; layer norm as the float64 oracle (:class:`OracleLayerNorm`)
+and as a backend rounded to a dtype (:class:`BackendLayerNorm`). Calling a
+normalizer returns :class:`Normalized`: the output and a componentwise bound on
+its distance from the exact normalization of the layer's exact summed inputs.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from harness import errors, oracle, sensitivity
+from harness.backend import Backend
+from harness.conformance import ConformanceError
+from harness.dtypes import UNIT_ROUNDOFF, host_dtype
+from harness.layer import Layer
+
+U64 = UNIT_ROUNDOFF["float64"]
+
+
+@dataclass(frozen=True)
+class Normalized:
+    """Output ``h`` (M, N) float64 and ``bound`` (M, N) on ``|h - exact|``; for layer norm,
+    ``ref`` is the float64 oracle on the inputs as normalized (for Jacobians)."""
+
+    h: np.ndarray
+    bound: np.ndarray
+    ref: oracle.Forward | None = None
+
+
+def batch_norm(a: np.ndarray, gain: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    """Eq. 2 with batch statistics, in float64: ``gain*(a - mean_rows)/sqrt(var_rows + eps) + bias``."""
+    a = np.asarray(a, np.float64)
+    mu = a.mean(axis=0)
+    centered = a - mu
+    return centered / np.sqrt((centered * centered).mean(axis=0) + eps) * gain + bias
+
+
+def weight_norm(a: np.ndarray, w: np.ndarray, gain: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """§4: ``gain * a / ||w_j|| + bias`` (mu = 0, sigma = the norm of unit j's incoming weights), float64."""
+    return np.asarray(a, np.float64) / np.linalg.norm(np.asarray(w, np.float64), axis=0) * gain + bias
+
+
+def _affine(layer: Layer) -> tuple[np.ndarray, np.ndarray]:
+    n = layer.hidden
+    return oracle.params_row(layer.gain, n, 1.0), oracle.params_row(layer.bias, n, 0.0)
+
+
+class Normalizer(abc.ABC):
+    """One row of Table 1: a normalization method applied to a :class:`~harness.layer.Layer`."""
+
+    #: the Table 1 row: "batch", "weight" or "layer"
+    method: str
+    #: how it is computed, for reports
+    label: str
+    #: True when a training case's output depends on that case alone (then a row may be normalized alone)
+    rowwise: bool
+
+    @abc.abstractmethod
+    def __call__(self, layer: Layer, eps: float) -> Normalized:
+        """The normalized summed inputs of ``layer`` (eps is ignored by weight norm)."""
+
+
+class OracleBatchNorm(Normalizer):
+    """Batch norm in float64. Its error is LayerNorm's on the transposed summed inputs
+    (the float64 forward bound of ``harness.errors`` without affine, N = rows), times
+    ``|gain|``, plus the affine step's roundings ``3*u*(|gain*xhat| + |bias|)``."""
+
+    method, label, rowwise = "batch", "float64 oracle (eq. 2, batch statistics)", False
+
+    def __call__(self, layer: Layer, eps: float) -> Normalized:
+        a = layer.summed_inputs()
+        gain, bias = _affine(layer)
+        h = batch_norm(a, gain, bias, eps)
+        ref_t = oracle.forward(a.T, (a.shape[0],), None, None, eps)
+        xhat = ref_t.xhat.T
+        bound = np.abs(gain) * errors.forward_bound(ref_t, "float64").T + 3 * U64 * (np.abs(gain * xhat) + np.abs(bias))
+        return Normalized(h, bound)
+
+
+class OracleWeightNorm(Normalizer):
+    """Weight norm in float64: the summed inputs are exact, ||w_j|| errs by at most
+    k(D)*u relative (a sum of D squares and a sqrt), the division, the gain and
+    the bias add one rounding each: ``|dh| <= (3 + k(D))*u*(|gain*a/||w_j||| + |bias|)``."""
+
+    method, label, rowwise = "weight", "float64 oracle (§4, mu = 0, sigma = ||w||)", True
+
+    def __call__(self, layer: Layer, eps: float) -> Normalized:
+        a = layer.summed_inputs()
+        gain, bias = _affine(layer)
+        h = weight_norm(a, layer.w, gain, bias)
+        scaled = np.abs(a / np.linalg.norm(layer.w, axis=0) * gain)
+        return Normalized(h, (3 + errors.k(layer.x.shape[1])) * U64 * (scaled + np.abs(bias)))
+
+
+class RowLayerNorm(abc.ABC):
+    """LayerNorm on given float64 summed inputs, whose exact values lie within a
+    componentwise ``perturbation`` of them (used by the layer model and the RNNs)."""
+
+    label: str
+    #: the dtype the inputs are rounded to before normalizing
+    dtype: str
+
+    @abc.abstractmethod
+    def apply(self, a: np.ndarray, normalized_shape: tuple[int, ...], gain: Any, bias: Any, eps: float,
+              perturbation: np.ndarray | None = None) -> Normalized:
+        """LN of the (M, N) rows ``a``; the bound adds the effect of ``perturbation``
+        (and of rounding ``a`` to :attr:`dtype`) to the kernel's own error."""
+
+
+class OracleRowLayerNorm(RowLayerNorm):
+    """The float64 oracle; its own error is bounded like a float64 kernel's."""
+
+    label, dtype = "float64 oracle (eq. 3)", "float64"
+
+    def apply(self, a, normalized_shape, gain, bias, eps, perturbation=None):
+        a = np.asarray(a, np.float64)
+        ref = oracle.forward(a, normalized_shape, gain, bias, eps)
+        bound = errors.forward_bound(ref, "float64")
+        if perturbation is not None:
+            bound = bound + sensitivity.output_perturbation(ref, perturbation)
+        return Normalized(ref.y, bound, ref)
+
+
+class BackendRowLayerNorm(RowLayerNorm):
+    """A backend's ``layer_norm`` on the inputs rounded to ``dtype``: the bound is the
+    error model's forward bound on the rounded inputs plus the effect of the rounding
+    (and of ``perturbation``) from :mod:`harness.sensitivity`."""
+
+    def __init__(self, backend: Backend, dtype: str) -> None:
+        self.backend, self.dtype = backend, dtype
+        self.label = f"{backend.name} ({dtype})"
+
+    def run(self, x_host: np.ndarray, normalized_shape, gain, bias, eps) -> np.ndarray:
+        """The backend's y for host arrays, as float64 (M, N) rows."""
+        be = self.backend
+        native = [None if v is None else be.asarray(v) for v in (x_host, gain, bias)]
+        y = be.layer_norm(native[0], tuple(normalized_shape), native[1], native[2], eps)
+        be.synchronize()
+        host = np.asarray(be.to_numpy(y))
+        if host.shape != x_host.shape:
+            raise ConformanceError(f"{be.name}: layer_norm returned shape {host.shape} for an input of shape "
+                                   f"{x_host.shape}; y must have x's shape")
+        return oracle.rows_view(host, normalized_shape)
+
+    def apply(self, a, normalized_shape, gain, bias, eps, perturbation=None):
+        a = np.asarray(a, np.float64)
+        rounded = a.astype(host_dtype(self.dtype))
+        p = sensitivity.rounding_perturbation(a, rounded)
+        if perturbation is not None:
+            p = p + perturbation
+        x_host = rounded.reshape(a.shape[0], *normalized_shape)
+        ref = oracle.forward(rounded, normalized_shape, gain, bias, eps)
+        y = self.run(x_host, normalized_shape, gain, bias, eps)
+        return Normalized(y, errors.forward_bound(ref, self.dtype) + sensitivity.output_perturbation(ref, p), ref)
+
+
+class LayerNormalizer(Normalizer):
+    """Layer norm of a layer's summed inputs, by a :class:`RowLayerNorm` (oracle or backend)."""
+
+    method, rowwise = "layer", True
+
+    def __init__(self, row_norm: RowLayerNorm) -> None:
+        self.row_norm = row_norm
+        self.label = row_norm.label
+
+    def __call__(self, layer: Layer, eps: float) -> Normalized:
+        return self.row_norm.apply(layer.summed_inputs(), layer.normalized_shape, layer.gain, layer.bias, eps)
+
+
+def oracle_normalizers() -> dict[str, Normalizer]:
+    """The three rows of Table 1 as float64 oracles, keyed by method."""
+    return {"batch": OracleBatchNorm(), "weight": OracleWeightNorm(), "layer": LayerNormalizer(OracleRowLayerNorm())}

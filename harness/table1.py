@@ -1,0 +1,156 @@
+"""``normbench table1``: the paper's Table 1, measured, beside the paper's; and §3.1.
+
+Every cell is measured: each row's normalization (``harness.normalizations``)
+runs on the layer and on every instance of the column's transformation
+(``harness.invariances``), and the cell's verdict ("Invariant", "No" or
+"unclear") comes from the measured change against the error-model bound. The
+paper's claims (:data:`harness.invariances.PAPER_TABLE1`) are only compared
+with it. The §3.1 section runs the RNN and LSTM of ``harness.recurrent`` on the
+same LayerNorm and prints the hidden-state norm over time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness import cases, invariances, recurrent
+from harness.invariances import FAR, METHOD_TITLES, METHODS, TRANSFORMATIONS, Deviation
+from harness.layer import INPUT_DIM, make_layer
+from harness.normalizations import LayerNormalizer, Normalizer, RowLayerNorm
+
+WIDTH = 18
+NORM_STEPS = (1, 2, 5, 10, 20, 50, 100, 128)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One measured cell: a method, a column and the deviations of its instances."""
+
+    method: str
+    key: str
+    deviations: list[Deviation]
+
+    @property
+    def verdict(self) -> str:
+        return invariances.verdict(self.deviations)
+
+    @property
+    def paper(self) -> str:
+        return invariances.expected(self.method, self.key)
+
+    @property
+    def agrees(self) -> bool:
+        return self.verdict == self.paper
+
+    @property
+    def max_change(self) -> float:
+        return max(d.max_change for d in self.deviations)
+
+    @property
+    def ratio(self) -> float:
+        """The evidence for the verdict: the worst instance's change/bound for "Invariant"
+        (<= 1), the weakest instance's for "No" (>= FAR), the worst otherwise."""
+        ratios = [d.ratio for d in self.deviations]
+        return min(ratios) if self.verdict == "No" else max(ratios)
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of the table: the normalizer, and the dtype and eps it runs with."""
+
+    normalizer: Normalizer
+    dtype: str
+    eps: float
+
+
+def measure_table(rows: dict[str, Row], seed: int) -> dict[tuple[str, str], Cell]:
+    """Every cell of the given rows (method -> Row), on the Table 1 layer of ``seed``."""
+    cells = {}
+    for method, row in rows.items():
+        layer = make_layer(cases.table1_case(row.dtype, row.eps), seed)
+        for key in TRANSFORMATIONS:
+            cells[method, key] = Cell(method, key, invariances.measure(row.normalizer, layer, key, row.dtype, row.eps))
+    return cells
+
+
+def compact(x: float) -> str:
+    """3 significant digits, exponents without '+' and leading zeros: 4.97e3, 8.88e-16."""
+    return f"{x:.3g}".replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
+
+
+def _line(label: str, values: list[str]) -> str:
+    return (f"  {label:<{WIDTH}}" + "".join(f"{v:<{WIDTH}}" for v in values)).rstrip()
+
+
+def _header() -> list[str]:
+    titles = [t.title.rsplit(" ", 1) for t in TRANSFORMATIONS.values()]
+    return [_line("", [t[0] for t in titles]), _line("", [t[1] for t in titles])]
+
+
+def render_table(cells: dict[tuple[str, str], Cell], rows: dict[str, Row], seed: int) -> str:
+    """The paper's table, the measured one (verdict, max |h' - h|, ratio to the bound), and the legend."""
+    methods = [m for m in METHODS if m in rows]
+    out = ["Table 1 of the paper (§5.1): invariance under weights and data transformations", "", *_header(), "Paper"]
+    out += [_line(METHOD_TITLES[m], [invariances.expected(m, k) for k in TRANSFORMATIONS]) for m in methods]
+    out.append("Measured (max |h' - h| over the layer, and its ratio to the bound: the worst instance's, the weakest "
+               "for No; !! where it disagrees with the paper)")
+    for m in methods:
+        row = [cells[m, k] for k in TRANSFORMATIONS]
+        out.append(_line(METHOD_TITLES[m], [c.verdict + ("  !!" if not c.agrees else "") for c in row]))
+        out.append(_line("", [f"{compact(c.max_change)} ({compact(float(f'{c.ratio:.2g}'))}x)" for c in row]))
+    layer = f"{cases.TABLE1_SHAPE[0]} training cases x {INPUT_DIM} inputs -> {cases.TABLE1_SHAPE[1]} units"
+    out += ["", f"Invariant: every instance within the error-model bound everywhere; No: every instance at least "
+                f"{FAR:g}x above it somewhere.", f"Layer (harness.layer): {layer}, seed {seed}, summed inputs exact in float64."]
+    out += [f"  {METHOD_TITLES[m]}: {rows[m].normalizer.label}, {rows[m].dtype}, eps {rows[m].eps:g}" for m in methods]
+    some = make_layer(cases.table1_case("float64"), seed)
+    listed: dict[tuple[str, ...], list[str]] = {}
+    for dtype in dict.fromkeys(rows[m].dtype for m in methods):
+        lines = tuple(f"  {t.title}: " + "; ".join(i.label for i in t.build(some, dtype)) for t in TRANSFORMATIONS.values())
+        listed.setdefault(lines, []).append(dtype)
+    for lines, dtypes in listed.items():
+        out += [f"Instances ({', '.join(dtypes)}):", *lines]
+    bad = [c for c in cells.values() if not c.agrees]
+    out.append("")
+    out.append(f"All {len(cells)} cells agree with the paper." if not bad else
+               f"{len(bad)} of {len(cells)} cells DISAGREE with the paper: " + "; ".join(
+                   f"{METHOD_TITLES[c.method]} / {TRANSFORMATIONS[c.key].title}: paper {c.paper}, measured {c.verdict} "
+                   f"({c.ratio:.3g}x the bound)" for c in bad))
+    return "\n".join(out)
+
+
+def render_recurrent(results: list[recurrent.RecurrentResult], label: str, eps: float) -> tuple[str, bool]:
+    """The §3.1 report: hidden-state norms over time, and whether the invariance held."""
+    out = [f"§3.1 recurrent networks: mean hidden-state norm ||h_t|| over the sequences "
+           f"(layer norm: {label}, eps {eps:g}; W_h and W_x re-scaled together)", ""]
+    held = True
+    for res in results:
+        steps = [t for t in NORM_STEPS if t <= len(next(iter(res.norms.values())))]
+        out.append(f"  {recurrent.KINDS[res.kind]:<20}" + "".join(f"{f't={t}':>8}" for t in steps))
+        out += [f"  {name:<20}" + "".join(f"{v[t - 1]:>8.3f}" for t in steps) for name, v in res.norms.items()]
+        for delta in recurrent.RNN_SCALES:
+            ok = res.ratio(delta) <= 1
+            held &= ok
+            out.append(f"  {delta:g}*W: layer norm's hidden states {'unchanged' if ok else 'CHANGED'} within the "
+                       f"propagated bound at steps {res.at[0] + 1}..{res.at[-1] + 1} (worst {res.ratio(delta):.2g}x it); "
+                       f"without normalization they change by {res.plain_change[delta].max():.3g} "
+                       f"({res.plain_ratio(delta):.2g}x that bound)")
+        out.append("")
+    return "\n".join(out).rstrip(), held
+
+
+def run_recurrent(norm: RowLayerNorm, dtype: str, seed: int) -> list[recurrent.RecurrentResult]:
+    """The RNN and LSTM of the §3.1 cases, with eps 0, on ``norm``."""
+    rnn = cases.Case("recurrent", cases.RNN_CASES[0].shape, cases.RNN_CASES[0].normalized_shape, dtype, eps=0.0)
+    lstm = cases.Case("recurrent", cases.LSTM_CASES[0].shape, cases.LSTM_CASES[0].normalized_shape, dtype, eps=0.0)
+    return [recurrent.measure(norm, recurrent.make_network(c, seed, kind), 0.0) for c, kind in ((rnn, "rnn"), (lstm, "lstm"))]
+
+
+def oracle_rows() -> dict[str, Row]:
+    """The three rows as float64 oracles with eps = 0 (the paper's definitions)."""
+    from harness.normalizations import oracle_normalizers
+
+    return {m: Row(n, "float64", 0.0) for m, n in oracle_normalizers().items()}
+
+
+def layer_norm_row(row_norm: RowLayerNorm, eps: float) -> Row:
+    return Row(LayerNormalizer(row_norm), row_norm.dtype, eps)

@@ -1,0 +1,38 @@
+"""Backward conformance: dx, dweight and dbias of every selected backend, for every
+case of ``harness.cases.BACKWARD_CASES``, with dy from ``harness.cases.make_dy``
+(random, nonzero row means).
+
+* ``test_backward``: values within the backward error model of ``harness.errors``
+  (dweight and dbias bounded by sums of magnitudes over rows, not by their own
+  size) against the float64 oracle's closed form; the returned tuple, shapes and
+  dtypes; None exactly for absent parameters; with N = 1, dweight exactly 0;
+  inputs unmodified; the same input twice gives identical bits.
+* ``test_backward_identities``: without any reference, per row sum(dx) = 0; with
+  eps = 0, sum(xhat*dx) = 0; dbias does not depend on x (``harness.identities``).
+* ``test_finite_differences``: on float64 backends, directional central differences
+  of the backend's own forward, step scaled to each row's sigma (``harness.gradcheck``).
+
+Backends without a backward (``has_backward = False``) are skipped with that reason.
+"""
+
+import pytest
+
+from harness import cases, conformance, gradcheck, identities
+
+#: rows with a NaN or an Inf obey no identity, and the same x everywhere else is covered
+IDENTITY_CASES = [c for c in cases.BACKWARD_CASES if c.family != "nonfinite"]
+
+
+@pytest.mark.normbench_cases(cases.BACKWARD_CASES, backward=True)
+def test_backward(backend, case, seed):
+    conformance.check_backward(backend, cases.make_inputs(case, seed), cases.make_dy(case, seed))
+
+
+@pytest.mark.normbench_cases(IDENTITY_CASES, backward=True)
+def test_backward_identities(backend, case, seed):
+    identities.check_identities(backend, cases.make_inputs(case, seed), cases.make_dy(case, seed))
+
+
+@pytest.mark.normbench_cases(cases.GRADCHECK_CASES, backward=True)
+def test_finite_differences(backend, case, seed):
+    gradcheck.check_directional_derivatives(backend, cases.make_inputs(case, seed), cases.make_dy(case, seed))

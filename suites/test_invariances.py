@@ -1,0 +1,81 @@
+"""The paper's claims (Ba, Kiros, Hinton 2016) as properties of every selected backend.
+
+* Table 1 (§5.1), the layer-norm row, one test per column: on a layer ``a = x @ W``
+  (exact in float64, then rounded to the dtype), the output is invariant to
+  weight-matrix re-scaling and re-centering, dataset re-scaling and single-case
+  re-scaling (within the error model's bound, with the eps rule
+  ``LN_eps(delta*a) = LN_(eps/delta^2)(a)``; the other cases' rows unchanged), and
+  changes at least ``harness.invariances.FAR`` times the bound under weight-vector
+  re-scaling and dataset re-centering. Math and bounds: ``harness/invariances.py``.
+* §5.2, on backends with a backward: ``W -> delta*W`` scales dL/dW by 1/delta, the
+  gain's gradient ignores input re-scaling, and each row's dx obeys the shift and
+  scale identities (``harness/geometry.py``).
+* §3.1: a layer-normalized RNN and LSTM over 128 steps keep their hidden states
+  when W_h and W_x are re-scaled together; without normalization they do not
+  (``harness/recurrent.py``). ``normbench table1`` prints all of it as tables.
+"""
+
+import pytest
+
+from harness import cases, geometry, invariances, recurrent
+
+
+@pytest.mark.normbench_cases(cases.INVARIANCE_CASES)
+def test_weight_matrix_rescaling(backend, case, seed):
+    invariances.check_column(backend, case, seed, "weight_matrix_rescaling")
+
+
+@pytest.mark.normbench_cases(cases.INVARIANCE_CASES)
+def test_weight_matrix_recentering(backend, case, seed):
+    """Adds ~1e3 sigma per case in fp32: doubles as a cancellation (one-pass variance) detector."""
+    invariances.check_column(backend, case, seed, "weight_matrix_recentering")
+
+
+@pytest.mark.normbench_cases(cases.INVARIANCE_CASES)
+def test_weight_vector_rescaling(backend, case, seed):
+    """Must change: one unit, and one trailing slice of a multi-dim layer."""
+    invariances.check_column(backend, case, seed, "weight_vector_rescaling")
+
+
+@pytest.mark.normbench_cases(cases.INVARIANCE_CASES)
+def test_dataset_rescaling(backend, case, seed):
+    invariances.check_column(backend, case, seed, "dataset_rescaling")
+
+
+@pytest.mark.normbench_cases(cases.INVARIANCE_CASES)
+def test_dataset_recentering(backend, case, seed):
+    """Must change: a batch-axis normalization would not."""
+    invariances.check_column(backend, case, seed, "dataset_recentering")
+
+
+@pytest.mark.normbench_cases(cases.INVARIANCE_CASES)
+def test_single_case_rescaling(backend, case, seed):
+    """The re-scaled case's output is unchanged, and so is every other case's."""
+    invariances.check_column(backend, case, seed, "single_case_rescaling")
+
+
+@pytest.mark.normbench_cases(cases.GEOMETRY_CASES, backward=True)
+def test_weight_matrix_rescaling_scales_the_gradient(backend, case, seed):
+    geometry.check_weight_matrix_gradient(backend, case, seed)
+
+
+@pytest.mark.normbench_cases(cases.GEOMETRY_CASES, backward=True)
+def test_gain_gradient_ignores_input_rescaling(backend, case, seed):
+    geometry.check_gain_gradient(backend, case, seed)
+
+
+@pytest.mark.normbench_cases(cases.GEOMETRY_CASES, backward=True)
+def test_gradient_shift_and_scale_identities(backend, case, seed):
+    geometry.check_gradient_identities(backend, case, seed)
+
+
+@pytest.mark.normbench_cases(cases.RNN_CASES)
+def test_rnn_hidden_states_invariant(backend, case, seed, record_property):
+    result = recurrent.check(backend, case, seed, "rnn")
+    record_property("hidden_state_norms", {k: [round(float(v), 4) for v in n] for k, n in result.norms.items()})
+
+
+@pytest.mark.normbench_cases(cases.LSTM_CASES)
+def test_lstm_hidden_states_invariant(backend, case, seed, record_property):
+    result = recurrent.check(backend, case, seed, "lstm")
+    record_property("hidden_state_norms", {k: [round(float(v), 4) for v in n] for k, n in result.norms.items()})

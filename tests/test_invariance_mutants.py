@@ -1,0 +1,81 @@
+"""Never miss, never cry wolf: the invariance suite catches each mutant with the check
+made for its bug, every check catches some mutant, and the correct control passes.
+
+All run in one ``pytest suites/test_invariances.py --impl=...`` subprocess,
+registered through a throw-away dist-info entry point, as a plugin would be.
+"""
+
+import subprocess
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from harness.runner import suites_dir
+from tests import invariance_mutants as im
+from tests import mutants
+from tests.plugins import ROOT, outcomes_by_backend, pytest_command, subprocess_env, write_dist_info
+
+SUITE = suites_dir() / "test_invariances.py"
+#: mutant -> the suite's tests that must catch it
+CAUGHT_BY = {
+    im.BatchAxis: {"test_weight_matrix_recentering", "test_weight_vector_rescaling", "test_dataset_recentering",
+                   "test_single_case_rescaling"},
+    im.LastDimStatistics: {"test_weight_vector_rescaling"},
+    im.DxMeanDropped: {"test_gradient_shift_and_scale_identities"},
+    im.DxProjectionDropped: {"test_gradient_shift_and_scale_identities"},
+    im.DxWithoutRstd: {"test_weight_matrix_rescaling_scales_the_gradient"},
+    im.DweightUnnormalized: {"test_gain_gradient_ignores_input_rescaling"},
+    mutants.OnePassVariance: {"test_weight_matrix_recentering"},
+    mutants.EpsNotPropagated: {"test_weight_matrix_rescaling", "test_dataset_rescaling", "test_single_case_rescaling",
+                               "test_rnn_hidden_states_invariant", "test_lstm_hidden_states_invariant"},
+    # reshapes a multi-dim weight against its last dim only and crashes there: fails, though not by an invariance
+    mutants.LastDimOnly: set(),
+}
+CLASSES = [mutants.Fp32Kernel, *CAUGHT_BY]
+
+
+@pytest.fixture(scope="module")
+def junit(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("invariance-mutants")
+    modules = {c: "tests.invariance_mutants" if c.__module__.endswith("invariance_mutants") else "tests.mutants"
+               for c in CLASSES}
+    write_dist_info(folder, {c.name: f"{modules[c]}:{c.__name__}" for c in CLASSES}, dist="normbench-inv-mutants")
+    xml = folder / "invariances.xml"
+    proc = subprocess.run(
+        pytest_command(str(SUITE), f"--impl={','.join(c.name for c in CLASSES)}", "-q", "-n", "2",
+                       f"--junitxml={xml}", "--normbench-seed=0"),
+        cwd=ROOT, env=subprocess_env(folder), capture_output=True, text=True, timeout=1200)
+    output = proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.returncode in (0, 1), f"the suite did not run (exit {proc.returncode}):\n{output}"
+    return xml
+
+
+@pytest.fixture(scope="module")
+def outcomes(junit):
+    return outcomes_by_backend(junit, [c.name for c in CLASSES])
+
+
+def test_control_passes(outcomes):
+    control = outcomes[mutants.Fp32Kernel.name]
+    assert control["failed"] == 0, f"the correct fp32 control failed: {dict(control)}"
+    assert control["passed"] >= 70  # 75: every case in float32, float16, bfloat16
+
+
+@pytest.mark.parametrize("mutant", CAUGHT_BY, ids=lambda c: c.name)
+def test_mutant_is_caught_by_its_checks(outcomes, mutant):
+    result = outcomes[mutant.name]
+    assert result["failed"] > 0, f"{mutant.name} ({mutant.__doc__.strip()}) passed the invariance suite"
+    missed = sorted(t for t in CAUGHT_BY[mutant] if not result[f"caught by {t}"])
+    assert not missed, f"{mutant.name} was not caught by {missed}: {dict(result)}"
+
+
+def test_every_check_catches_a_mutant():
+    tests = {line.split("(")[0][4:] for line in SUITE.read_text().splitlines() if line.startswith("def test_")}
+    assert tests == set().union(*CAUGHT_BY.values()), "a check no mutant proves can fail, or a stale name"
+
+
+def test_no_backward_skips_the_gradient_checks_with_the_reason(junit):
+    skipped = [case for case in ET.parse(junit).iter("testcase")
+               if "[mutant-batch-axis-float32-" in case.get("name", "") and "gradient" in case.get("name", "")]
+    assert skipped and all(case.find("skipped") is not None for case in skipped)
+    assert all("has no backward (has_backward = False)" in case.find("skipped").get("message", "") for case in skipped)

@@ -1,0 +1,75 @@
+"""The jax backend's own promises: warmup leaves nothing to compile, float64 without
+touching JAX's global configuration, synchronize waits, list shows version and device."""
+
+import importlib.metadata
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+
+from impls.jax_xla import JaxBackend  # noqa: E402
+from tests.plugins import ROOT  # noqa: E402
+
+
+@pytest.fixture
+def compiles():
+    """The names of the compilation events JAX reports while the test runs."""
+    events: list[str] = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda name, secs, **kw: events.append(name) if name.endswith("backend_compile_duration") else None)
+    return events
+
+
+@pytest.mark.parametrize("dtype, affine", [("float32", "wb"), ("bfloat16", "w"), ("float64", "none")])
+def test_warmup_leaves_nothing_to_compile(compiles, dtype, affine):
+    from harness import cases
+
+    b = JaxBackend()
+    inputs = cases.make_inputs(cases.Case("t", (37, 3, 29), (3, 29), dtype, affine=affine), 0)
+    x, w, bias = (None if a is None else b.asarray(a) for a in (inputs.x, inputs.weight, inputs.bias))
+    dy = b.asarray(cases.make_dy(inputs.case, 0))
+    b.warmup(x, (3, 29), w, bias, 1e-5)
+    assert compiles, "warmup compiled nothing (was it cached from elsewhere?)"
+    done = len(compiles)
+    for eps in (1e-5, 0.1):
+        b.layer_norm(x, (3, 29), w, bias, eps)
+        b.layer_norm_backward(dy, x, (3, 29), w, bias, eps)
+        b.layer_norm_statistics(x, (3, 29), w, bias, eps)
+    b.synchronize()
+    assert compiles[done:] == [], "a call after warmup compiled"
+
+
+def test_float64_without_changing_the_global_configuration():
+    b = JaxBackend()
+    x = b.asarray(np.random.default_rng(0).standard_normal((4, 8)))
+    y = b.layer_norm(x, (8,), None, None, 1e-5)
+    dx, _, _ = b.layer_norm_backward(x, x, (8,), None, None, 1e-5)
+    assert x.dtype == y.dtype == dx.dtype == np.float64
+    assert not jax.config.jax_enable_x64
+    assert jax.numpy.asarray(np.zeros(2)).dtype == np.float32  # everyone else still gets JAX's default
+
+
+def test_without_scoped_x64_float64_is_left_out(monkeypatch):
+    monkeypatch.delattr(jax, "enable_x64", raising=False)
+    monkeypatch.delattr(jax.experimental, "enable_x64", raising=False)
+    monkeypatch.setitem(sys.modules, "jax.experimental.enable_x64", None)
+    assert "float64" not in JaxBackend().dtypes
+
+
+def test_synchronize_waits_for_every_result():
+    b = JaxBackend()
+    x = b.asarray(np.ones((256, 64), np.float32))
+    outs = [b.layer_norm(x, (64,), None, None, 1e-5) for _ in range(5)]
+    b.synchronize()
+    assert all(o.is_ready() for o in outs) and not b._pending
+
+
+def test_list_shows_version_and_device():
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "list", "--probe"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    row = next(line for line in out.stdout.splitlines() if line.startswith("jax "))
+    assert importlib.metadata.version("jax") in row
+    assert f"{jax.devices()[0].platform}:0" in row

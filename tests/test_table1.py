@@ -1,0 +1,80 @@
+"""``normbench table1`` as a user runs it: measured, compared with the paper, failing loudly."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.plugins import ROOT, subprocess_env, write_dist_info
+
+FAKES = '''
+from harness import Availability
+from tests.mutants import Fp32Kernel
+
+class NeedsGpu(Fp32Kernel):
+    name = "needs-gpu"
+
+    @classmethod
+    def availability(cls):
+        return Availability.no("no GPU found; run on a machine with CUDA")
+'''
+
+
+@pytest.fixture(scope="module")
+def plugins(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("table1-plugins")
+    (folder / "fake_table1_plugin.py").write_text(FAKES)
+    write_dist_info(folder, {"needs-gpu": "fake_table1_plugin:NeedsGpu", "mutant-control": "tests.mutants:Fp32Kernel",
+                             "mutant-batch-axis": "tests.invariance_mutants:BatchAxis"}, dist="table1-plugins")
+    return folder
+
+
+def table1(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "harness.cli", "table1", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_the_oracles_reproduce_the_paper_and_import_no_framework():
+    code = ("import sys\nfrom harness.cli import main\nrc = main(['table1'])\n"
+            "print('HEAVY:', sorted(m for m in ('torch', 'jax') if m in sys.modules))\nsys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "All 18 cells agree with the paper." in out.stdout
+    assert "HEAVY: []" in out.stdout
+    for heading in ("Paper", "Measured", "Batch norm", "Weight norm", "Layer norm", "§3.1 recurrent networks",
+                    "RNN (eq. 4)", "LSTM (eq. 20-22)", "no norm, 10*W"):
+        assert heading in out.stdout
+
+
+def test_a_backend_measures_the_layer_norm_row(plugins):
+    out = table1("--impl=mutant-control", "--dtype=bfloat16", env=subprocess_env(plugins))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "Layer norm: mutant-control (bfloat16), bfloat16, eps 1e-05" in out.stdout
+    assert "All 18 cells agree with the paper." in out.stdout
+
+
+def test_a_wrong_backend_disagrees_and_fails(plugins):
+    """The batch-axis mutant is batch norm: the layer-norm row turns into batch norm's."""
+    out = table1("--impl=mutant-batch-axis", "--no-recurrent", env=subprocess_env(plugins))
+    assert out.returncode == 1
+    assert "cells DISAGREE with the paper" in out.stdout and "!!" in out.stdout
+    assert "Layer norm / Dataset re-centering: paper No, measured Invariant" in out.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--impl=nope"], "unknown backend 'nope'; known backends: *mutant-batch-axis, mutant-control, needs-gpu, numpy"),
+    (["--impl=needs-gpu"], "no GPU found; run on a machine with CUDA. Known backends: *mutant-batch-axis"),
+    (["--impl=all"], "table1 measures one backend's layer norm; choose one of: *mutant-batch-axis"),
+    (["--impl=mutant-control", "--dtype=float64"], "supports float32, float16, bfloat16; choose one of those"),
+    (["--dtype=float32"], "--dtype=float32 needs --impl"),
+    (["--impl=numpy", "--eps=-1"], "eps must be a finite number >= 0"),
+    (["--eps=0.1"], "--eps=0.1 needs --impl"),
+])
+def test_bad_input_is_a_usage_error(plugins, args, message):
+    """``*`` in ``message`` stands for the built-in backends listed before the test's own
+    (jax, ... as installed), so the test does not depend on which extras are present."""
+    out = table1(*args, env=subprocess_env(plugins))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert re.search(re.escape(message).replace(r"\*", "(?:[a-z0-9_-]+, )*"), out.stderr), out.stderr
+    assert "Traceback" not in out.stderr
