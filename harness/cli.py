@@ -14,6 +14,7 @@ Every user error prints one line ``normbench: error: ...`` with the fix and exit
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -218,11 +219,27 @@ def cmd_table1(args: argparse.Namespace) -> int:
     cells = table1.measure_table(rows, args.seed)
     print(table1.render_table(cells, rows, args.seed))
     ok = all(cell.agrees for cell in cells.values())
+    held = None
     if not args.no_recurrent:
         text, held = table1.render_recurrent(table1.run_recurrent(row_norm, row_norm.dtype, args.seed), row_norm.label, 0.0)
         print(f"\n{text}")
         ok = ok and held
+    if args.save:
+        _save_table1(args, table1.to_document(cells, rows, args.seed, shlex.join(["normbench", *args.argv]), held))
     return 0 if ok else 1
+
+
+def _save_table1(args: argparse.Namespace, document: dict) -> None:
+    import json
+    from pathlib import Path
+
+    path = Path(args.save) / "table1.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+    except (OSError, ValueError) as exc:
+        raise NormbenchError(f"--save={args.save}: cannot write {path}: {exc}") from None
+    print(f"\nsaved: {path} (normbench report {args.save} shows it)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -330,6 +347,8 @@ def _add_table1(sub) -> None:
     p.add_argument("--eps", type=_eps, help="the backend's eps (the oracles use 0). Default: 1e-05")
     p.add_argument("--seed", type=int, default=0, help="Default: %(default)r")
     p.add_argument("--no-recurrent", action="store_true", help="skip the §3.1 RNN and LSTM section")
+    p.add_argument("--save", metavar="DIR", help="also write the measured table as DIR/table1.json (e.g. a run "
+                                                 "folder, for `normbench report`). Default: not saved")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -134,3 +134,13 @@ def test_results_are_read_as_data_only(tmp_path):
     (tmp_path / "throughput.pkl").write_bytes(b"\x80\x04K\x01.")
     with pytest.raises(ResultsError, match="not a normbench results file"):
         write_report([tmp_path / "throughput.pkl"], tmp_path / "out.html")
+
+
+def test_a_saved_table1_is_shown(run):
+    out = normbench("table1", "--no-recurrent", f"--save={run}")
+    assert out.returncode == 0, out.stderr
+    document = json.loads((run / "table1.json").read_text())
+    assert document["schema"] == "normbench.table1" and document["schema_version"] == 1
+    html = html_of(run)
+    section = html[html.index("Table 1 of the paper, measured"):]
+    assert "Weight matrix re-scaling" in section and "Layer norm" in section and "(paper:" not in section

@@ -135,14 +135,28 @@ def throughput_problems(rs: ResultSet) -> dict[str, Any]:
     return {"rows": listed, "more": max(len(bad) - MAX_LISTED, 0), "only_errors": only_errors}
 
 
-def _family_lookup() -> dict[str, str]:
-    """Case id -> family, from every case list in :mod:`harness.cases` (ids from other versions fall back)."""
+#: the case lists each suite draws from, preferred when a case id appears in several lists
+SUITE_CASES: dict[str, tuple[str, ...]] = {
+    "test_forward.py": ("FORWARD_CASES",), "test_backward.py": ("BACKWARD_CASES", "GRADCHECK_CASES"),
+    "test_invariances.py": ("INVARIANCE_CASES", "GEOMETRY_CASES", "RNN_CASES", "LSTM_CASES"),
+}
+
+
+def _family_lookup() -> dict[tuple[str, str], str]:
+    """(suite, case id) -> family from the case lists of :mod:`harness.cases` (``""`` suite: any list).
+
+    Ids from another normbench version that no list knows fall back to the test's name.
+    """
     from harness import cases
 
-    found: dict[str, str] = {}
-    for value in vars(cases).values():
-        if isinstance(value, (list, tuple)) and value and all(isinstance(c, cases.Case) for c in value):
-            found.update({c.id: c.family for c in value})
+    found: dict[tuple[str, str], str] = {}
+    lists = {name: value for name, value in vars(cases).items()
+             if isinstance(value, (list, tuple)) and value and all(isinstance(c, cases.Case) for c in value)}
+    for value in lists.values():
+        found.update({("", c.id): c.family for c in value})
+    for suite, names in SUITE_CASES.items():
+        for name in reversed(names):
+            found.update({(suite, c.id): c.family for c in lists.get(name, [])})
     return found
 
 
@@ -152,7 +166,8 @@ def conformance_matrix(rs: ResultSet) -> dict[str, Any]:
     if df.empty:
         return {"columns": [], "rows": []}
     families = _family_lookup()
-    df = df.assign(family=[families.get(c, t) for c, t in zip(df.case, df.test)])
+    df = df.assign(family=[families.get((s, c)) or families.get(("", c), t)
+                            for s, c, t in zip(df.suite, df.case, df.test)])
     columns = sorted(set(zip(df.suite, df.family)))
     rows = []
     for backend, group in df.groupby("backend", sort=True):
