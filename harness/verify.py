@@ -1,8 +1,9 @@
 """Verify a timed op's outputs against the oracle, before and after timing.
 
 The same error model as the conformance suites (``harness.errors``: the
-forward bound and the backward bounds), applied to what a throughput case
-produced. A :class:`Reference` holds one case's host inputs and oracle results
+forward bound, and the backward bounds for the dtype the backend stores its
+statistics in), the same dy (``harness.cases.make_dy``) and the same
+diagnoses, applied to what a throughput case produced. A :class:`Reference` holds one case's host inputs and oracle results
 and is shared by its three directions, so a big GPU case pays for the float64
 oracle once, not three times.
 
@@ -25,14 +26,8 @@ import numpy as np
 
 from harness import conformance, errors, oracle
 from harness.backend import Backend
-from harness.cases import Case, make_inputs, rng_for
+from harness.cases import Case, make_dy, make_inputs
 from harness.conformance import ConformanceError
-from harness.dtypes import host_dtype
-
-
-def make_dy(case: Case, seed: int) -> np.ndarray:
-    """The upstream gradient of a case: N(0, 1) rounded to its dtype, from its own random stream."""
-    return rng_for(case, seed, "dy").standard_normal(case.shape).astype(host_dtype(case.dtype))
 
 
 @dataclass
@@ -67,11 +62,13 @@ class Reference:
         return self._get("forward_bound", lambda: errors.forward_bound(self.forward, self.case.dtype))
 
     @property
-    def backward(self) -> tuple[oracle.Backward, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        def make():
-            grads = oracle.backward(self.dy, self.forward)
-            return grads, errors.backward_bounds(self.dy, self.forward, grads, self.case.dtype)
-        return self._get("backward", make)
+    def gradients(self) -> oracle.Backward:
+        return self._get("gradients", lambda: oracle.backward(self.dy, self.forward))
+
+    def backward_bounds(self, stats_dtype: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The backward error model's bounds for a backend that stores its statistics in ``stats_dtype``."""
+        return self._get(f"backward_bounds/{stats_dtype}", lambda: errors.backward_bounds(
+            self.dy, self.forward, self.gradients, self.case.dtype, self.case.params, stats_dtype))
 
 
 def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
@@ -88,6 +85,12 @@ class Verifier:
     direction: str
     native: tuple  # the backend's x, weight, bias, dy (to check they are unmodified)
     verified: list[np.ndarray | None] | None = None
+    stats_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.direction != "forward":  # the backward bound depends on how the statistics are stored
+            x, w, b, _ = self.native
+            self.stats_dtype = conformance.statistics_dtype(self.backend, x, self.reference.case, w, b)
 
     def _host(self, outputs: Any) -> list[np.ndarray | None]:
         """Outputs as host arrays (y; dx, dweight, dbias), their shapes and dtypes checked."""
@@ -99,17 +102,21 @@ class Verifier:
         host = [] if y is None else [check("y", y, backend, case.shape, case.dtype)]
         dx, dw, db = grads
         host.append(check("dx", dx, backend, case.shape, case.dtype))
-        return host + [None if g is None else check(what, g, backend, case.normalized_shape, case.params)
-                       for what, g in (("dweight", dw), ("dbias", db))]
+        given = self.reference.inputs
+        return host + [conformance._check_gradient(what, g, p, backend, case, case.normalized_shape, case.params)
+                       for what, g, p in (("dweight", dw, given.weight), ("dbias", db, given.bias))]
 
     def _compare(self, what: str, got: np.ndarray | None, want: np.ndarray, bound: np.ndarray) -> None:
         if got is None:
             return
-        rows = lambda a: np.reshape(np.asarray(a, dtype=np.float64), (-1, self.reference.case.hidden))
+        ref = self.reference
+        rows = lambda a: np.reshape(np.asarray(a, dtype=np.float64), (-1, ref.case.hidden))
         worst = conformance.worst_violation(rows(got), rows(want), rows(bound))
         if worst is not None:
-            ref = self.reference
-            raise ConformanceError(conformance.describe(what, worst, ref.inputs, self.backend, ref.forward))
+            per_row = what in ("y", "dx")  # the row's mean and sigma explain y and dx, not column sums
+            notes = () if what == "y" else conformance.gradient_notes(ref.inputs)
+            raise ConformanceError(conformance.describe(what, worst, ref.inputs, self.backend,
+                                                        ref.forward if per_row else None, notes))
 
     def check(self, outputs: Any) -> None:
         """Raise :class:`ConformanceError` unless ``outputs`` are right."""
@@ -120,7 +127,7 @@ class Verifier:
         if self.direction != "backward":
             self._compare("y", rest.pop(0), ref.forward.y, ref.forward_bound)
         if self.direction != "forward":
-            grads, bounds = ref.backward
+            grads, bounds = ref.gradients, ref.backward_bounds(self.stats_dtype)
             for what, got, want, bound in zip(("dx", "dweight", "dbias"), rest, (grads.dx, grads.dweight, grads.dbias),
                                               bounds):
                 self._compare(what, got, want, bound)

@@ -66,19 +66,19 @@ def test_bad_input_gets_one_clear_message(args, message):
 
 
 def test_run_prints_a_summary(tmp_path):
-    out = normbench("run", "--impl=numpy", "-n", "0", f"--out={tmp_path}", "--run-id=r1", "-m", "family_multidim",
-                    "-k", "test_forward")  # the forward suite's 16 multidim cases
+    out = normbench("run", "--impl=numpy", "-n", "0", f"--out={tmp_path}", "--run-id=r1", "-m", "family_multidim")
     assert out.returncode == 0, out.stdout[-2000:]
     assert "normbench conformance summary" in out.stdout
     assert any(line.split()[:1] == ["numpy"] and line.rstrip().endswith("PASS") for line in out.stdout.splitlines())
     conformance = results.load(tmp_path / "r1", results.CONFORMANCE)
-    assert len(conformance) == 16 and set(conformance.outcome) == {"passed"} and set(conformance.backend) == {"numpy"}
+    assert set(conformance.outcome) == {"passed"} and set(conformance.backend) == {"numpy"}
+    assert {"test_forward", "test_backward"} <= set(conformance.test) and conformance.case.str.len().min() > 0
 
 
 def test_run_runs_both_suites_into_one_results_folder(tmp_path):
     """One conformance family and one throughput case (3 samples, a small ceiling buffer)."""
     out = normbench("run", "--impl=numpy", "-n", "0", f"--out={tmp_path}", "--run-id=r1", "--shape=256x16384",
-                    "--dtype=float32", "--direction=forward", "-k", "(family_multidim and test_forward) or throughput",
+                    "--dtype=float32", "--direction=forward", "-k", "family_multidim or throughput",
                     "--normbench-min-samples=3", "--normbench-max-time=0", "--normbench-ceiling-mib=64")
     assert out.returncode == 0, out.stdout[-3000:]
     assert "[1/1] numpy forward float32 256x16384: " in out.stdout  # progress
@@ -89,6 +89,6 @@ def test_run_runs_both_suites_into_one_results_folder(tmp_path):
                                                   "conformance.csv", "conformance.json", "report.html"}
     assert results.load(folder).verdict.tolist() == ["ok"]
     assert "<polyline" in (folder / "report.html").read_text() and f"report: {folder / 'report.html'}" in out.stdout
-    assert set(results.load(folder, results.CONFORMANCE).test) == {"test_forward"}
+    assert "test_forward" in set(results.load(folder, results.CONFORMANCE).test)
     env = json.loads((folder / "environment.json").read_text())
     assert env["command"].startswith("normbench run --impl=numpy") and "cpu" in env["ceilings"]
