@@ -3,9 +3,10 @@
     normbench list [--probe]          the installed backends and whether they run here
     normbench check --impl torch --shape 64x1000 --dtype bfloat16 --dist offset1e3
     normbench test --impl NAME [PYTEST ARGS]   the suites on NAME, from an installed normbench
-    normbench run [--impl all]        the main job: conformance and throughput on every available backend,
-                                      results in reports/<run-id>/, and a summary
+    normbench run [--impl all]        the main job: every suite on every available backend,
+                                      results in reports/<run-id>/ (with report.html), and a summary
     normbench table1 [--impl NAME]    the paper's Table 1 (and §3.1) measured, beside the paper's
+    normbench report RESULTS... [-o report.html]   the HTML report of one or more runs
 
 Every user error prints one line ``normbench: error: ...`` with the fix and exits 2.
 """
@@ -13,6 +14,7 @@ Every user error prints one line ``normbench: error: ...`` with the fix and exit
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -150,7 +152,20 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         codes.append(code)
         report.append(_throughput_report(folder))
     print("\n" + "\n\n".join(report) + f"\n\nresults: {folder}/")
+    if args.report:
+        _run_report(folder, args.baseline)
     return _exit_code(codes)
+
+
+def _run_report(folder, baseline: str) -> None:
+    """Write ``report.html`` into the run folder; a run whose results cannot render still ends normally."""
+    from harness.report import write_report
+    from harness.results import ResultsError
+
+    try:
+        print(f"report: {write_report([folder], folder / 'report.html', baseline)}")
+    except ResultsError as exc:
+        print(f"normbench: no report: {exc}", file=sys.stderr)
 
 
 def _throughput_report(folder) -> str:
@@ -204,11 +219,27 @@ def cmd_table1(args: argparse.Namespace) -> int:
     cells = table1.measure_table(rows, args.seed)
     print(table1.render_table(cells, rows, args.seed))
     ok = all(cell.agrees for cell in cells.values())
+    held = None
     if not args.no_recurrent:
         text, held = table1.render_recurrent(table1.run_recurrent(row_norm, row_norm.dtype, args.seed), row_norm.label, 0.0)
         print(f"\n{text}")
         ok = ok and held
+    if args.save:
+        _save_table1(args, table1.to_document(cells, rows, args.seed, shlex.join(["normbench", *args.argv]), held))
     return 0 if ok else 1
+
+
+def _save_table1(args: argparse.Namespace, document: dict) -> None:
+    import json
+    from pathlib import Path
+
+    path = Path(args.save) / "table1.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+    except (OSError, ValueError) as exc:
+        raise NormbenchError(f"--save={args.save}: cannot write {path}: {exc}") from None
+    print(f"\nsaved: {path} (normbench report {args.save} shows it)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -251,6 +282,7 @@ def parser() -> argparse.ArgumentParser:
                             "Default: %(default)r")
     _run_options(p)
     _add_table1(sub)
+    _add_report(sub)
     return top
 
 
@@ -269,6 +301,28 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="throughput shapes, ROWSxHIDDEN. Default: the sweep's")
     p.add_argument("--cache", choices=CACHES, default="cold",
                    help="cold: flush the last-level cache before every timed sample. Default: %(default)r")
+    p.add_argument("--no-report", dest="report", action="store_false",
+                   help="do not write report.html into the run folder. Default: write it")
+    p.add_argument("--baseline", default="torch", metavar="NAME",
+                   help="the report's speedup baseline backend. Default: %(default)r")
+
+
+def _add_report(sub) -> None:
+    p = sub.add_parser("report", help="render results (run folders or their files) as one self-contained HTML file")
+    p.add_argument("results", nargs="+", metavar="RESULTS",
+                   help="run folders (reports/<run-id>) or their throughput/conformance .json/.csv, environment.json "
+                        "or table1.json files; several render side by side")
+    p.add_argument("-o", "--output", default="report.html", metavar="FILE", help="Default: %(default)r")
+    p.add_argument("--baseline", default="torch", metavar="NAME",
+                   help="the backend speedups are measured against. Default: %(default)r")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.report import write_report
+
+    path = write_report(args.results, args.output, args.baseline)
+    print(f"report: {path}")
+    return 0
 
 
 SUITES = ("conformance", "throughput")
@@ -293,6 +347,8 @@ def _add_table1(sub) -> None:
     p.add_argument("--eps", type=_eps, help="the backend's eps (the oracles use 0). Default: 1e-05")
     p.add_argument("--seed", type=int, default=0, help="Default: %(default)r")
     p.add_argument("--no-recurrent", action="store_true", help="skip the §3.1 RNN and LSTM section")
+    p.add_argument("--save", metavar="DIR", help="also write the measured table as DIR/table1.json (e.g. a run "
+                                                 "folder, for `normbench report`). Default: not saved")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -305,6 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_list(args)
         if args.command == "check":
             return cmd_check(args)
+        if args.command == "report":
+            return cmd_report(args)
         if args.command == "table1":
             return cmd_table1(args)
         return {"test": cmd_test, "run": cmd_run}[args.command](args, extra)

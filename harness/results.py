@@ -106,7 +106,7 @@ CONFORMANCE_COLUMNS: tuple[Column, ...] = (
     Column("test", "str", "the test function"),
     Column("case", "str", "the case id (the test id without the backend)"),
     Column("nodeid", "str", "the pytest node id"),
-    Column("outcome", "str", "passed, failed, skipped or error"),
+    Column("outcome", "str", "passed, failed, skipped, error, or xfailed/xpassed (a known failure)"),
     Column("message", "str", "the failure's first line or the skip reason"),
 )
 

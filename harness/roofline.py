@@ -48,6 +48,14 @@ DIRECTIONS: tuple[str, ...] = ("forward", "backward", "forward+backward")
 #: the byte-model variant each direction uses (recorded in every results row)
 BYTE_MODELS: dict[str, str] = {"forward": "forward-inference", "backward": "backward",
                                "forward+backward": "forward-training+backward"}
+#: each byte-model variant as a formula (PERFORMANCE.md), shown beside the numbers in reports
+BYTE_MODEL_FORMULAS: dict[str, str] = {
+    "forward-inference": "M*N*e_x (read x) + M*N*e_y (write y) + N*(e_w + e_b) (read weight, bias)",
+    "backward": "2*M*N*e (read x, dy) + M*N*e (write dx) + N*e_w (read weight) + 2*M*4 (read fp32 mean, rstd) "
+                "+ N*(e_w + e_b) (write dweight, dbias)",
+    "forward-training+backward": "the training forward, M*N*e_x + M*N*e_y + N*(e_w + e_b) + 2*M*4 (write fp32 "
+                                 "mean, rstd), plus the backward",
+}
 #: statistics are fp32 whatever the input dtype: 4 bytes each for mean and rstd
 STAT_BYTES = 4
 #: the ceiling's copy buffer is at least this many times the last-level cache

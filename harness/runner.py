@@ -27,7 +27,7 @@ def suites_dir() -> Path:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One test's result: ``outcome`` is passed, failed, skipped or error."""
+    """One test's result: ``outcome`` is passed, failed, skipped, error, xfailed or xpassed (known failures)."""
 
     nodeid: str
     backend: str
@@ -53,7 +53,10 @@ class Collector:
         backend = props.get("normbench_backend") or (match["backend"] if match else "")
         case = props.get("normbench_case") or (match["rest"] if match else "")
         message = ""
-        if report.skipped and isinstance(report.longrepr, tuple):
+        if hasattr(report, "wasxfail"):  # a known failure: expected (xfailed) or unexpectedly passing (xpassed)
+            outcome = "xfailed" if report.skipped else "xpassed"
+            message = str(report.wasxfail)
+        elif report.skipped and isinstance(report.longrepr, tuple):
             message = str(report.longrepr[2]).removeprefix("Skipped: ")
         elif report.failed:
             message = getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message or ""

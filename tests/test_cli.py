@@ -86,8 +86,9 @@ def test_run_runs_both_suites_into_one_results_folder(tmp_path):
     assert "numpy    forward    float32  1/1" in summary and "ceiling cpu: " in summary
     folder = tmp_path / "r1"
     assert {p.name for p in folder.iterdir()} == {"environment.json", "throughput.csv", "throughput.json",
-                                                  "conformance.csv", "conformance.json"}
+                                                  "conformance.csv", "conformance.json", "report.html"}
     assert results.load(folder).verdict.tolist() == ["ok"]
+    assert "<polyline" in (folder / "report.html").read_text() and f"report: {folder / 'report.html'}" in out.stdout
     assert "test_forward" in set(results.load(folder, results.CONFORMANCE).test)
     env = json.loads((folder / "environment.json").read_text())
     assert env["command"].startswith("normbench run --impl=numpy") and "cpu" in env["ceilings"]

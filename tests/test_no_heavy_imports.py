@@ -16,6 +16,8 @@ PROGRAMS = {
     "normbench list": "from harness.cli import main\nmain(['list'])",
     "throughput modules": "import harness.timing, harness.roofline, harness.results, harness.throughput, "
                           "harness.pytest_throughput, harness.sweep, harness.summary, harness.environment",
+    "report modules": "import harness.report, harness.report.sources, harness.report.shape, harness.report.svg, "
+                      "harness.report.render",
 }
 
 
