@@ -1,8 +1,8 @@
 """The byte model and the ceiling.
 
 The ceiling test measures this machine's copy bandwidth twice on a small
-buffer with 10 runs instead of 20 (so it stays quick in CI) and asks the two
-medians to agree within a factor of 1.5. On an idle machine they agree within a few
+buffer with 10 runs instead of 20 (so it stays quick in CI), interleaved in
+blocks of 5, and asks the two medians to agree within a factor of 1.5. On an idle machine they agree within a few
 percent; the slack is for a neighbour's job starting between the two on a
 shared two-core CI machine. (Before each run became the fastest of 3 copies,
 two CPU hogs and two test workers on the 2 cores made single-copy times
@@ -11,6 +11,7 @@ No test asserts how fast the machine is.
 """
 
 import math
+import statistics
 
 import pytest
 
@@ -67,9 +68,14 @@ def test_the_ceiling_buffer_is_four_times_the_cache_by_default_and_the_number_is
 
 
 def test_the_ceiling_is_stable_across_repeats():
-    first, second = (roofline.measure_cpu_ceiling(buffer_bytes=128 << 20, repeats=10) for _ in range(2))
-    assert first.n == second.n == 10
-    assert 1 / 1.5 <= first.gbps / second.gbps <= 1.5, (first.describe(), second.describe())
+    """Two measurements agree within 1.5x. They are interleaved (A B A B): a
+    neighbour's load (another pytest-xdist worker on a 2-core CI machine) then
+    weighs on both alike, so what is compared is the method, not the machine's
+    mood; one measurement taken after the other once differed 2.3x under load."""
+    runs = [roofline.measure_cpu_ceiling(buffer_bytes=128 << 20, repeats=5) for _ in range(4)]
+    assert all(r.n == 5 for r in runs)
+    first, second = (statistics.median(r.gbps for r in runs[i::2]) for i in (0, 1))
+    assert 1 / 1.5 <= first / second <= 1.5, [r.describe() for r in runs]
 
 
 def test_devices_map_to_ceilings_and_an_unknown_one_is_a_clear_error():
