@@ -27,13 +27,14 @@ def suites_dir() -> Path:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One test's result: ``outcome`` is passed, failed, skipped or error."""
+    """One test's result: ``outcome`` is passed, failed, skipped, error, xfailed or xpassed (known failures)."""
 
     nodeid: str
     backend: str
     test: str
     outcome: str
     message: str = ""
+    case: str = ""
 
 
 @dataclass
@@ -48,13 +49,19 @@ class Collector:
             return
         outcome = report.outcome if report.when == "call" else ("skipped" if report.skipped else "error")
         match = _ID.match(report.nodeid.split("/")[-1])
+        props = dict(report.user_properties)
+        backend = props.get("normbench_backend") or (match["backend"] if match else "")
+        case = props.get("normbench_case") or (match["rest"] if match else "")
         message = ""
-        if report.skipped and isinstance(report.longrepr, tuple):
+        if hasattr(report, "wasxfail"):  # a known failure: expected (xfailed) or unexpectedly passing (xpassed)
+            outcome = "xfailed" if report.skipped else "xpassed"
+            message = str(report.wasxfail)
+        elif report.skipped and isinstance(report.longrepr, tuple):
             message = str(report.longrepr[2]).removeprefix("Skipped: ")
         elif report.failed:
             message = getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message or ""
-        self.outcomes.append(Outcome(report.nodeid, match["backend"] if match else "",
-                                     match["test"] if match else report.nodeid, outcome, str(message)))
+        self.outcomes.append(Outcome(report.nodeid, backend, match["test"] if match else report.nodeid, outcome,
+                                     str(message), case))
 
 
 def run_pytest(args: list[str]) -> tuple[int, list[Outcome]]:
@@ -84,3 +91,12 @@ def summary(outcomes: list[Outcome], max_failures: int = 5) -> str:
             lines += [f"  {o.nodeid}\n    {o.message.splitlines()[0] if o.message else ''}"
                       for o in failures[:max_failures]]
     return "\n".join(lines)
+
+
+def outcome_rows(outcomes: list[Outcome], run_id: str) -> list[dict]:
+    """Outcomes as rows of the conformance results schema (:mod:`harness.results`)."""
+    from harness.results import CONFORMANCE, new_row
+
+    return [new_row(CONFORMANCE, run_id=run_id, backend=o.backend, suite=o.nodeid.split("::")[0].split("/")[-1],
+                    test=o.test, case=o.case, nodeid=o.nodeid, outcome=o.outcome, message=o.message)
+            for o in outcomes]
