@@ -9,8 +9,9 @@ reporting belong to the harness, so a backend stays a page of code.
 Required: ``name``, :meth:`asarray`, :meth:`to_numpy`, :meth:`layer_norm`.
 Optional: :meth:`layer_norm_backward` (set ``has_backward = False`` if absent),
 :meth:`layer_norm_statistics`, :meth:`synchronize`, :meth:`warmup`,
-:meth:`availability`, :meth:`library_version`, the ``device`` attribute, and
-``known_deviations`` (failures it is known to have, with the reasons).
+:meth:`availability`, :meth:`library_version`, the ``device`` and
+``max_elements`` attributes, and ``known_deviations`` (failures it is known to have,
+with the reasons).
 
 Example, a complete backend (register it in your ``pyproject.toml`` under
 ``[project.entry-points."normbench.backends"]`` as ``mine = "my_pkg:Mine"``)::
@@ -103,6 +104,10 @@ class Backend(abc.ABC):
     devices: ClassVar[str] = "cpu"
     #: where this instance computes; set in ``__init__`` once known (e.g. "cuda:0 (NVIDIA H100)")
     device: str = "cpu"
+    #: the most elements (rows x hidden) of one case this instance can afford where it runs;
+    #: larger cases are skipped with a reason naming this attribute. None: no limit. Set it in
+    #: ``__init__`` when it depends on the device (the Triton backend caps its CPU interpreter).
+    max_elements: int | None = None
     #: failures this backend is known to have, each with the reason: ``{"test pattern": "reason"}``
     #: or ``{"test pattern | message regex": "reason"}``; a test pattern is a glob over the test id
     #: (with or without the backend's name), the case id or the case family. They are reported as

@@ -482,7 +482,54 @@ RNN_CASES: list[Case] = [Case("recurrent", (4, 64), (64,), dtype, eps=0.0) for d
 LSTM_CASES: list[Case] = [Case("recurrent", (4, 128), (128,), dtype, eps=0.0) for dtype in ("float64", "float32")]
 INVARIANCE_CASES: list[Case] = invariance_cases()
 GEOMETRY_CASES: list[Case] = geometry_cases()
+
+
+# -- the throughput sweeps -----------------------------------------------------------------
+
+#: the GPU sweep: x is at least this large (5x the 50 MB L2 of an H100), so traffic leaves the cache
+GPU_SWEEP_X_BYTES = 256 << 20
+GPU_SWEEP_MIN_ROWS = 8192
+GPU_SWEEP_HIDDEN = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+GPU_SWEEP_DTYPES = ("bfloat16", "float16", "float32")
+#: the CPU sweep: 4M elements per case, three row lengths, so numpy, torch and
+#: jax finish in a couple of minutes on two cores (timed with a cold cache)
+CPU_SWEEP_SHAPES = ((16384, 256), (2048, 2048), (256, 16384))
+CPU_SWEEP_DTYPES = ("float32", "bfloat16")
+
+
+def gpu_sweep_cases() -> list[Case]:
+    """rows >= 8192 and x >= 256 MiB, hidden 256 to 65536, bf16, fp16 and fp32."""
+    cases = []
+    for dtype in GPU_SWEEP_DTYPES:
+        for n in GPU_SWEEP_HIDDEN:
+            rows = max(GPU_SWEEP_MIN_ROWS, GPU_SWEEP_X_BYTES // (n * host_dtype(dtype).itemsize))
+            cases.append(_rows_hidden("throughput_gpu", rows, n, dtype))
+    return cases
+
+
+def cpu_sweep_cases() -> list[Case]:
+    return [_rows_hidden("throughput_cpu", m, n, dtype) for dtype in CPU_SWEEP_DTYPES for m, n in CPU_SWEEP_SHAPES]
+
+
+THROUGHPUT_GPU_CASES: list[Case] = gpu_sweep_cases()
+THROUGHPUT_CPU_CASES: list[Case] = cpu_sweep_cases()
+
+
+def throughput_cases(device: str) -> list[Case]:
+    """The sweep for a backend's device: the GPU sweep on ``cuda*``, else the CPU sweep.
+
+    >>> [c.id for c in throughput_cases("cpu")][:1]
+    ['float32-rows16384-hidden256-normal']
+    """
+    return THROUGHPUT_GPU_CASES if device.strip().lower().startswith("cuda") else THROUGHPUT_CPU_CASES
+
+
+def shape_name(case: Case) -> str:
+    """``"16384x256"``: x's shape as the throughput filters and results write it."""
+    return "x".join(map(str, case.shape))
+
+
 #: every case family any suite uses (one pytest marker each: ``family_<name>``)
 ALL_FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(
     c.family for c in FORWARD_CASES + BACKWARD_CASES + GRADCHECK_CASES + INVARIANCE_CASES + GEOMETRY_CASES
-    + RNN_CASES + LSTM_CASES))
+    + RNN_CASES + LSTM_CASES + THROUGHPUT_CPU_CASES + THROUGHPUT_GPU_CASES))

@@ -3,8 +3,10 @@
     normbench list [--probe]          the installed backends and whether they run here
     normbench check --impl torch --shape 64x1000 --dtype bfloat16 --dist offset1e3
     normbench test --impl NAME [PYTEST ARGS]   the suites on NAME, from an installed normbench
-    normbench run [--impl all]        the main job: every suite on every available backend
+    normbench run [--impl all]        the main job: every suite on every available backend,
+                                      results in reports/<run-id>/ (with report.html), and a summary
     normbench table1 [--impl NAME]    the paper's Table 1 (and §3.1) measured, beside the paper's
+    normbench report RESULTS... [-o report.html]   the HTML report of one or more runs
 
 Every user error prints one line ``normbench: error: ...`` with the fix and exits 2.
 """
@@ -12,6 +14,7 @@ Every user error prints one line ``normbench: error: ...`` with the fix and exit
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -105,12 +108,79 @@ def cmd_test(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return int(pytest.main(_pytest_args(args, extra)))
 
 
-def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    from harness.runner import run_pytest, summary
+def _throughput_args(args: argparse.Namespace, run_id: str) -> list[str]:
+    """pytest arguments for the throughput suite: one process, the run's folder, the filters."""
+    from harness.runner import suites_dir
 
-    code, outcomes = run_pytest(_pytest_args(args, ["-q", "--no-header", *extra]))
-    print("\nnormbench conformance summary\n" + summary(outcomes))
-    return code
+    out = [str(suites_dir() / "test_throughput.py"), "-p", "no:cacheprovider", "-W",
+           "ignore::pytest.PytestAssertRewriteWarning", f"--impl={args.impl}", f"--normbench-seed={args.seed}",
+           "-n", "0", f"--normbench-out={args.out}", f"--normbench-run-id={run_id}", f"--normbench-cache={args.cache}",
+           "-q", "--no-header", "--benchmark-quiet"]
+    for name in ("direction", "dtype", "shape"):
+        value = getattr(args, name)
+        if value:
+            out.append(f"--normbench-{name}={','.join(value)}")
+    return out
+
+
+def _exit_code(codes: list[int]) -> int:
+    """The first failure's exit code; 5 (nothing collected) only if nothing ran anywhere."""
+    failing = [c for c in codes if c not in (0, 5)]
+    return failing[0] if failing else (5 if codes and all(c == 5 for c in codes) else 0)
+
+
+def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    from pathlib import Path
+
+    from harness import results
+    from harness.environment import environment, new_run_id, write_environment
+    from harness.runner import outcome_rows, run_pytest, suites_dir, summary
+
+    run_id = args.run_id or new_run_id()
+    folder = Path(args.out) / run_id
+    write_environment(folder, environment(run_id, ["normbench", *args.argv]))
+    codes, report = [], []
+    if "conformance" in args.suites:
+        ignore = f"--ignore={suites_dir() / 'test_throughput.py'}"
+        code, outcomes = run_pytest(_pytest_args(args, ["-q", "--no-header", ignore, *extra]))
+        results.save(folder, results.frame(outcome_rows(outcomes, run_id), results.CONFORMANCE), results.CONFORMANCE)
+        codes.append(code)
+        report.append("normbench conformance summary\n" + summary(outcomes))
+    if "throughput" in args.suites and INTERRUPTED not in codes:  # Ctrl-C stops the run, keeping what is written
+        print(f"\nnormbench: throughput suite, results in {folder}/", flush=True)
+        code, _ = run_pytest(_throughput_args(args, run_id) + list(extra))
+        codes.append(code)
+        report.append(_throughput_report(folder))
+    print("\n" + "\n\n".join(report) + f"\n\nresults: {folder}/")
+    if args.report:
+        _run_report(folder, args.baseline)
+    return _exit_code(codes)
+
+
+def _run_report(folder, baseline: str) -> None:
+    """Write ``report.html`` into the run folder; a run whose results cannot render still ends normally."""
+    from harness.report import write_report
+    from harness.results import ResultsError
+
+    try:
+        print(f"report: {write_report([folder], folder / 'report.html', baseline)}")
+    except ResultsError as exc:
+        print(f"normbench: no report: {exc}", file=sys.stderr)
+
+
+def _throughput_report(folder) -> str:
+    import json
+
+    from harness import results
+    from harness.summary import ceiling_lines, throughput_table
+
+    try:
+        df = results.load(folder)
+    except results.ResultsError:
+        return "normbench throughput summary\nno throughput case ran"
+    env = json.loads((folder / "environment.json").read_text())
+    lines = ceiling_lines(env.get("ceilings", {}).values())
+    return "normbench throughput summary\n" + throughput_table(df) + "".join(f"\n{line}" for line in lines)
 
 
 def _one_backend(spec: str):
@@ -149,11 +219,27 @@ def cmd_table1(args: argparse.Namespace) -> int:
     cells = table1.measure_table(rows, args.seed)
     print(table1.render_table(cells, rows, args.seed))
     ok = all(cell.agrees for cell in cells.values())
+    held = None
     if not args.no_recurrent:
         text, held = table1.render_recurrent(table1.run_recurrent(row_norm, row_norm.dtype, args.seed), row_norm.label, 0.0)
         print(f"\n{text}")
         ok = ok and held
+    if args.save:
+        _save_table1(args, table1.to_document(cells, rows, args.seed, shlex.join(["normbench", *args.argv]), held))
     return 0 if ok else 1
+
+
+def _save_table1(args: argparse.Namespace, document: dict) -> None:
+    import json
+    from pathlib import Path
+
+    path = Path(args.save) / "table1.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+    except (OSError, ValueError) as exc:
+        raise NormbenchError(f"--save={args.save}: cannot write {path}: {exc}") from None
+    print(f"\nsaved: {path} (normbench report {args.save} shows it)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -184,16 +270,71 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="Default: %(default)r")
 
     for name, helptext in (("test", "run the suites with pytest (extra arguments go to pytest)"),
-                           ("run", "the main job: run the suites on the backends and print a summary")):
+                           ("run", "the main job: the conformance and throughput suites on the backends, "
+                                   "results in a folder, and a summary")):
         p = sub.add_parser(name, help=helptext)
         p.add_argument("--impl", default=ALL, metavar="NAMES",
                        help=f"backends: names separated by commas, or {ALL!r}. Default: %(default)r")
         p.add_argument("--seed", type=lambda s: (parse_seeds(s), s)[1], default="0", metavar="SEEDS",
-                       help="seed(s): N, A..B or N,M. Default: %(default)r")
+                       help="seed(s): N, A..B or N,M (throughput uses the first). Default: %(default)r")
         p.add_argument("-n", "--workers", default="auto", metavar="N",
-                       help="pytest-xdist workers ('0' for none). Default: %(default)r")
+                       help="pytest-xdist workers for conformance ('0' for none; throughput always runs alone). "
+                            "Default: %(default)r")
+    _run_options(p)
     _add_table1(sub)
+    _add_report(sub)
     return top
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    from harness.sweep import parse_directions, parse_dtypes, parse_shapes
+    from harness.timing import CACHES
+
+    p.add_argument("--suites", type=_suites, default=SUITES, metavar="LIST",
+                   help=f"which suites: {', '.join(SUITES)}. Default: both")
+    p.add_argument("--out", default="reports", metavar="DIR", help="results go to DIR/<run-id>/. Default: %(default)r")
+    p.add_argument("--run-id", metavar="ID", help="the results folder's name. Default: UTC time and host name")
+    p.add_argument("--direction", type=parse_directions, metavar="LIST",
+                   help="throughput directions: forward, backward, forward+backward. Default: all")
+    p.add_argument("--dtype", type=parse_dtypes, metavar="LIST", help="throughput dtypes. Default: the sweep's")
+    p.add_argument("--shape", type=parse_shapes, metavar="LIST",
+                   help="throughput shapes, ROWSxHIDDEN. Default: the sweep's")
+    p.add_argument("--cache", choices=CACHES, default="cold",
+                   help="cold: flush the last-level cache before every timed sample. Default: %(default)r")
+    p.add_argument("--no-report", dest="report", action="store_false",
+                   help="do not write report.html into the run folder. Default: write it")
+    p.add_argument("--baseline", default="torch", metavar="NAME",
+                   help="the report's speedup baseline backend. Default: %(default)r")
+
+
+def _add_report(sub) -> None:
+    p = sub.add_parser("report", help="render results (run folders or their files) as one self-contained HTML file")
+    p.add_argument("results", nargs="+", metavar="RESULTS",
+                   help="run folders (reports/<run-id>) or their throughput/conformance .json/.csv, environment.json "
+                        "or table1.json files; several render side by side")
+    p.add_argument("-o", "--output", default="report.html", metavar="FILE", help="Default: %(default)r")
+    p.add_argument("--baseline", default="torch", metavar="NAME",
+                   help="the backend speedups are measured against. Default: %(default)r")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.report import write_report
+
+    path = write_report(args.results, args.output, args.baseline)
+    print(f"report: {path}")
+    return 0
+
+
+SUITES = ("conformance", "throughput")
+INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED
+
+
+def _suites(value: str) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+    bad = [v for v in chosen if v not in SUITES]
+    if bad or not chosen:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Valid suites: {', '.join(SUITES)}")
+    return chosen
 
 
 def _add_table1(sub) -> None:
@@ -206,10 +347,13 @@ def _add_table1(sub) -> None:
     p.add_argument("--eps", type=_eps, help="the backend's eps (the oracles use 0). Default: 1e-05")
     p.add_argument("--seed", type=int, default=0, help="Default: %(default)r")
     p.add_argument("--no-recurrent", action="store_true", help="skip the §3.1 RNN and LSTM section")
+    p.add_argument("--save", metavar="DIR", help="also write the measured table as DIR/table1.json (e.g. a run "
+                                                 "folder, for `normbench report`). Default: not saved")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if extra and args.command not in ("test", "run"):
         parser().error(f"unrecognized arguments: {' '.join(extra)}")
     try:
@@ -217,6 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_list(args)
         if args.command == "check":
             return cmd_check(args)
+        if args.command == "report":
+            return cmd_report(args)
         if args.command == "table1":
             return cmd_table1(args)
         return {"test": cmd_test, "run": cmd_run}[args.command](args, extra)

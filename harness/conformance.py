@@ -34,6 +34,10 @@ def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str 
                 f"does not apply")
     if backward and not backend.has_backward:
         return f"backend {backend.name!r} has no backward (has_backward = False)"
+    limit = backend.max_elements
+    if limit is not None and case.rows * case.hidden > limit:
+        return (f"case has {case.rows * case.hidden:,} elements, more than backend {backend.name!r} affords on "
+                f"{backend.device} (max_elements = {limit:,})")
     return None
 
 

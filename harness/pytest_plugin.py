@@ -34,6 +34,9 @@ from harness import __version__, known_failures
 from harness.exceptions import NormbenchError
 from harness.registry import ALL, Selection, get_registry
 
+#: throughput options, the sweep, results and progress live in their own module
+pytest_plugins = ["harness.pytest_throughput"]
+
 SELECTION = pytest.StashKey[Selection]()
 KNOWN_FAILURES = pytest.StashKey[list]()
 TALLY = pytest.StashKey[known_failures.Tally]()
@@ -163,6 +166,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     from harness.conformance import skip_reason
 
     sel = selection(metafunc.config)
+    if "direction" in metafunc.fixturenames:  # a throughput test: the sweep, not the conformance cases
+        from harness.pytest_throughput import parametrize_sweep
+
+        return parametrize_sweep(metafunc, sel.backends)
     seeds = metafunc.config.getoption("normbench_seed")
     marker = metafunc.definition.get_closest_marker("normbench_cases")
     case_list = list(marker.args[0]) if marker else [None]
@@ -192,6 +199,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         params = [pytest.param(*([None] * len(argnames)), id="no-backend",
                                marks=pytest.mark.skip(reason=f"no available backend ({why})"))]
     metafunc.parametrize(argnames, params)
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Name the backend and case in every report (``harness.runner`` reads them;
+    a test id alone cannot split ``mutant-eps-fixed-float32-...``)."""
+    callspec = getattr(item, "callspec", None)
+    backend = callspec.params.get("backend") if callspec else None
+    if backend is not None:
+        item.user_properties.append(("normbench_backend", backend.name))
+        case = callspec.params.get("case")
+        if case is not None:
+            item.user_properties.append(("normbench_case", case.id))
 
 
 def _subject(item: pytest.Item, backend) -> known_failures.Subject:

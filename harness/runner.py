@@ -29,17 +29,16 @@ def suites_dir() -> Path:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One test's result: ``outcome`` is passed, failed, skipped, error or deviation (a
-    failure declared as a known deviation: ``message`` is the failure, ``deviation``
-    "known deviation (source): reason")."""
+    """One test's result: ``outcome`` is passed, failed, skipped, error, xfailed (a known
+    deviation: ``message`` is "known deviation (source): reason") or xpassed."""
 
     nodeid: str
     backend: str
     test: str
     outcome: str
     message: str = ""
-    deviation: str = ""
-    #: the known deviations that cover this test (source, reason), and the source of the one explaining it
+    case: str = ""
+    #: the known deviations that cover this test (source -> reason), and the source of the one explaining it
     covers: tuple[tuple[str, str], ...] = ()
     explains: str = ""
 
@@ -56,16 +55,20 @@ class Collector:
             return
         record = getattr(report, "normbench_deviations", None) or {}
         outcome = report.outcome if report.when == "call" else ("skipped" if report.skipped else "error")
-        deviation = str(getattr(report, "wasxfail", "")) if report.skipped else ""
         match = _ID.match(report.nodeid.split("/")[-1])
+        props = dict(report.user_properties)
+        backend = props.get("normbench_backend") or (match["backend"] if match else "")
+        case = props.get("normbench_case") or (match["rest"] if match else "")
         message = ""
-        if report.skipped and isinstance(report.longrepr, tuple):
+        if hasattr(report, "wasxfail"):  # a known failure: expected (xfailed) or unexpectedly passing (xpassed)
+            outcome = "xfailed" if report.skipped else "xpassed"
+            message = str(report.wasxfail)
+        elif report.skipped and isinstance(report.longrepr, tuple):
             message = str(report.longrepr[2]).removeprefix("Skipped: ")
-        elif report.failed or deviation:
+        elif report.failed:
             message = getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message or ""
-        self.outcomes.append(Outcome(report.nodeid, match["backend"] if match else "",
-                                     match["test"] if match else report.nodeid, "deviation" if deviation else outcome,
-                                     str(message), deviation, tuple(record.get("covers", {}).items()),
+        self.outcomes.append(Outcome(report.nodeid, backend, match["test"] if match else report.nodeid, outcome,
+                                     str(message), case, tuple(record.get("covers", {}).items()),
                                      record.get("explains") or ""))
 
 
@@ -95,11 +98,11 @@ def summary(outcomes: list[Outcome], max_failures: int = 5) -> str:
     lines = [f"{'backend':<{width}}  {'passed':>7} {'failed':>7} {'known dev.':>10} {'skipped':>7}  verdict"]
     for b in backends:
         c = counts[b]
-        bad = c["failed"] + c["error"]
+        bad = c["failed"] + c["error"] + c["xpassed"]
         verdict = "PASS" if bad == 0 and c["passed"] else ("FAIL" if bad else "nothing ran")
-        if verdict == "PASS" and c["deviation"]:
+        if verdict == "PASS" and c["xfailed"]:
             verdict = "PASS, with known deviations"
-        lines.append(f"{b:<{width}}  {c['passed']:>7} {bad:>7} {c['deviation']:>10} {c['skipped']:>7}  {verdict}")
+        lines.append(f"{b:<{width}}  {c['passed']:>7} {bad:>7} {c['xfailed']:>10} {c['skipped']:>7}  {verdict}")
     for b in backends:
         failures = [o for o in outcomes if o.backend == b and o.outcome in ("failed", "error")]
         if failures:
@@ -111,3 +114,12 @@ def summary(outcomes: list[Outcome], max_failures: int = 5) -> str:
         lines += ["\nknown deviations (declared failures, shown so they stay visible):"]
         lines += [f"  {line}" for line in declared]
     return "\n".join(lines)
+
+
+def outcome_rows(outcomes: list[Outcome], run_id: str) -> list[dict]:
+    """Outcomes as rows of the conformance results schema (:mod:`harness.results`)."""
+    from harness.results import CONFORMANCE, new_row
+
+    return [new_row(CONFORMANCE, run_id=run_id, backend=o.backend, suite=o.nodeid.split("::")[0].split("/")[-1],
+                    test=o.test, case=o.case, nodeid=o.nodeid, outcome=o.outcome, message=o.message)
+            for o in outcomes]

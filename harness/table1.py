@@ -154,3 +154,42 @@ def oracle_rows() -> dict[str, Row]:
 
 def layer_norm_row(row_norm: RowLayerNorm, eps: float) -> Row:
     return Row(LayerNormalizer(row_norm), row_norm.dtype, eps)
+
+
+# -- saved as JSON, for the report -----------------------------------------------------------
+
+TABLE1_SCHEMA = "normbench.table1"
+TABLE1_VERSION = 1
+#: the documented fields of a saved cell (``table1.json``, schema ``normbench.table1`` version 1)
+CELL_FIELDS: dict[str, str] = {
+    "key": "the column (a harness.invariances.TRANSFORMATIONS key)",
+    "measured": "Invariant, No or unclear: the verdict from the measured change against the error-model bound",
+    "paper": "the paper's claim for this cell (Invariant or No)",
+    "agrees": "whether the measured verdict is the paper's",
+    "max_change": "max |h' - h| over the layer and the column's instances",
+    "ratio": "the evidence: the worst instance's change/bound (the weakest for No)",
+}
+
+
+def to_document(cells: dict[tuple[str, str], Cell], rows: dict[str, Row], seed: int, command: str,
+                recurrent_held: bool | None) -> dict:
+    """The measured table as a JSON-ready document (``normbench table1 --save DIR`` writes it as DIR/table1.json).
+
+    Top level: ``schema``, ``schema_version``, ``seed``, ``command``, ``layer_norm`` (what the layer-norm row
+    ran on), ``recurrent_held`` (§3.1; null when skipped), ``transformations`` (key, title), ``fields`` (the
+    cell fields' meanings) and ``methods``: title, description (normalizer, dtype, eps) and one cell per column.
+    """
+    methods = [m for m in METHODS if m in rows]
+    return {
+        "schema": TABLE1_SCHEMA, "schema_version": TABLE1_VERSION, "seed": seed, "command": command,
+        "layer_norm": f"{rows['layer'].normalizer.label}, {rows['layer'].dtype}, eps {rows['layer'].eps:g}"
+        if "layer" in rows else "", "recurrent_held": recurrent_held,
+        "transformations": [{"key": k, "title": t.title} for k, t in TRANSFORMATIONS.items()],
+        "fields": CELL_FIELDS,
+        "methods": [{"method": m, "title": METHOD_TITLES[m],
+                     "description": f"{rows[m].normalizer.label}, {rows[m].dtype}, eps {rows[m].eps:g}",
+                     "cells": [{"key": k, "measured": cells[m, k].verdict, "paper": cells[m, k].paper,
+                                "agrees": cells[m, k].agrees, "max_change": float(cells[m, k].max_change),
+                                "ratio": float(cells[m, k].ratio)} for k in TRANSFORMATIONS]}
+                    for m in methods],
+    }

@@ -1,10 +1,12 @@
 """normbench's command line, as a user types it."""
 
+import json
 import subprocess
 import sys
 
 import pytest
 
+from harness import results
 from tests.plugins import ROOT, subprocess_env, write_dist_info
 
 
@@ -50,6 +52,10 @@ def test_check_fails_a_wrong_backend_with_a_diagnosis(tmp_path):
     (["check", "--impl=numpy", "--shape=4xq"], "Could not parse value: '4xq'"),
     (["check", "--impl=numpy", "--shape=4x8", "--dtype=float8"], "invalid choice: 'float8'"),
     (["run", "--seed=x"], "Could not parse value: 'x'"),
+    (["run", "--direction=sideways"], "valid directions: forward, backward, forward+backward"),
+    (["run", "--dtype=float8"], "valid dtypes: float64, float32, float16, bfloat16"),
+    (["run", "--shape=3x3"], "valid shapes: 16384x256"),
+    (["run", "--suites=speed"], "Valid suites: conformance, throughput"),
     (["list", "--bogus"], "unrecognized arguments: --bogus"),
 ])
 def test_bad_input_gets_one_clear_message(args, message):
@@ -59,8 +65,30 @@ def test_bad_input_gets_one_clear_message(args, message):
     assert "Traceback" not in out.stderr
 
 
-def test_run_prints_a_summary():
-    out = normbench("run", "--impl=numpy", "-n", "0", "-m", "family_multidim")
+def test_run_prints_a_summary(tmp_path):
+    out = normbench("run", "--impl=numpy", "-n", "0", f"--out={tmp_path}", "--run-id=r1", "-m", "family_multidim")
     assert out.returncode == 0, out.stdout[-2000:]
     assert "normbench conformance summary" in out.stdout
     assert any(line.split()[:1] == ["numpy"] and line.rstrip().endswith("PASS") for line in out.stdout.splitlines())
+    conformance = results.load(tmp_path / "r1", results.CONFORMANCE)
+    assert set(conformance.outcome) == {"passed"} and set(conformance.backend) == {"numpy"}
+    assert {"test_forward", "test_backward"} <= set(conformance.test) and conformance.case.str.len().min() > 0
+
+
+def test_run_runs_both_suites_into_one_results_folder(tmp_path):
+    """One conformance family and one throughput case (3 samples, a small ceiling buffer)."""
+    out = normbench("run", "--impl=numpy", "-n", "0", f"--out={tmp_path}", "--run-id=r1", "--shape=256x16384",
+                    "--dtype=float32", "--direction=forward", "-k", "family_multidim or throughput",
+                    "--normbench-min-samples=3", "--normbench-max-time=0", "--normbench-ceiling-mib=64")
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert "[1/1] numpy forward float32 256x16384: " in out.stdout  # progress
+    summary = out.stdout[out.stdout.index("normbench throughput summary"):]
+    assert "numpy    forward    float32  1/1" in summary and "ceiling cpu: " in summary
+    folder = tmp_path / "r1"
+    assert {p.name for p in folder.iterdir()} == {"environment.json", "throughput.csv", "throughput.json",
+                                                  "conformance.csv", "conformance.json", "report.html"}
+    assert results.load(folder).verdict.tolist() == ["ok"]
+    assert "<polyline" in (folder / "report.html").read_text() and f"report: {folder / 'report.html'}" in out.stdout
+    assert "test_forward" in set(results.load(folder, results.CONFORMANCE).test)
+    env = json.loads((folder / "environment.json").read_text())
+    assert env["command"].startswith("normbench run --impl=numpy") and "cpu" in env["ceilings"]

@@ -18,7 +18,8 @@ from tests.plugins import ROOT, pytest_command, subprocess_env
 
 TESTS = {"test_forward": cases.FORWARD_CASES, "test_rows_independent": ISOLATION_CASES,
          "test_backward": cases.BACKWARD_CASES, "test_backward_identities": IDENTITY_CASES,
-         "test_finite_differences": cases.GRADCHECK_CASES}
+         "test_finite_differences": cases.GRADCHECK_CASES,
+         "test_throughput": cases.THROUGHPUT_CPU_CASES + cases.THROUGHPUT_GPU_CASES}
 
 
 SUBJECT = Subject("torch", "cpu", "test_backward[torch-bfloat16-rows5-hidden8-offset3]",

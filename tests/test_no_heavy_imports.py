@@ -14,6 +14,10 @@ PROGRAMS = {
     "pytest plugin": "import harness.pytest_plugin",
     "backend classes": "import harness\nr = harness.get_registry()\nfor n in r.names:\n    r.load_class(n); r.availability(n)",
     "normbench list": "from harness.cli import main\nmain(['list'])",
+    "throughput modules": "import harness.timing, harness.roofline, harness.results, harness.throughput, "
+                          "harness.pytest_throughput, harness.sweep, harness.summary, harness.environment",
+    "report modules": "import harness.report, harness.report.sources, harness.report.shape, harness.report.svg, "
+                      "harness.report.render",
 }
 
 

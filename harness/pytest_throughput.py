@@ -1,0 +1,241 @@
+"""The throughput half of the pytest plugin: options, the sweep, results and progress.
+
+Loaded by :mod:`harness.pytest_plugin`. A throughput test takes ``backend``,
+``case``, ``direction`` and the session fixture ``normbench_throughput``::
+
+    @pytest.mark.throughput
+    def test_throughput(backend, case, direction, normbench_throughput, request):
+        measurement = normbench_throughput.measure(backend, case, direction)
+
+and is parametrized over the selected backends x the sweep of each backend's
+device (:func:`harness.cases.throughput_cases`) x the directions, narrowed by
+``--normbench-direction``, ``--normbench-dtype`` and ``--normbench-shape``.
+
+Default selection: ``pytest suites/`` runs the conformance suites only. Tests
+marked ``throughput`` are deselected unless ``-m`` is given (``-m throughput``
+runs them, ``-m "not throughput"`` says so explicitly) or they are all that was
+collected (``pytest suites/test_throughput.py``). Under pytest-xdist workers
+they skip: timing needs the machine to itself.
+
+Rows go to ``<--normbench-out>/<run-id>/`` as they are measured
+(:mod:`harness.results`), with ``environment.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from harness.sweep import Filters, parse_directions, parse_dtypes, parse_shapes
+from harness.timing import CACHES
+
+if TYPE_CHECKING:
+    from harness.backend import Backend
+    from harness.cases import Case
+    from harness.throughput import Measurement
+
+SESSION = pytest.StashKey["ThroughputSession"]()
+COUNT = pytest.StashKey[int]()
+#: the user property under which a throughput test reports its results row
+ROW = "normbench_row"
+XDIST_REASON = "throughput timing needs the machine to itself: run it without -n (pytest-xdist)"
+
+
+def _count(minimum: int):
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+            if number < minimum:
+                raise ValueError
+            return number
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Use an integer >= {minimum}") from None
+    return parse
+
+
+def _seconds(value: str) -> float:
+    try:
+        number = float(value)
+        if not (math.isfinite(number) and number >= 0):
+            raise ValueError
+        return number
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Use seconds >= 0, e.g. 1.0") from None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("normbench", "normbench LayerNorm suites")
+    add = group.addoption
+    add("--normbench-out", metavar="DIR", default="reports",
+        help="Throughput results go to DIR/<run-id>/ (CSV, JSON, environment.json). Default: %(default)r")
+    add("--normbench-run-id", metavar="ID", default=None,
+        help="The run id (the results folder's name). Default: UTC time and host name")
+    add("--normbench-cache", choices=CACHES, default="cold",
+        help="cold: flush the last-level cache before every sample; warm: do not. Default: %(default)r")
+    add("--normbench-direction", metavar="LIST", type=parse_directions, default=None,
+        help="Throughput directions to run: forward, backward, forward+backward. Default: all")
+    add("--normbench-dtype", metavar="LIST", type=parse_dtypes, default=None,
+        help="Throughput dtypes to run, separated by commas. Default: all of the sweep's")
+    add("--normbench-shape", metavar="LIST", type=parse_shapes, default=None,
+        help="Throughput shapes to run, ROWSxHIDDEN separated by commas. Default: all of the sweep's")
+    add("--normbench-min-samples", metavar="N", type=_count(3), default=10,
+        help="Timed samples per case, at least. Default: %(default)r")
+    add("--normbench-max-time", metavar="SECONDS", type=_seconds, default=1.0,
+        help="Keep sampling a case until this much time has passed (or 200 samples). Default: %(default)r")
+    add("--normbench-ceiling-mib", metavar="MIB", type=_count(1), default=None,
+        help="The ceiling's copy buffer in MiB (recorded; below 4x the last-level cache is noted). "
+             "Default: 4x the last-level cache")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(Progress(config), "normbench-progress")
+    config.addinivalue_line("markers", "throughput: a timed throughput case; deselected unless -m selects it "
+                                       "or it is all that was collected")
+
+
+def filters(config: pytest.Config) -> Filters:
+    return Filters(config.getoption("normbench_direction"), config.getoption("normbench_dtype"),
+                   config.getoption("normbench_shape"))
+
+
+def sweep_params(config: pytest.Config, backends: list) -> list:
+    """pytest params (backend, case, direction) of the sweep for each backend,
+    case by case (every backend and direction of a case in a row, so they share
+    its inputs and oracle results, and compare side by side)."""
+    from harness.conformance import skip_reason
+
+    worker = hasattr(config, "workerinput")
+    params = []
+    for backend in backends:
+        for case, direction in filters(config).pairs(backend.device):
+            reason = XDIST_REASON if worker else skip_reason(backend, case, backward=direction != "forward")
+            marks = [getattr(pytest.mark, f"family_{case.family}")] + ([pytest.mark.skip(reason=reason)] if reason else [])
+            params.append(pytest.param(backend, case, direction, id=f"{backend.name}-{case.id}-{direction}", marks=marks))
+    order = {case: i for i, case in enumerate(dict.fromkeys(p.values[1] for p in params))}
+    return sorted(params, key=lambda p: order[p.values[1]])
+
+
+def parametrize_sweep(metafunc: pytest.Metafunc, backends: list) -> None:
+    params = sweep_params(metafunc.config, backends) or [pytest.param(
+        None, None, None, id="no-case", marks=pytest.mark.skip(reason="no backend or no case passed the filters"))]
+    metafunc.parametrize(["backend", "case", "direction"], params)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    timed = [i for i in items if i.get_closest_marker("throughput")]
+    if config.getoption("markexpr") or not timed or len(timed) == len(items):
+        return
+    config.hook.pytest_deselected(items=timed)
+    items[:] = [i for i in items if not i.get_closest_marker("throughput")]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    session.config.stash[COUNT] = sum(1 for i in session.items if i.get_closest_marker("throughput")
+                                      and not i.get_closest_marker("skip"))
+
+
+@dataclass
+class ThroughputSession:
+    """One run's runner and results folder; rows are written as they come."""
+
+    config: pytest.Config
+    runner: Any
+    folder: Path
+    run_id: str
+    rows: list[dict] = field(default_factory=list)
+    _writer: Any = None
+
+    def measure(self, backend: Backend, case: Case, direction: str) -> Measurement:
+        """Measure one case (:meth:`harness.throughput.ThroughputRunner.measure`) and write its row at once."""
+        from harness.environment import environment, write_environment
+        from harness.results import ResultsWriter
+
+        known = set(self.runner.ceilings)
+        measurement = self.runner.measure(backend, case, direction)
+        if self._writer is None:
+            self._writer = ResultsWriter(self.folder, self.run_id)
+        self._writer.add(measurement.row)
+        self.rows.append(measurement.row)
+        if set(self.runner.ceilings) != known or len(self.rows) == 1:
+            env = environment(self.run_id, sys.argv)
+            env["ceilings"] = {k: c.as_dict() for k, c in self.runner.ceilings.items()}
+            write_environment(self.folder, env)
+        return measurement
+
+
+def _session(config: pytest.Config) -> ThroughputSession:
+    if SESSION not in config.stash:
+        from harness.environment import new_run_id
+        from harness.throughput import ThroughputRunner
+        from harness.timing import TimingOptions
+
+        options = TimingOptions(cache=config.getoption("normbench_cache"),
+                                min_samples=config.getoption("normbench_min_samples"),
+                                max_samples=max(200, config.getoption("normbench_min_samples")),
+                                max_time_s=config.getoption("normbench_max_time"))
+        mib = config.getoption("normbench_ceiling_mib")
+        run_id = config.getoption("normbench_run_id") or new_run_id()
+        runner = ThroughputRunner(options, ceiling_bytes=mib << 20 if mib else None,
+                                  seed=config.getoption("normbench_seed")[0], run_id=run_id)
+        config.stash[SESSION] = ThroughputSession(config, runner, Path(config.getoption("normbench_out")) / run_id, run_id)
+    return config.stash[SESSION]
+
+
+@pytest.fixture(scope="session")
+def normbench_throughput(request: pytest.FixtureRequest) -> ThroughputSession:
+    """The session's throughput runner and results folder (see the module doc)."""
+    if hasattr(request.config, "workerinput"):
+        pytest.skip(XDIST_REASON)
+    return _session(request.config)
+
+
+def _row(report: pytest.TestReport) -> dict | None:
+    return next((value for key, value in report.user_properties if key == ROW), None)
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
+    # -q: a passed case's progress line replaces its dot
+    if report.when == "call" and report.passed and config.getoption("verbose") < 0 and _row(report) is not None:
+        return "passed", "", ""
+    return None
+
+
+class Progress:
+    """Writes a progress line per measured case with -q or -v (the default output keeps its dots)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.seen = 0
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        row = _row(report) if report.when == "call" else None
+        if row is None or self.config.getoption("verbose") == 0:
+            return
+        from harness.summary import progress_line
+
+        self.seen += 1
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(progress_line(row, self.seen, self.config.stash.get(COUNT, 0)))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if SESSION not in config.stash or not config.stash[SESSION].rows:
+        return
+    from harness.summary import ceiling_lines, throughput_table
+
+    session = config.stash[SESSION]
+    terminalreporter.section("normbench throughput")
+    if config.getoption("verbose") >= 0:
+        terminalreporter.write_line(throughput_table(session.rows))
+        for line in ceiling_lines(session.runner.ceilings.values()):
+            terminalreporter.write_line(line)
+    terminalreporter.write_line(f"{len(session.rows)} rows in {session.folder}/ (throughput.csv, throughput.json, "
+                                f"environment.json)")

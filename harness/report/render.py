@@ -1,0 +1,79 @@
+"""Render result sets into one self-contained HTML file with Jinja2 (autoescape on).
+
+The page has no script, no external resource and a Content-Security-Policy
+that forbids both; charts are inline SVG drawn by the template; the measured
+rows are embedded as JSON (``<script type="application/json">``, escaped by
+Jinja2's ``tojson``) so the file carries its own data.
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.report import shape, svg
+from harness.report.sources import ResultSet, load_result_sets
+from harness.results import ResultsError
+
+TEMPLATE = "report.html.j2"
+#: columns of the embedded throughput data (enough to redraw every chart)
+EMBEDDED_COLUMNS = ("run_id", "host", "device_name", "backend", "backend_version", "direction", "dtype", "rows",
+                    "hidden", "byte_model", "bytes", "median_s", "iqr_s", "n", "gbps", "ceiling_gbps",
+                    "pct_of_ceiling", "wide_spread", "verdict")
+
+
+def _environment() -> Any:
+    import jinja2
+
+    text = resources.files("harness.report").joinpath("templates", TEMPLATE).read_text(encoding="utf-8")
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(text)
+
+
+def _embedded(sets: list[ResultSet]) -> list[dict[str, Any]]:
+    from harness.results import _records
+
+    return [{"label": rs.label, "throughput": _records(rs.throughput[list(EMBEDDED_COLUMNS)]),
+             "conformance_counts": rs.conformance.groupby(["backend", "outcome"]).size().reset_index(name="n")
+             .to_dict("records")} for rs in sets]
+
+
+def context(sets: list[ResultSet], baseline: str = "torch") -> dict[str, Any]:
+    """Everything the template shows, as plain values."""
+    panels = shape.throughput_panels(sets)
+    return {
+        "version": __version__,
+        "baseline": baseline,
+        "sets": [{"label": rs.label, "source": rs.source, "missing": rs.missing,
+                  "environment": shape.environment_items(rs), "glance": shape.at_a_glance(rs),
+                  "speedups": shape.speedups(rs, baseline),
+                  "problems": shape.throughput_problems(rs), "matrix": shape.conformance_matrix(rs),
+                  "details": shape.conformance_details(rs), "table1": rs.table1,
+                  "n_throughput": len(rs.throughput), "n_conformance": len(rs.conformance)} for rs in sets],
+        "panels": [{"panel": p, "chart": svg.chart(p)} for p in panels],
+        "byte_models": shape.byte_models(sets),
+        "data": _embedded(sets),
+    }
+
+
+def render_html(sets: list[ResultSet], baseline: str = "torch") -> str:
+    """The report's HTML text."""
+    return _environment().render(**context(sets, baseline))
+
+
+def write_report(sources: list[str | os.PathLike], out: str | os.PathLike, baseline: str = "torch") -> Path:
+    """Load ``sources`` (run folders or files), render them, and write ``out``; returns its path."""
+    sets = load_result_sets(sources)
+    html = render_html(sets, baseline)
+    path = Path(out)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(html, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ResultsError(f"cannot write the report to {path}: {exc}") from None
+    return path

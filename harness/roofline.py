@@ -1,0 +1,328 @@
+"""The byte model and the ceiling: what a LayerNorm must move, and how fast this device moves bytes.
+
+The byte model (PERFORMANCE.md, one model applied identically to every
+backend; e_x, e_y, e_w, e_b are element sizes, M rows, N hidden; a term for a
+missing weight or bias is 0):
+
+* forward, training: ``M*N*e_x + M*N*e_y + N*(e_w + e_b) + 2*M*4`` (fp32 mean, rstd written)
+* forward, inference: the same without ``2*M*4``
+* backward: ``2*M*N*e_x`` (x, dy) ``+ M*N*e_x`` (dx) ``+ N*e_w`` (weight)
+  ``+ 2*M*4`` (mean, rstd read) ``+ N*(e_w + e_b)`` (dweight, dbias written)
+
+The throughput directions use it so: ``forward`` times ``Backend.layer_norm``,
+which returns y only, so it is the inference model; ``backward`` is the backward
+model; ``forward+backward`` is a training forward plus the backward. Traffic an
+implementation adds (re-reads, partial buffers) is never counted: it shows as a
+lower fraction of the ceiling.
+
+The ceiling is the device's copy bandwidth, ``2*bytes/time`` of a copy of a
+buffer at least 4x the last-level cache, median of 20 runs, measured in the
+same run as the cases it judges. On the CPU the copy runs on one thread and on
+every core this process may use (NumPy releases the GIL), each run is the
+fastest of 3 back-to-back copies (so another process preempting a copy does
+not lower the ceiling), and the faster median is the ceiling; on CUDA it is
+``Tensor.copy_`` timed with CUDA events (device time: nothing preempts it).
+
+>>> forward_bytes(8192, 4096, "bfloat16", training=True)
+134299648
+>>> DIRECTIONS
+('forward', 'backward', 'forward+backward')
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from harness.dtypes import host_dtype
+from harness.exceptions import NormbenchError
+
+DIRECTIONS: tuple[str, ...] = ("forward", "backward", "forward+backward")
+#: the byte-model variant each direction uses (recorded in every results row)
+BYTE_MODELS: dict[str, str] = {"forward": "forward-inference", "backward": "backward",
+                               "forward+backward": "forward-training+backward"}
+#: each byte-model variant as a formula (PERFORMANCE.md), shown beside the numbers in reports
+BYTE_MODEL_FORMULAS: dict[str, str] = {
+    "forward-inference": "M*N*e_x (read x) + M*N*e_y (write y) + N*(e_w + e_b) (read weight, bias)",
+    "backward": "2*M*N*e (read x, dy) + M*N*e (write dx) + N*e_w (read weight) + 2*M*4 (read fp32 mean, rstd) "
+                "+ N*(e_w + e_b) (write dweight, dbias)",
+    "forward-training+backward": "the training forward, M*N*e_x + M*N*e_y + N*(e_w + e_b) + 2*M*4 (write fp32 "
+                                 "mean, rstd), plus the backward",
+}
+#: statistics are fp32 whatever the input dtype: 4 bytes each for mean and rstd
+STAT_BYTES = 4
+#: the ceiling's copy buffer is at least this many times the last-level cache
+CACHE_MULTIPLE = 4
+CEILING_REPEATS = 20
+#: on the CPU, each run is the fastest of this many back-to-back copies: a copy
+#: preempted by another process (a busy machine) must not lower the ceiling, and
+#: with a buffer 4x the cache a repeat gains nothing from it
+COPIES_PER_RUN = 3
+#: when the cache size cannot be read: larger than most CPUs' LLC (recorded as assumed)
+ASSUMED_CACHE_BYTES = 256 << 20
+MIB = 1 << 20
+
+
+def _sizes(dtype: str, param_dtype: str | None, weight: bool, bias: bool) -> tuple[int, int, int]:
+    e = host_dtype(dtype).itemsize
+    ep = host_dtype(param_dtype or dtype).itemsize
+    return e, ep if weight else 0, ep if bias else 0
+
+
+def forward_bytes(rows: int, hidden: int, dtype: str, param_dtype: str | None = None, *,
+                  weight: bool = True, bias: bool = True, training: bool = False) -> int:
+    """Bytes a forward must move: read x, write y, read weight and bias, and
+    (training) write the fp32 mean and rstd.
+
+    >>> forward_bytes(2, 3, "float32", weight=False, bias=False)
+    48
+    """
+    e, ew, eb = _sizes(dtype, param_dtype, weight, bias)
+    return rows * hidden * 2 * e + hidden * (ew + eb) + (2 * rows * STAT_BYTES if training else 0)
+
+
+def backward_bytes(rows: int, hidden: int, dtype: str, param_dtype: str | None = None, *,
+                   weight: bool = True, bias: bool = True) -> int:
+    """Bytes a backward must move: read x and dy, write dx, read weight, read
+    mean and rstd, write dweight and dbias.
+
+    >>> backward_bytes(2, 3, "float32")
+    124
+    """
+    e, ew, eb = _sizes(dtype, param_dtype, weight, bias)
+    return 3 * rows * hidden * e + hidden * ew + 2 * rows * STAT_BYTES + hidden * (ew + eb)
+
+
+def direction_bytes(rows: int, hidden: int, dtype: str, direction: str, param_dtype: str | None = None, *,
+                    weight: bool = True, bias: bool = True) -> int:
+    """The byte model of one throughput direction (see :data:`BYTE_MODELS`)."""
+    kw = {"weight": weight, "bias": bias}
+    if direction == "forward":
+        return forward_bytes(rows, hidden, dtype, param_dtype, **kw)
+    if direction == "backward":
+        return backward_bytes(rows, hidden, dtype, param_dtype, **kw)
+    if direction == "forward+backward":
+        return (forward_bytes(rows, hidden, dtype, param_dtype, training=True, **kw)
+                + backward_bytes(rows, hidden, dtype, param_dtype, **kw))
+    raise NormbenchError(f"unknown direction {direction!r}; expected one of {', '.join(DIRECTIONS)}")
+
+
+# -- the last-level cache ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CacheSize:
+    """The last-level cache this process's cores share, and where the number came from."""
+
+    bytes: int
+    source: str
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([KMG]?)i?B?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``"266240K"`` (sysfs), ``"32 MiB"`` or ``"1048576"`` as bytes.
+
+    >>> parse_size("266240K"), parse_size("32 MiB")
+    (272629760, 33554432)
+    """
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"not a cache size: {text!r}")
+    return int(match[1]) << {"": 0, "K": 10, "M": 20, "G": 30}[match[2].upper()]
+
+
+def _sysfs_cache(root: Path, cpus: set[int]) -> CacheSize | None:
+    """The highest-level data or unified cache in sysfs, times the number of
+    distinct instances of it among ``cpus`` (one per socket or CCX)."""
+    best: tuple[int, int, str] | None = None  # (level, size, index name)
+    for index in sorted((root / "cpu0" / "cache").glob("index*")):
+        try:
+            if (index / "type").read_text().strip() not in ("Data", "Unified"):
+                continue
+            level, size = int((index / "level").read_text()), parse_size((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        if best is None or level > best[0]:
+            best = (level, size, index.name)
+    if best is None:
+        return None
+    level, size, name = best
+    instances = set()
+    for cpu in cpus:
+        try:
+            instances.add((root / f"cpu{cpu}" / "cache" / name / "shared_cpu_list").read_text().strip())
+        except OSError:
+            pass
+    count = max(1, len(instances))
+    where = f"{root}/cpu*/cache/{name}: L{level} {size // 1024} KiB"
+    return CacheSize(size * count, where + (f" x {count} instances" if count > 1 else ""))
+
+
+def last_level_cache(sysfs: Path = Path("/sys/devices/system/cpu")) -> CacheSize:
+    """The CPU's last-level cache size: sysfs (Linux), else ``sysconf``, else
+    ``sysctl`` (macOS), else :data:`ASSUMED_CACHE_BYTES` with the source saying so."""
+    cpus = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else {0}
+    found = _sysfs_cache(sysfs, cpus) if sysfs.is_dir() else None
+    if found:
+        return found
+    for name in ("SC_LEVEL4_CACHE_SIZE", "SC_LEVEL3_CACHE_SIZE", "SC_LEVEL2_CACHE_SIZE"):
+        try:
+            value = os.sysconf(name)
+        except (ValueError, OSError, AttributeError):
+            continue
+        if value and value > 0:
+            return CacheSize(int(value), f"os.sysconf({name!r})")
+    if sys.platform == "darwin":
+        for key in ("hw.l3cachesize", "hw.l2cachesize"):
+            try:
+                out = subprocess.run(["sysctl", "-n", key], capture_output=True, text=True, timeout=5).stdout
+                if out.strip().isdigit() and int(out) > 0:
+                    return CacheSize(int(out), f"sysctl {key}")
+            except (OSError, subprocess.SubprocessError):
+                pass
+    return CacheSize(ASSUMED_CACHE_BYTES, f"assumed {ASSUMED_CACHE_BYTES // MIB} MiB (the cache size could not be read)")
+
+
+def cpu_threads() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+# -- the ceiling ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """A measured copy bandwidth: ``gbps = 2*buffer_bytes/median_s/1e9``."""
+
+    device: str
+    gbps: float
+    median_s: float
+    q1_s: float
+    q3_s: float
+    n: int
+    buffer_bytes: int
+    cache_bytes: int
+    cache_source: str
+    method: str
+
+    @property
+    def buffer_ok(self) -> bool:
+        """Whether the buffer met the rule (at least 4x the last-level cache)."""
+        return self.buffer_bytes >= CACHE_MULTIPLE * self.cache_bytes
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "buffer_ok": self.buffer_ok}
+
+    def describe(self) -> str:
+        note = "" if self.buffer_ok else f"; below the {CACHE_MULTIPLE}x-cache rule"
+        return (f"{self.device}: {self.gbps:.1f} GB/s ({self.method}, {self.buffer_bytes / MIB:.0f} MiB buffer = "
+                f"{self.buffer_bytes / max(self.cache_bytes, 1):.1f}x the {self.cache_bytes / MIB:.0f} MiB "
+                f"last-level cache, median of {self.n}{note})")
+
+
+def device_key(device: str) -> str:
+    """``"cuda:0 (NVIDIA H100)"`` -> ``"cuda:0"``; ``"cpu"`` -> ``"cpu"``: which ceiling applies.
+
+    >>> device_key("cuda:1 (NVIDIA H200)"), device_key("cuda"), device_key("cpu")
+    ('cuda:1', 'cuda:0', 'cpu')
+    """
+    first = (device or "cpu").strip().lower().split(" ")[0]
+    if first.startswith("cuda"):
+        return first if ":" in first else "cuda:0"
+    if first.startswith("cpu"):
+        return "cpu"
+    return first
+
+
+def _quartiles(samples: list[float]) -> tuple[float, float, float]:
+    q1, med, q3 = np.percentile(np.asarray(samples, dtype=np.float64), [25, 50, 75])
+    return float(med), float(q1), float(q3)
+
+
+def _cpu_copy_samples(src: np.ndarray, dst: np.ndarray, threads: int, repeats: int) -> list[float]:
+    """``repeats`` runs, each the fastest of :data:`COPIES_PER_RUN` back-to-back copies."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = src.size
+    parts = [slice(i * n // threads, (i + 1) * n // threads) for i in range(threads)]
+    copy_part = lambda s: np.copyto(dst[s], src[s])
+    samples = []
+    with ThreadPoolExecutor(threads) as pool:
+        def copy() -> float:
+            start = time.perf_counter_ns()
+            if threads == 1:
+                np.copyto(dst, src)
+            else:
+                list(pool.map(copy_part, parts))
+            return (time.perf_counter_ns() - start) / 1e9
+
+        copy()  # warm-up
+        for _ in range(repeats):
+            samples.append(min(copy() for _ in range(COPIES_PER_RUN)))
+    return samples
+
+
+def measure_cpu_ceiling(buffer_bytes: int | None = None, repeats: int = CEILING_REPEATS,
+                        cache: CacheSize | None = None) -> Ceiling:
+    """Copy bandwidth of this CPU on a buffer of ``buffer_bytes`` (default 4x the LLC)."""
+    cache = cache or last_level_cache()
+    nbytes = int(buffer_bytes or max(CACHE_MULTIPLE * cache.bytes, 64 * MIB))
+    src = np.ones(nbytes, dtype=np.uint8)
+    dst = np.zeros(nbytes, dtype=np.uint8)  # written, so its pages exist before timing
+    best: tuple[float, list[float], int] | None = None
+    for threads in sorted({1, cpu_threads()}):
+        samples = _cpu_copy_samples(src, dst, threads, repeats)
+        median = _quartiles(samples)[0]
+        if best is None or median < best[0]:
+            best = (median, samples, threads)
+    del src, dst
+    median, samples, threads = best
+    med, q1, q3 = _quartiles(samples)
+    return Ceiling("cpu", 2 * nbytes / med / 1e9, med, q1, q3, len(samples), nbytes, cache.bytes, cache.source,
+                   f"numpy.copyto on {threads} thread{'s' if threads > 1 else ''}")
+
+
+def measure_cuda_ceiling(device: str, buffer_bytes: int | None = None, repeats: int = CEILING_REPEATS) -> Ceiling:
+    """Copy bandwidth of a CUDA device: ``Tensor.copy_`` timed with CUDA events
+    (untested on hardware in normbench's CI, which has no GPU)."""
+    import torch
+
+    dev = torch.device(device)
+    l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
+    nbytes = int(buffer_bytes or max(CACHE_MULTIPLE * l2, 1 << 30))
+    src = torch.ones(nbytes, dtype=torch.uint8, device=dev)
+    dst = torch.zeros(nbytes, dtype=torch.uint8, device=dev)
+    dst.copy_(src)  # warm-up
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+    for start, end in events:
+        start.record()
+        dst.copy_(src)
+        end.record()
+    torch.cuda.synchronize(dev)
+    samples = [start.elapsed_time(end) / 1e3 for start, end in events]
+    del src, dst
+    med, q1, q3 = _quartiles(samples)
+    name = torch.cuda.get_device_name(dev)
+    return Ceiling(device, 2 * nbytes / med / 1e9, med, q1, q3, len(samples), nbytes, l2,
+                   f"torch.cuda.get_device_properties: {name} L2", "Tensor.copy_ timed with CUDA events")
+
+
+def measure_ceiling(device: str, buffer_bytes: int | None = None, repeats: int = CEILING_REPEATS) -> Ceiling:
+    """The copy-bandwidth ceiling of ``device`` (a :func:`device_key`)."""
+    key = device_key(device)
+    if key == "cpu":
+        return measure_cpu_ceiling(buffer_bytes, repeats)
+    if key.startswith("cuda"):
+        return measure_cuda_ceiling(key, buffer_bytes, repeats)
+    raise NormbenchError(f"no ceiling measurement for device {device!r}: normbench measures 'cpu' and 'cuda:N'. "
+                         f"Fix: report the device as one of those in the backend's `device` attribute")

@@ -1,0 +1,72 @@
+"""The throughput sweep a run measures, and the filters that narrow it.
+
+The cases are :func:`harness.cases.throughput_cases` (the GPU sweep on CUDA
+devices, the CPU sweep elsewhere) times :data:`harness.roofline.DIRECTIONS`.
+``--direction``, ``--dtype`` and ``--shape`` (``normbench run``) or their
+``--normbench-*`` forms (pytest) keep a subset; a value outside the valid ones
+is a usage error that lists them.
+
+>>> Filters(dtypes=parse_dtypes("float32")).keep(cases.THROUGHPUT_CPU_CASES[0], "forward")
+True
+>>> parse_directions("sideways")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+argparse.ArgumentTypeError: ... Unknown direction 'sideways'; valid directions: forward, backward, forward+backward
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from harness import cases
+from harness.cases import Case
+from harness.dtypes import DTYPES
+from harness.roofline import DIRECTIONS
+
+
+def sweep_shapes() -> tuple[str, ...]:
+    """Every shape of the CPU and GPU sweeps, as ``ROWSxHIDDEN``."""
+    return tuple(dict.fromkeys(cases.shape_name(c) for c in cases.THROUGHPUT_CPU_CASES + cases.THROUGHPUT_GPU_CASES))
+
+
+def _parse(kind: str, plural: str, value: str, valid: Sequence[str]) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(v.strip().lower() for v in value.split(",") if v.strip()))
+    if not chosen:
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Give one or more {plural} "
+                                         f"separated by commas; valid {plural}: {', '.join(valid)}")
+    for v in chosen:
+        if v not in valid:
+            raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Unknown {kind} {v!r}; "
+                                             f"valid {plural}: {', '.join(valid)}")
+    return chosen
+
+
+def parse_directions(value: str) -> tuple[str, ...]:
+    return _parse("direction", "directions", value, DIRECTIONS)
+
+
+def parse_dtypes(value: str) -> tuple[str, ...]:
+    return _parse("dtype", "dtypes", value, DTYPES)
+
+
+def parse_shapes(value: str) -> tuple[str, ...]:
+    return _parse("shape", "shapes", value, sweep_shapes())
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which directions, dtypes and shapes to keep; None keeps all."""
+
+    directions: tuple[str, ...] | None = None
+    dtypes: tuple[str, ...] | None = None
+    shapes: tuple[str, ...] | None = None
+
+    def keep(self, case: Case, direction: str) -> bool:
+        return ((self.directions is None or direction in self.directions)
+                and (self.dtypes is None or case.dtype in self.dtypes)
+                and (self.shapes is None or cases.shape_name(case) in self.shapes))
+
+    def pairs(self, device: str) -> list[tuple[Case, str]]:
+        """The (case, direction) pairs of the sweep for ``device`` that pass the filters."""
+        return [(case, d) for case in cases.throughput_cases(device) for d in DIRECTIONS if self.keep(case, d)]

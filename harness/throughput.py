@@ -1,0 +1,194 @@
+"""Measure one throughput case: verify, warm up, time, verify again, judge.
+
+For one backend, case and direction, :meth:`ThroughputRunner.measure`
+
+1. converts the inputs once and runs the op; its output must pass the oracle
+   under the error model (else verdict ``wrong-before``, and nothing is timed);
+2. warms up: the backend's optional ``warmup(x, normalized_shape, weight,
+   bias, eps)`` hook, then the op ``TimingOptions.warmup`` more times, untimed;
+3. times the op (:mod:`harness.timing`, cold cache by default);
+4. runs the op once more: its output must be bit-identical to the verified
+   one or pass the oracle again, and the inputs must be unmodified (else
+   ``wrong-after``);
+5. computes GB/s from the byte model (:mod:`harness.roofline`) and the median;
+   above the ceiling by more than :data:`ABOVE_CEILING_MARGIN`, the ceiling is
+   measured again (once per device) and, if still above, the verdict is
+   ``above-ceiling``: a result faster than the device can move its bytes is
+   an error (cached outputs, skipped work), never a speed.
+
+An exception from the backend is verdict ``error`` with its message. Only an
+``ok`` row carries ``gbps`` and ``pct_of_ceiling``.
+
+Example (numpy, one small case, a 64 MiB ceiling buffer)::
+
+    >>> from harness import cases, get_registry
+    >>> from harness.timing import TimingOptions
+    >>> runner = ThroughputRunner(TimingOptions(min_samples=3, max_time_s=0), ceiling_bytes=64 << 20)
+    >>> case = cases.Case("t", (64, 256), (256,), "float32")
+    >>> row = runner.measure(get_registry().create("numpy"), case, "forward").row
+    >>> row["verdict"], row["bytes"], row["gbps"] > 0
+    ('ok', 133120, True)
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.backend import Backend
+from harness.cases import Case, shape_name
+from harness.conformance import ConformanceError
+from harness.environment import device_name, now_utc
+from harness.roofline import BYTE_MODELS, Ceiling, device_key, direction_bytes, last_level_cache, measure_ceiling
+from harness.timing import Timing, TimingOptions, make_timer, ready
+from harness.verify import Reference, Verifier
+
+VERDICTS: tuple[str, ...] = ("ok", "wrong-before", "wrong-after", "above-ceiling", "error")
+#: a median faster than the ceiling by more than this factor is an error. The
+#: ceiling is itself a median of a noisy measurement, and a kernel at the
+#: ceiling may land a few percent above it; skipping work lands far above.
+ABOVE_CEILING_MARGIN = 1.10
+
+
+@dataclass
+class Prepared:
+    """A case's inputs converted once (from copies of the reference's), and the op a timer calls."""
+
+    native: tuple  # x, weight, bias, dy as the backend's arrays
+    op: Callable[[], Any]
+
+
+def prepare(backend: Backend, reference: Reference, direction: str) -> Prepared:
+    case = reference.case
+    wanted = reference.arrays if direction != "forward" else (*reference.arrays[:3], None)
+    x, w, b, g = (None if a is None else backend.asarray(a.copy()) for a in wanted)
+    ns, eps = case.normalized_shape, case.eps
+    forward = lambda: backend.layer_norm(x, ns, w, b, eps)
+    backward = lambda: backend.layer_norm_backward(g, x, ns, w, b, eps)
+    op = {"forward": forward, "backward": backward, "forward+backward": lambda: (forward(), backward())}[direction]
+    return Prepared((x, w, b, g), op)
+
+
+@dataclass
+class Measurement:
+    """One results row (:data:`harness.results.THROUGHPUT_COLUMNS`) and the samples behind it."""
+
+    row: dict[str, Any]
+    timing: Timing | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.row["verdict"] == "ok"
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+@dataclass
+class ThroughputRunner:
+    """Measures cases one after another, with one ceiling and one timer per device.
+
+    ``ceiling_bytes`` overrides the ceiling's copy buffer (default 4x the
+    last-level cache); ``measure_ceiling`` and ``make_timer`` may be replaced
+    (tests use a fixed ceiling and a synthetic clock).
+    """
+
+    options: TimingOptions = field(default_factory=TimingOptions)
+    ceiling_bytes: int | None = None
+    seed: int = 0
+    run_id: str = ""
+    measure_ceiling: Callable[[str, int | None], Ceiling] = measure_ceiling
+    make_timer: Callable[[str, int], Any] = make_timer
+    ceilings: dict[str, Ceiling] = field(default_factory=dict)
+    _confirmed: set = field(default_factory=set)
+    _timers: dict = field(default_factory=dict)
+    _last: Reference | None = None
+
+    def ceiling(self, device: str) -> Ceiling:
+        key = device_key(device)
+        if key not in self.ceilings:
+            self.ceilings[key] = self.measure_ceiling(key, self.ceiling_bytes)
+        return self.ceilings[key]
+
+    def _timer(self, key: str):
+        if key not in self._timers:
+            self._timers[key] = self.make_timer(key, last_level_cache().bytes)
+        return self._timers[key]
+
+    def _base(self, backend: Backend, case: Case, direction: str) -> dict[str, Any]:
+        from harness.results import new_row
+
+        return new_row(run_id=self.run_id, time=now_utc(), host=socket.gethostname(), device=backend.device,
+                       device_name=device_name(backend.device), backend=backend.name,
+                       backend_version=type(backend).library_version(), direction=direction, dtype=case.dtype,
+                       param_dtype=case.params, rows=case.rows, hidden=case.hidden, shape=shape_name(case),
+                       case_id=case.id, seed=self.seed, byte_model=BYTE_MODELS[direction],
+                       bytes=direction_bytes(case.rows, case.hidden, case.dtype, direction, case.params,
+                                             weight=case.affine in ("wb", "w"), bias=case.affine in ("wb", "b")),
+                       cache=self.options.cache)
+
+    def _reference(self, case: Case) -> Reference:
+        """The reference of ``case``, reused while the same case is measured in
+        another direction or on another backend (the sweep keeps them together)."""
+        if self._last is None or self._last.case != case or self._last.seed != self.seed:
+            self._last = None  # let the old one go first: a GPU case's oracle is gigabytes
+            self._last = Reference(case, self.seed)
+        return self._last
+
+    def _warm_up(self, backend: Backend, case: Case, prepared: Prepared, sync: Callable[[Any], None]) -> None:
+        """The backend's ``warmup`` hook (compilation, autotuning), then the op, untimed."""
+        hook = getattr(backend, "warmup", None)
+        if callable(hook):
+            x, w, b, _ = prepared.native
+            hook(x, case.normalized_shape, w, b, case.eps)
+        for _ in range(self.options.warmup):
+            sync(prepared.op())
+
+    def measure(self, backend: Backend, case: Case, direction: str) -> Measurement:
+        """Verify, time, verify again and judge one case; never raises for a backend's fault."""
+        row = self._base(backend, case, direction)
+        sync = lambda out: (backend.synchronize(), ready(out))
+        stage = "wrong-before"
+        try:
+            reference = self._reference(case)
+            prepared = prepare(backend, reference, direction)
+            verifier = Verifier(backend, reference, direction, prepared.native)
+            verifier.check(prepared.op())
+            self._warm_up(backend, case, prepared, sync)
+            ceiling = self.ceiling(backend.device)
+            timing = self._timer(device_key(backend.device)).measure(prepared.op, sync, self.options)
+            stage = "wrong-after"
+            verifier.check(prepared.op())
+            verifier.check_inputs()
+        except ConformanceError as exc:
+            return Measurement({**row, "verdict": stage, "message": str(exc)})
+        except Exception as exc:  # a backend may fail in any way; the run goes on
+            return Measurement({**row, "verdict": "error", "message": _error(exc)})
+        return Measurement(self._judge(row, timing, ceiling, backend.device), timing)
+
+    def _judge(self, row: dict[str, Any], timing: Timing, ceiling: Ceiling, device: str) -> dict[str, Any]:
+        row = {**row, "timer": timing.timer, "cache": timing.cache, "calls_per_sample": timing.calls_per_sample,
+               **timing.statistics()}
+        gbps = row["bytes"] / timing.median_s / 1e9 if timing.median_s > 0 else math.inf
+        key = device_key(device)
+        if gbps > ceiling.gbps * ABOVE_CEILING_MARGIN and key not in self._confirmed:
+            self._confirmed.add(key)  # measure once more before calling it an error
+            again = self.measure_ceiling(key, self.ceiling_bytes)
+            ceiling = self.ceilings[key] = max(ceiling, again, key=lambda c: c.gbps)
+        row.update(ceiling_gbps=ceiling.gbps, fits_in_cache=row["bytes"] <= ceiling.cache_bytes)
+        if gbps > ceiling.gbps * ABOVE_CEILING_MARGIN:
+            return {**row, "verdict": "above-ceiling", "message": (
+                f"measured {gbps:.3g} GB/s, {gbps / ceiling.gbps:.2f}x the copy-bandwidth ceiling {ceiling.gbps:.3g} "
+                f"GB/s: faster than the device can move the byte model's {row['bytes']} bytes, so an output is "
+                f"cached or work is skipped; recorded as an error, not a speed")}
+        notes = []
+        if timing.wide:
+            notes.append(f"wide spread: IQR is {100 * timing.rel_spread:.0f}% of the median (a busy machine?)")
+        if not ceiling.buffer_ok:
+            notes.append("the ceiling's buffer was below 4x the last-level cache")
+        return {**row, "verdict": "ok", "gbps": gbps, "pct_of_ceiling": 100 * gbps / ceiling.gbps,
+                "message": "; ".join(notes)}

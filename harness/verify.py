@@ -1,0 +1,141 @@
+"""Verify a timed op's outputs against the oracle, before and after timing.
+
+The same error model as the conformance suites (``harness.errors``: the
+forward bound, and the backward bounds for the dtype the backend stores its
+statistics in), the same dy (``harness.cases.make_dy``) and the same
+diagnoses, applied to what a throughput case produced. A :class:`Reference` holds one case's host inputs and oracle results
+and is shared by its three directions, so a big GPU case pays for the float64
+oracle once, not three times.
+
+Example::
+
+    >>> from harness import cases, get_registry
+    >>> backend = get_registry().create("numpy")
+    >>> ref = Reference(cases.Case("t", (4, 8), (8,), "float32"), seed=0)
+    >>> x, w, b, dy = (backend.asarray(a.copy()) for a in ref.arrays)
+    >>> verifier = Verifier(backend, ref, "forward", (x, w, b, dy))
+    >>> verifier.check(backend.layer_norm(x, (8,), w, b, 1e-5))  # silent when right
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harness import conformance, errors, oracle
+from harness.backend import Backend
+from harness.cases import Case, make_dy, make_inputs
+from harness.conformance import ConformanceError
+
+
+@dataclass
+class Reference:
+    """Host inputs (never handed to a backend: it gets copies) and the oracle's
+    results for one case and seed, computed when first needed."""
+
+    case: Case
+    seed: int
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.inputs = make_inputs(self.case, self.seed)
+        self.dy = make_dy(self.case, self.seed)
+
+    @property
+    def arrays(self) -> tuple:
+        """x, weight, bias, dy (host arrays; weight or bias may be None)."""
+        return self.inputs.x, self.inputs.weight, self.inputs.bias, self.dy
+
+    def _get(self, key: str, make):
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    @property
+    def forward(self) -> oracle.Forward:
+        return self._get("forward", lambda: conformance.reference(self.inputs))
+
+    @property
+    def forward_bound(self) -> np.ndarray:
+        return self._get("forward_bound", lambda: errors.forward_bound(self.forward, self.case.dtype))
+
+    @property
+    def gradients(self) -> oracle.Backward:
+        return self._get("gradients", lambda: oracle.backward(self.dy, self.forward))
+
+    def backward_bounds(self, stats_dtype: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The backward error model's bounds for a backend that stores its statistics in ``stats_dtype``."""
+        return self._get(f"backward_bounds/{stats_dtype}", lambda: errors.backward_bounds(
+            self.dy, self.forward, self.gradients, self.case.dtype, self.case.params, stats_dtype))
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and conformance.same_bits(a, b))
+
+
+@dataclass
+class Verifier:
+    """Checks a direction's outputs; an output bit-identical to one already
+    verified needs no second comparison."""
+
+    backend: Backend
+    reference: Reference
+    direction: str
+    native: tuple  # the backend's x, weight, bias, dy (to check they are unmodified)
+    verified: list[np.ndarray | None] | None = None
+    stats_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.direction != "forward":  # the backward bound depends on how the statistics are stored
+            x, w, b, _ = self.native
+            self.stats_dtype = conformance.statistics_dtype(self.backend, x, self.reference.case, w, b)
+
+    def _host(self, outputs: Any) -> list[np.ndarray | None]:
+        """Outputs as host arrays (y; dx, dweight, dbias), their shapes and dtypes checked."""
+        case, backend = self.reference.case, self.backend
+        check = conformance._check_array  # shape and dtype, with a readable message
+        if self.direction == "forward":
+            return [check("y", outputs, backend, case.shape, case.dtype)]
+        y, grads = (None, outputs) if self.direction == "backward" else outputs
+        host = [] if y is None else [check("y", y, backend, case.shape, case.dtype)]
+        dx, dw, db = grads
+        host.append(check("dx", dx, backend, case.shape, case.dtype))
+        given = self.reference.inputs
+        return host + [conformance._check_gradient(what, g, p, backend, case, case.normalized_shape, case.params)
+                       for what, g, p in (("dweight", dw, given.weight), ("dbias", db, given.bias))]
+
+    def _compare(self, what: str, got: np.ndarray | None, want: np.ndarray, bound: np.ndarray) -> None:
+        if got is None:
+            return
+        ref = self.reference
+        rows = lambda a: np.reshape(np.asarray(a, dtype=np.float64), (-1, ref.case.hidden))
+        worst = conformance.worst_violation(rows(got), rows(want), rows(bound))
+        if worst is not None:
+            per_row = what in ("y", "dx")  # the row's mean and sigma explain y and dx, not column sums
+            notes = () if what == "y" else conformance.gradient_notes(ref.inputs)
+            raise ConformanceError(conformance.describe(what, worst, ref.inputs, self.backend,
+                                                        ref.forward if per_row else None, notes))
+
+    def check(self, outputs: Any) -> None:
+        """Raise :class:`ConformanceError` unless ``outputs`` are right."""
+        host = self._host(outputs)
+        if self.verified is not None and all(_same(a, b) for a, b in zip(host, self.verified)):
+            return
+        ref, rest = self.reference, list(host)
+        if self.direction != "backward":
+            self._compare("y", rest.pop(0), ref.forward.y, ref.forward_bound)
+        if self.direction != "forward":
+            grads, bounds = ref.gradients, ref.backward_bounds(self.stats_dtype)
+            for what, got, want, bound in zip(("dx", "dweight", "dbias"), rest, (grads.dx, grads.dweight, grads.dbias),
+                                              bounds):
+                self._compare(what, got, want, bound)
+        self.verified = host
+
+    def check_inputs(self) -> None:
+        """The backend's inputs still hold what it was given."""
+        for what, original, native in zip(("x", "weight", "bias", "dy"), self.reference.arrays, self.native):
+            if native is not None and not conformance.same_bits(np.asarray(self.backend.to_numpy(native)), original):
+                raise ConformanceError(f"{self.backend.name} {self.reference.case.id}: the {self.direction} modified "
+                                       f"its input {what} in place")

@@ -1,0 +1,33 @@
+"""normbench's own LayerNorm kernels in Triton: forward and backward.
+
+For PyTorch users (differentiable; tensors on CUDA, or on CPU under the
+Triton interpreter where no GPU is present)::
+
+    from impls.triton import LayerNorm, layer_norm, LayerNormFunction
+
+Modules, each with one job:
+
+* ``forward_kernels``, ``backward_kernels``: the ``@triton.jit`` kernels
+* ``heuristics``: block sizes, warps and grids (plain Python, documented)
+* ``launch``: tensor checks, layouts and kernel launches (no autograd)
+* ``autograd``: ``LayerNormFunction``, ``layer_norm`` and the ``LayerNorm`` layer
+* ``runtime``: compiled on CUDA or interpreted on CPU, decided before triton loads
+* ``backend``: the ``triton`` backend of the harness
+
+Importing this package imports neither torch nor triton; the names above load
+on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {"LayerNorm": "autograd", "LayerNormFunction": "autograd", "layer_norm": "autograd",
+         "TritonBackend": "backend"}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"impls.triton.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'impls.triton' has no attribute {name!r}")

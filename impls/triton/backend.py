@@ -1,0 +1,100 @@
+"""The ``triton`` backend: normbench's own Triton kernels under the harness.
+
+On a machine with a CUDA device the kernels are compiled and run there; on one
+without, they run in the Triton interpreter on CPU (``impls.triton.runtime``
+says how that is decided), and the backend says so: its device is
+"interpreter (CPU; not for timing)". The interpreter runs every program of a
+grid one after another in NumPy, so it is slow: there ``max_elements`` caps the
+cases it takes at ``INTERPRETER_MAX_ELEMENTS`` (every case of the suites today, up
+to 65537 x 8; a GPU-sized case such as a 2**31-element index-overflow case
+would take hours), ``NORMBENCH_TRITON_MAX_ELEMENTS`` overrides it (0: no cap),
+and larger cases are skipped with that reason. Compiled on CUDA there is no cap.
+
+Importing this module imports neither torch nor triton: ``normbench list``
+reads the class attributes. They load when the backend is created.
+"""
+
+from __future__ import annotations
+
+import os
+
+from harness import Backend
+from impls import torch_arrays
+from impls.triton.runtime import INTERPRETER_DEVICE, ensure_mode
+
+#: the environment variable that sets max_elements under the interpreter (0: no cap)
+MAX_ELEMENTS_ENV = "NORMBENCH_TRITON_MAX_ELEMENTS"
+#: the default cap under the interpreter (about 5 s for a forward of that size on one core)
+INTERPRETER_MAX_ELEMENTS = 1 << 20
+
+
+def _interpreter_max_elements() -> int | None:
+    value = os.environ.get(MAX_ELEMENTS_ENV, "").strip()
+    if not value:
+        return INTERPRETER_MAX_ELEMENTS
+    try:
+        limit = int(value)
+    except ValueError:
+        raise ValueError(f"{MAX_ELEMENTS_ENV}={value!r} is not an integer; use a number of elements, "
+                         f"or 0 for no cap") from None
+    return limit if limit > 0 else None
+
+
+class TritonBackend(Backend):
+    name = "triton"
+    description = ("normbench's Triton kernels (impls/triton): fp32 two-pass statistics, deterministic "
+                   "persistent backward; CUDA, or the Triton interpreter on CPU")
+    strided = True
+    requires = ("triton", "torch")
+    install_hint = "pip install 'normbench[triton]'"
+    devices = "cuda, or the Triton interpreter on CPU"
+
+    def __init__(self) -> None:
+        self.mode = ensure_mode()
+        import torch
+
+        from impls.triton import autograd, launch
+
+        self.torch, self.launch, self.autograd = torch, launch, autograd
+        if self.mode.interpreter:
+            self._device = torch.device("cpu")
+            self.device = INTERPRETER_DEVICE
+            self.max_elements = _interpreter_max_elements()
+            return
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"the Triton kernels are set to compile ({self.mode.reason}) but no CUDA device "
+                               f"is present; unset TRITON_INTERPRET to run them in the interpreter on CPU")
+        self._device = torch.device("cuda", torch.cuda.current_device())
+        self.device = f"cuda:{self._device.index} ({torch.cuda.get_device_name(self._device)})"
+
+    def asarray(self, host):
+        """Keeps host's layout: strides, storage offset and stride-0 broadcasts."""
+        return torch_arrays.from_host(self.torch, host, self._device)
+
+    def to_numpy(self, native):
+        return torch_arrays.to_host(self.torch, native)
+
+    def layer_norm(self, x, normalized_shape, weight, bias, eps):
+        return self.launch.forward(x, normalized_shape, weight, bias, eps)[0]
+
+    def layer_norm_statistics(self, x, normalized_shape, weight, bias, eps):
+        return self.launch.forward(x, normalized_shape, weight, bias, eps)[1:]
+
+    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        """Through the autograd function, as a PyTorch user would run it."""
+        torch = self.torch
+        leaves = [t.detach().requires_grad_(True) if t is not None else None for t in (x, weight, bias)]
+        with torch.enable_grad():
+            y = self.autograd.layer_norm(leaves[0], normalized_shape, leaves[1], leaves[2], eps)
+            grads = iter(torch.autograd.grad(y, [t for t in leaves if t is not None], dy))
+        return tuple(next(grads) if t is not None else None for t in leaves)
+
+    def warmup(self, x, normalized_shape, weight, bias, eps):
+        """Compile (on CUDA) every kernel that arrays like these launch, forward and
+        backward, and wait: Triton compiles per dtype, flags and block sizes."""
+        self.layer_norm_backward(self.torch.zeros_like(x), x, normalized_shape, weight, bias, eps)
+        self.synchronize()
+
+    def synchronize(self):
+        if self._device.type == "cuda":
+            self.torch.cuda.synchronize(self._device)

@@ -1,0 +1,209 @@
+"""Backward kernels: dx from the saved statistics, dweight and dbias without atomics.
+
+With ``xhat = (x - mean) * rstd`` (mean and rstd saved by the forward, never
+recomputed) and ``g = dy * weight``::
+
+    dx      = rstd * (g - (xhat * mean(g * xhat) + mean(g)))   per row
+    dweight = sum over rows of dy * xhat
+    dbias   = sum over rows of dy
+
+dweight and dbias are column sums over all M rows. A *persistent* grid of
+programs each walks a contiguous range of rows, keeps ACC partial sums in
+registers, and writes them once to row ``pid`` of a ``(programs, N)`` buffer;
+``layer_norm_reduce_partials`` then sums that buffer's rows in a fixed order.
+No atomics, no locks: the result is bit-identical from run to run.
+
+Layout as in the forward: x and dy through row strides (dy's may be 0, a
+broadcast row), contiguous columns; dx written contiguous; 64-bit row offsets.
+"""
+
+from impls.triton.runtime import ensure_mode
+
+ensure_mode()  # before @triton.jit below decides compiled vs interpreted
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def layer_norm_backward_rows(
+    DY,  # *dy: element (row, col) at DY + row * stride_dy_row + col
+    X,  # *x: element (row, col) at X + row * stride_x_row + col
+    W,  # *weight (N,), contiguous; read only if HAS_WEIGHT
+    MEAN,  # *mean (M,), ACC dtype, saved by the forward
+    RSTD,  # *rstd (M,), ACC dtype, saved by the forward
+    DX,  # *dx: contiguous (M, N), x's dtype; written only if COMPUTE_DX
+    DW_PARTIAL,  # *(programs, N) ACC: this program writes row pid of dweight partial sums
+    DB_PARTIAL,  # *(programs, N) ACC: the same for dbias
+    stride_dy_row,  # elements between consecutive rows of dy (0: one row broadcast)
+    stride_x_row,  # elements between consecutive rows of x
+    M,  # number of rows
+    N,  # elements per row
+    tiles_per_program,  # this program walks row tiles [pid, pid + 1) * tiles_per_program
+    HAS_WEIGHT: tl.constexpr,
+    COMPUTE_DX: tl.constexpr,
+    COMPUTE_DW: tl.constexpr,
+    COMPUTE_DB: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_M: tl.constexpr,  # rows per tile
+    BLOCK_N: tl.constexpr,  # next power of two >= N: whole rows in registers
+):
+    """Persistent: contiguous tiles of BLOCK_M whole rows, partial sums in registers."""
+    pid = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    if HAS_WEIGHT:
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(ACC)
+    dw_acc = tl.zeros((BLOCK_M, BLOCK_N), ACC)
+    db_acc = tl.zeros((BLOCK_M, BLOCK_N), ACC)
+    first = pid * tiles_per_program
+    for tile in range(first, first + tiles_per_program):
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_mask = rows < M  # the last program's last tiles may lie past M
+        mask = row_mask[:, None] & col_mask[None, :]
+        rows = rows.to(tl.int64)
+        x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0).to(ACC)
+        dy = tl.load(DY + rows[:, None] * stride_dy_row + cols[None, :], mask=mask, other=0.0).to(ACC)
+        mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        if COMPUTE_DX:
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * w[None, :]
+            mean_gx = tl.sum(g * xhat, axis=1) / N
+            mean_g = tl.sum(g, axis=1) / N
+            dx = (g - (xhat * mean_gx[:, None] + mean_g[:, None])) * rstd[:, None]
+            tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        if COMPUTE_DW:
+            dw_acc += dy * xhat
+        if COMPUTE_DB:
+            db_acc += dy
+    partial = pid.to(tl.int64) * N + cols
+    if COMPUTE_DW:
+        tl.store(DW_PARTIAL + partial, tl.sum(dw_acc, axis=0), mask=col_mask)
+    if COMPUTE_DB:
+        tl.store(DB_PARTIAL + partial, tl.sum(db_acc, axis=0), mask=col_mask)
+
+
+@triton.jit
+def layer_norm_backward_row_sums(
+    DY,  # *dy: element (row, col) at DY + row * stride_dy_row + col
+    X,  # *x: element (row, col) at X + row * stride_x_row + col
+    W,  # *weight (N,), contiguous; read only if HAS_WEIGHT
+    MEAN,  # *mean (M,), ACC dtype
+    RSTD,  # *rstd (M,), ACC dtype
+    SUMS,  # *(M, 2) ACC, written: mean(g * xhat) and mean(g) of each row
+    stride_dy_row,  # elements between consecutive rows of dy
+    stride_x_row,  # elements between consecutive rows of x
+    N,  # elements per row
+    HAS_WEIGHT: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_N: tl.constexpr,  # chunk size
+):
+    """Looped path, step 1: one program per row, the two row means dx needs."""
+    row = tl.program_id(0).to(tl.int64)
+    mean = tl.load(MEAN + row)
+    rstd = tl.load(RSTD + row)
+    acc_gx = tl.zeros((BLOCK_N,), ACC)
+    acc_g = tl.zeros((BLOCK_N,), ACC)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(ACC)
+        g = tl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(ACC)
+        if HAS_WEIGHT:
+            g = g * tl.load(W + cols, mask=mask, other=0.0).to(ACC)
+        acc_gx += g * tl.where(mask, (x - mean) * rstd, 0.0)
+        acc_g += g
+    tl.store(SUMS + 2 * row, tl.sum(acc_gx, axis=0) / N)
+    tl.store(SUMS + 2 * row + 1, tl.sum(acc_g, axis=0) / N)
+
+
+@triton.jit
+def layer_norm_backward_columns(
+    DY,  # *dy: element (row, col) at DY + row * stride_dy_row + col
+    X,  # *x: element (row, col) at X + row * stride_x_row + col
+    W,  # *weight (N,), contiguous; read only if HAS_WEIGHT
+    MEAN,  # *mean (M,), ACC dtype
+    RSTD,  # *rstd (M,), ACC dtype
+    SUMS,  # *(M, 2) ACC from layer_norm_backward_row_sums
+    DX,  # *dx: contiguous (M, N), x's dtype; written only if COMPUTE_DX
+    DW_PARTIAL,  # *(programs, N) ACC: row pid, columns of this chunk
+    DB_PARTIAL,  # *(programs, N) ACC
+    stride_dy_row,  # elements between consecutive rows of dy
+    stride_x_row,  # elements between consecutive rows of x
+    M,  # number of rows
+    N,  # elements per row
+    rows_per_program,  # program (pid, chunk) walks rows [pid, pid + 1) * rows_per_program
+    HAS_WEIGHT: tl.constexpr,
+    COMPUTE_DX: tl.constexpr,
+    COMPUTE_DW: tl.constexpr,
+    COMPUTE_DB: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_N: tl.constexpr,  # columns per chunk
+):
+    """Looped path, step 2: a grid of (row ranges, column chunks); each program
+    walks its contiguous rows over one chunk, writes dx and keeps partial sums."""
+    pid = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = cols < N
+    if HAS_WEIGHT:
+        w = tl.load(W + cols, mask=mask, other=0.0).to(ACC)
+    dw_acc = tl.zeros((BLOCK_N,), ACC)
+    db_acc = tl.zeros((BLOCK_N,), ACC)
+    first = pid * rows_per_program
+    for r in range(first, tl.minimum(first + rows_per_program, M)):
+        row = tl.cast(r, tl.int64)
+        x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(ACC)
+        dy = tl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(ACC)
+        rstd = tl.load(RSTD + row)
+        xhat = tl.where(mask, (x - tl.load(MEAN + row)) * rstd, 0.0)
+        if COMPUTE_DX:
+            g = dy
+            if HAS_WEIGHT:
+                g = dy * w
+            dx = (g - (xhat * tl.load(SUMS + 2 * row) + tl.load(SUMS + 2 * row + 1))) * rstd
+            tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
+        if COMPUTE_DW:
+            dw_acc += dy * xhat
+        if COMPUTE_DB:
+            db_acc += dy
+    partial = pid.to(tl.int64) * N + cols
+    if COMPUTE_DW:
+        tl.store(DW_PARTIAL + partial, dw_acc, mask=mask)
+    if COMPUTE_DB:
+        tl.store(DB_PARTIAL + partial, db_acc, mask=mask)
+
+
+@triton.jit
+def layer_norm_reduce_partials(
+    DW_PARTIAL,  # *(programs, N) ACC partial sums of dweight
+    DB_PARTIAL,  # *(programs, N) ACC partial sums of dbias
+    DW,  # *dweight (N,), weight's dtype; written only if COMPUTE_DW
+    DB,  # *dbias (N,), bias's dtype; written only if COMPUTE_DB
+    programs,  # rows of the partial buffers
+    N,  # columns
+    COMPUTE_DW: tl.constexpr,
+    COMPUTE_DB: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_P: tl.constexpr,  # partial rows per step
+    BLOCK_N: tl.constexpr,  # columns per program
+):
+    """The second, small reduction: column sums of the partial buffers, in a fixed order."""
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    dw_acc = tl.zeros((BLOCK_P, BLOCK_N), ACC)
+    db_acc = tl.zeros((BLOCK_P, BLOCK_N), ACC)
+    for start in range(0, programs, BLOCK_P):
+        prows = start + tl.arange(0, BLOCK_P)
+        mask = (prows < programs)[:, None] & col_mask[None, :]
+        offsets = prows.to(tl.int64)[:, None] * N + cols[None, :]
+        if COMPUTE_DW:
+            dw_acc += tl.load(DW_PARTIAL + offsets, mask=mask, other=0.0)
+        if COMPUTE_DB:
+            db_acc += tl.load(DB_PARTIAL + offsets, mask=mask, other=0.0)
+    if COMPUTE_DW:
+        tl.store(DW + cols, tl.sum(dw_acc, axis=0).to(DW.dtype.element_ty), mask=col_mask)
+    if COMPUTE_DB:
+        tl.store(DB + cols, tl.sum(db_acc, axis=0).to(DB.dtype.element_ty), mask=col_mask)

@@ -1,0 +1,186 @@
+"""Compile the kernels for a real GPU on a machine without one: a CI check and a tuning aid.
+
+The interpreter runs kernels as NumPy, so it cannot show what only the compiler
+rejects (types, layouts, register pressure). This compiles each kernel at the
+configurations ``heuristics`` picks for M = 8192 rows and the given hidden
+sizes, the way a launch specializes it (16-byte aligned pointers; sizes that
+are multiples of 16 marked so), down to a cubin with ptxas, and reports the
+registers and spill bytes ptxas prints::
+
+    python -m impls.triton.compile_check --arch 90                 # H100, every size and dtype
+    python -m impls.triton.compile_check --arch 80 --hidden 1000,65536 --dtypes bfloat16
+
+It exits 1 if any configuration fails to compile (spills are reported, not
+failed: a tuning pass reads them). It sets ``TRITON_INTERPRET=0`` for itself.
+It uses Triton's ahead-of-time API (``triton.compile`` on an ``ASTSource``),
+the one ``triton/tools/compile.py`` uses, present in Triton 3.0 to 3.9.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+
+from impls.triton import heuristics
+
+ROWS = 8192
+#: an H100 SXM
+TARGET = heuristics.Target(sm_count=132)
+HIDDEN = (1, 8, 33, 128, 256, 512, 1000, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+TRITON_TYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One kernel at one configuration: ``constexprs`` plus the dtypes of its pointers."""
+
+    kernel: str
+    x: str  # dtype of x, dy, y, dx
+    params: str  # dtype of weight, bias, dweight, dbias
+    n: int
+    num_warps: int
+    constexprs: tuple[tuple[str, object], ...]
+
+    @property
+    def label(self) -> str:
+        shown = {k: v for k, v in self.constexprs if k.startswith("BLOCK")}
+        flags = [k for k, value in self.constexprs if value is False]
+        absent = f", no {'/'.join(flags)}" if flags else ""
+        return f"{self.kernel}[{self.x}/{self.params}, N={self.n}, warps={self.num_warps}, {shown}{absent}]"
+
+
+#: weight/bias presence: (HAS_WEIGHT, HAS_BIAS, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB)
+AFFINES = {"wb": (True, True, True, True, True), "none": (False, False, True, False, False),
+           "dweight-only": (True, False, False, True, False)}
+
+
+def variants(n: int, x: str, params: str, affine: str = "wb") -> list[Variant]:
+    """Every kernel the wrappers launch for ROWS x n inputs of these dtypes and ``affine``."""
+    acc_bytes = 8 if x == "float64" else 4
+    has_w, has_b, dx, dw, db = AFFINES[affine]
+    flags = (("HAS_WEIGHT", has_w), ("HAS_BIAS", has_b))
+    grads = (("HAS_WEIGHT", has_w), ("COMPUTE_DX", dx), ("COMPUTE_DW", dw), ("COMPUTE_DB", db))
+    out = []
+    f = heuristics.forward_config(ROWS, n, acc_bytes, TARGET)
+    name = "layer_norm_forward_looped" if f.looped else "layer_norm_forward_rows"
+    block = (("BLOCK_N", f.block_n),) if f.looped else (("BLOCK_M", f.block_m), ("BLOCK_N", f.block_n))
+    out.append(Variant(name, x, params, n, f.num_warps, flags + block))
+    b = heuristics.backward_config(ROWS, n, acc_bytes, TARGET)
+    if b.looped:
+        out.append(Variant("layer_norm_backward_row_sums", x, params, n, b.num_warps,
+                           (("HAS_WEIGHT", has_w), ("BLOCK_N", b.block_n))))
+        out.append(Variant("layer_norm_backward_columns", x, params, n, b.num_warps, grads + (("BLOCK_N", b.block_n),)))
+    else:
+        out.append(Variant("layer_norm_backward_rows", x, params, n, b.num_warps,
+                           grads + (("BLOCK_M", b.block_m), ("BLOCK_N", b.block_n))))
+    if dw or db:
+        r = heuristics.reduce_config(b.programs, n, TARGET)
+        out.append(Variant("layer_norm_reduce_partials", x, params, n, r.num_warps,
+                           (("COMPUTE_DW", dw), ("COMPUTE_DB", db), ("BLOCK_P", r.block_p), ("BLOCK_N", r.block_n))))
+    return out
+
+
+#: pointer arguments that a launch passes as None when the flag is False
+_ABSENT_WHEN = {"W": "HAS_WEIGHT", "B": "HAS_BIAS", "DX": "COMPUTE_DX", "DW_PARTIAL": "COMPUTE_DW",
+                "DW": "COMPUTE_DW", "DB_PARTIAL": "COMPUTE_DB", "DB": "COMPUTE_DB"}
+
+
+def _arg_type(arg: str, v: Variant) -> str:
+    """The Triton signature type of a kernel argument, from its naming convention."""
+    acc = "fp64" if v.x == "float64" else "fp32"
+    if arg in ("X", "Y", "DY", "DX"):
+        return "*" + TRITON_TYPES[v.x]
+    if arg in ("W", "B", "DW", "DB"):
+        return "*" + TRITON_TYPES[v.params]
+    if arg in ("MEAN", "RSTD", "SUMS", "DW_PARTIAL", "DB_PARTIAL"):
+        return "*" + acc
+    return "i64" if arg == "eps_bits" else "i32"
+
+
+def _specialized(arg: str, v: Variant, flags: dict) -> tuple[bool, object]:
+    """Whether a launch makes ``arg`` a constant, and its value: absent pointers are None,
+    and Triton specializes integers equal to 1 (N = 1 rows, whose row strides are 1)."""
+    if arg in _ABSENT_WHEN and not flags.get(_ABSENT_WHEN[arg], True):
+        return True, None
+    if v.n == 1 and arg in ("N", "stride_x_row", "stride_dy_row"):
+        return True, 1
+    return False, None
+
+
+def compile_variant(v: Variant, arch: int):
+    """``triton.compile`` one variant for ``sm_<arch>``; returns the compiled kernel."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from impls.triton import backward_kernels, forward_kernels
+
+    fn = getattr(forward_kernels if "forward" in v.kernel else backward_kernels, v.kernel)
+    constexprs = dict(v.constexprs, ACC=forward_kernels.accumulator(v.x == "float64"))
+    signature, attrs = {}, {}
+    for i, arg in enumerate(fn.arg_names):
+        constant, value = _specialized(arg, v, constexprs)
+        if constant:
+            constexprs[arg] = value
+        if arg in constexprs:
+            signature[arg] = "constexpr"
+            continue
+        signature[arg] = _arg_type(arg, v)
+        if signature[arg].startswith("*") or (arg in ("N", "stride_x_row", "stride_dy_row") and v.n % 16 == 0):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": v.num_warps})
+
+
+def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
+    """(registers, spill store bytes) that ``ptxas -v`` reports for one kernel's PTX."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    suffix = "a" if arch >= 90 else ""
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ptx)
+        f.flush()
+        log = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name=sm_{arch}{suffix}", f.name, "-o", os.devnull],
+                             capture_output=True, text=True, check=True).stderr
+    registers = re.search(r"Used (\d+) registers", log)
+    spills = re.search(r"(\d+) bytes spill stores", log)
+    return int(registers[1]) if registers else -1, int(spills[1]) if spills else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m impls.triton.compile_check", description=__doc__.split("\n")[0])
+    parser.add_argument("--arch", type=int, default=90, help="compute capability x10. Default: %(default)r")
+    parser.add_argument("--hidden", default=",".join(map(str, HIDDEN)), help="hidden sizes. Default: %(default)s")
+    parser.add_argument("--dtypes", default="float16,bfloat16,float32,float64",
+                        help="x dtypes (bfloat16 also runs with float32 parameters). Default: %(default)s")
+    args = parser.parse_args(argv)
+    os.environ["TRITON_INTERPRET"] = "0"
+    from impls.triton.runtime import ensure_mode
+
+    if ensure_mode().interpreter:
+        print("compile_check: the kernels were already set to the interpreter in this process", file=sys.stderr)
+        return 2
+    pairs = [(d, d) for d in args.dtypes.split(",")] + ([("bfloat16", "float32")] if "bfloat16" in args.dtypes else [])
+    failures = 0
+    for n in (int(h) for h in args.hidden.split(",")):
+        # every dtype pair with weight and bias; the other weight/bias cases with the first pair
+        runs = [(x, params, "wb") for x, params in pairs] + [(*pairs[0], a) for a in AFFINES if a != "wb"]
+        for x, params, affine in runs:
+            for v in variants(n, x, params, affine):
+                try:
+                    registers, spills = ptxas_usage(compile_variant(v, args.arch).asm["ptx"], args.arch)
+                except Exception as exc:  # report every failure, then exit 1
+                    failures += 1
+                    print(f"FAIL {v.label}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                    continue
+                print(f"ok   {v.label}: {registers} registers, {spills} bytes spilled")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

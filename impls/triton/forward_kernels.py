@@ -1,0 +1,147 @@
+"""Forward kernels: ``y = (x - mean) * rstd * weight + bias``, saving ``mean`` and ``rstd``.
+
+Statistics accumulate in ``ACC`` (fp32; fp64 for float64 x), two-pass: the
+mean first, then the variance of the centred values, so large row means do
+not cancel (the one-pass E[x^2] - E[x]^2 does). Masked (padded) lanes load 0
+and are excluded from the centred sum, so they never enter the statistics.
+
+Layout: x is read through a row stride (``X + row*stride_x_row + col``; any
+stride, 0 included); its columns are contiguous (the wrapper in
+``impls.triton.launch`` copies other layouts). y is written contiguous.
+Row offsets are 64-bit, so rows*N above 2**31 is safe.
+
+Importing this module decorates the kernels, so it first settles compiled vs
+interpreted kernels (``impls.triton.runtime``); the launch wrappers import it
+lazily, on the first launch.
+"""
+
+from impls.triton.runtime import ensure_mode
+
+ensure_mode()  # before @triton.jit below decides compiled vs interpreted
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
+def accumulator(fp64: bool) -> tl.dtype:
+    """The ACC dtype: fp64 for float64 inputs, fp32 for every narrower one."""
+    return tl.float64 if fp64 else tl.float32
+
+
+@triton.jit
+def eps_from_bits(eps_bits, ACC: tl.constexpr):
+    """eps travels as the bits of a float64 in an integer argument: Triton passes
+    Python floats as fp32 (and the interpreter rounds float literals to fp32),
+    which would round eps for float64 inputs."""
+    return eps_bits.to(tl.int64).to(tl.float64, bitcast=True).to(ACC)
+
+
+@triton.jit
+def rstd_from_var(var, eps, ACC: tl.constexpr):
+    """``1 / sqrt(var + eps)`` with correctly rounded operations: the GPUs' fast
+    fp32 sqrt and division err by a few ulp, more than the statistics' error
+    model allows on constant rows. It is one value per row, so it costs nothing."""
+    if ACC == tl.float64:
+        rstd = 1.0 / tl.sqrt(var + eps)  # fp64 sqrt and division are IEEE-rounded
+    else:
+        rstd = tl.div_rn(1.0, tl.sqrt_rn(var + eps))
+    return rstd
+
+
+@triton.jit
+def apply_affine(xhat, W, B, cols, col_mask, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                 ACC: tl.constexpr):
+    """``xhat * weight + bias`` (either may be absent), parameters read at ``cols``."""
+    y = xhat
+    if HAS_WEIGHT:
+        y = y * tl.load(W + cols, mask=col_mask, other=0.0).to(ACC)
+    if HAS_BIAS:
+        y = y + tl.load(B + cols, mask=col_mask, other=0.0).to(ACC)
+    return y
+
+
+@triton.jit(do_not_specialize=["eps_bits"])
+def layer_norm_forward_rows(
+    X,  # *x: element (row, col) at X + row * stride_x_row + col
+    Y,  # *y: contiguous (M, N), x's dtype
+    W,  # *weight (N,), contiguous, any float dtype; read only if HAS_WEIGHT
+    B,  # *bias (N,), contiguous, any float dtype; read only if HAS_BIAS
+    MEAN,  # *mean (M,), ACC dtype: saved for the backward
+    RSTD,  # *rstd (M,), ACC dtype: 1 / sqrt(var + eps), saved for the backward
+    stride_x_row,  # elements between consecutive rows of x
+    M,  # number of rows
+    N,  # elements per row (the product of normalized_shape)
+    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_M: tl.constexpr,  # rows per program
+    BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
+):
+    """BLOCK_M whole rows per program, each read once and held in registers."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_mask = rows < M
+    col_mask = cols < N
+    mask = row_mask[:, None] & col_mask[None, :]
+    rows = rows.to(tl.int64)
+    x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0).to(ACC)
+    mean = tl.sum(x, axis=1) / N
+    centered = tl.where(mask, x - mean[:, None], 0.0)
+    var = tl.sum(centered * centered, axis=1) / N
+    rstd = rstd_from_var(var, eps_from_bits(eps_bits, ACC), ACC)
+    y = apply_affine(centered * rstd[:, None], W, B, cols[None, :], col_mask[None, :], HAS_WEIGHT, HAS_BIAS, ACC)
+    tl.store(Y + rows[:, None] * N + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    tl.store(MEAN + rows, mean, mask=row_mask)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
+@triton.jit(do_not_specialize=["eps_bits"])
+def layer_norm_forward_looped(
+    X,  # *x: element (row, col) at X + row * stride_x_row + col
+    Y,  # *y: contiguous (M, N), x's dtype
+    W,  # *weight (N,), contiguous; read only if HAS_WEIGHT
+    B,  # *bias (N,), contiguous; read only if HAS_BIAS
+    MEAN,  # *mean (M,), ACC dtype
+    RSTD,  # *rstd (M,), ACC dtype
+    stride_x_row,  # elements between consecutive rows of x
+    N,  # elements per row
+    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
+):
+    """One row per program, too long for registers, walked twice in chunks.
+
+    Pass 1 computes each chunk's mean and sum of squared deviations (two-pass,
+    in registers) and merges them into the row's with Chan, Golub and LeVeque's
+    pairwise update, which is as stable as the two-pass formula. Pass 2 reads
+    the row again (mostly from L2) and writes y.
+    """
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * stride_x_row
+    count = tl.zeros((), ACC)
+    mean = tl.zeros((), ACC)
+    m2 = tl.zeros((), ACC)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+        chunk_count = tl.minimum(N - start, BLOCK_N).to(ACC)
+        chunk_mean = tl.sum(x, axis=0) / chunk_count
+        centered = tl.where(mask, x - chunk_mean, 0.0)
+        total = count + chunk_count
+        delta = chunk_mean - mean
+        mean += delta * (chunk_count / total)
+        m2 += tl.sum(centered * centered, axis=0) + delta * delta * (count * (chunk_count / total))
+        count = total
+    rstd = rstd_from_var(m2 / N, eps_from_bits(eps_bits, ACC), ACC)
+    tl.store(MEAN + row, mean)
+    tl.store(RSTD + row, rstd)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+        y = apply_affine((x - mean) * rstd, W, B, cols, mask, HAS_WEIGHT, HAS_BIAS, ACC)
+        tl.store(Y + row * N + cols, y.to(Y.dtype.element_ty), mask=mask)

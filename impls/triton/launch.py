@@ -1,0 +1,212 @@
+"""Launch wrappers: check tensors, pick a configuration (``heuristics``), run the kernels.
+
+Plain tensors in and out, no autograd (``impls.triton.autograd`` adds it).
+:func:`forward` returns ``(y, mean, rstd)``; :func:`backward` takes them back.
+
+Layouts. x (and dy) are viewed as ``(rows, N)`` with ``reshape``, which keeps
+any view whose leading dims collapse to one row stride (slices such as
+``x[::2]``, ``x[:, 1:]``, ``x[1:]``, and stride-0 broadcasts of dy) and copies
+the rare layouts whose leading dims do not. The kernels then read rows through
+that stride. Columns must be contiguous for 16-byte vector loads, so an input
+whose last dim is strided (a transposed x) is copied with ``.contiguous()``
+first: on a GPU that copy is itself a fast transpose. y and dx are always new
+contiguous tensors with x's shape, as ``torch.nn.functional.layer_norm`` returns.
+
+Devices. Every tensor must be on the device the kernels run on: CUDA when they
+are compiled, CPU under the Triton interpreter (``impls.triton.runtime``);
+anything else is a ``ValueError`` that says where to move it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import struct
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from impls.triton import heuristics
+from impls.triton.runtime import ensure_mode
+
+#: the dtypes the kernels read and write (statistics in fp32, fp64 for float64)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@functools.lru_cache(maxsize=1)
+def _kernels():
+    """The kernel modules, imported on the first launch (after the mode is settled)."""
+    from impls.triton import backward_kernels, forward_kernels
+
+    return forward_kernels, backward_kernels
+
+
+def eps_bits(eps: float) -> int:
+    """``eps`` as the bits of a float64, the way the kernels receive it."""
+    return struct.unpack("<q", struct.pack("<d", float(eps)))[0]
+
+
+def statistics_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The accumulation (and saved statistics) dtype for inputs of ``dtype``."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+@functools.cache
+def _target(device: torch.device) -> heuristics.Target:
+    """What the heuristics need to know about the device (queried once, at the first launch)."""
+    if device.type != "cuda":
+        return heuristics.Target.interpreted()
+    return heuristics.Target(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def _check_tensor(what: str, t: torch.Tensor, device: torch.device | None) -> None:
+    mode = ensure_mode()
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
+        raise TypeError(f"{what} has dtype {t.dtype}; the Triton LayerNorm kernels support {names}")
+    if t.device.type != mode.torch_device:
+        fix = "x.cpu()" if mode.interpreter else "x.cuda()"
+        raise ValueError(f"{what} is on {t.device}, but the Triton kernels run on {mode.description} here "
+                         f"({mode.reason}); move it with {fix.replace('x', what, 1)}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{what} is on {t.device} but x is on {device}; put every tensor on one device")
+
+
+def check_inputs(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
+                 bias: torch.Tensor | None) -> tuple[int, ...]:
+    """Validate types, dtypes, devices and shapes; returns normalized_shape as a tuple."""
+    _check_tensor("x", x, None)
+    shape = tuple(int(d) for d in ((normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape))
+    if not shape or min(shape) < 1 or tuple(x.shape[x.dim() - len(shape):]) != shape:
+        raise ValueError(f"normalized_shape {shape} must be non-empty, positive, and x's trailing dims "
+                         f"(x has shape {tuple(x.shape)})")
+    for what, p in (("weight", weight), ("bias", bias)):
+        if p is not None:
+            _check_tensor(what, p, x.device)
+            if tuple(p.shape) != shape:
+                raise ValueError(f"{what} has shape {tuple(p.shape)}; it must have normalized_shape {shape}")
+    return shape
+
+
+def rows_view(t: torch.Tensor, n: int) -> torch.Tensor:
+    """``t`` as (rows, n) with contiguous columns (a view when possible; see the module doc)."""
+    rows = t.reshape(-1, n)
+    if n > 1 and rows.stride(1) != 1:
+        rows = rows.contiguous()
+    return rows
+
+
+def _param(p: torch.Tensor | None) -> torch.Tensor | None:
+    return None if p is None else p.reshape(-1).contiguous()
+
+
+@contextlib.contextmanager
+def _launching(device: torch.device) -> Iterator[None]:
+    """Launch on ``device``; under the interpreter, keep NumPy quiet about NaN and Inf
+    inputs (they are legitimate: they must stay in their rows)."""
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            yield
+        return
+    import numpy as np
+
+    with np.errstate(all="ignore"):
+        yield
+
+
+def forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
+            bias: torch.Tensor | None = None, eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """LayerNorm over the trailing ``normalized_shape`` dims: ``(y, mean, rstd)``, the
+    statistics one per row in fp32 (fp64 for float64 x)."""
+    shape = check_inputs(x, normalized_shape, weight, bias)
+    n = math.prod(shape)
+    x2 = rows_view(x, n)
+    m = x2.shape[0]
+    acc = statistics_dtype(x.dtype)
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    mean = torch.empty(m, dtype=acc, device=x.device)
+    rstd = torch.empty(m, dtype=acc, device=x.device)
+    if m:
+        fk = _kernels()[0]
+        cfg = heuristics.forward_config(m, n, acc.itemsize, _target(x.device))
+        common = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+                      ACC=fk.accumulator(acc == torch.float64), BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
+        with _launching(x.device):
+            if cfg.looped:
+                fk.layer_norm_forward_looped[cfg.grid](x2, y, _param(weight), _param(bias), mean, rstd, x2.stride(0),
+                                                       n, eps_bits(eps), **common)
+            else:
+                fk.layer_norm_forward_rows[cfg.grid](x2, y, _param(weight), _param(bias), mean, rstd, x2.stride(0),
+                                                     m, n, eps_bits(eps), BLOCK_M=cfg.block_m, **common)
+    return y.view(x.shape), mean, rstd
+
+
+def _check_statistics(mean: torch.Tensor, rstd: torch.Tensor, rows: int, x: torch.Tensor) -> None:
+    acc = statistics_dtype(x.dtype)
+    for what, s in (("mean", mean), ("rstd", rstd)):
+        if s.dtype != acc or s.numel() != rows or s.device != x.device or not s.is_contiguous():
+            raise ValueError(f"{what} must be the forward's saved statistics: {rows} contiguous {acc} values on "
+                             f"{x.device}, got {s.numel()} {s.dtype} values on {s.device}")
+
+
+def backward(dy: torch.Tensor, x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
+             bias: torch.Tensor | None, mean: torch.Tensor, rstd: torch.Tensor, *, need_dx: bool = True,
+             need_dweight: bool = True, need_dbias: bool = True,
+             ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """The vector-Jacobian product ``(dx, dweight, dbias)`` from the forward's saved
+    ``mean`` and ``rstd``; None for what is absent (no weight/bias) or not needed."""
+    shape = check_inputs(x, normalized_shape, weight, bias)
+    _check_tensor("dy", dy, x.device)
+    if dy.shape != x.shape:
+        raise ValueError(f"dy has shape {tuple(dy.shape)}; it must have x's shape {tuple(x.shape)}")
+    n = math.prod(shape)
+    x2, dy2 = rows_view(x, n), rows_view(dy, n)
+    m = x2.shape[0]
+    _check_statistics(mean, rstd, m, x)
+    need_dweight, need_dbias = need_dweight and weight is not None, need_dbias and bias is not None
+    dx = torch.empty((m, n), dtype=x.dtype, device=x.device) if need_dx else None
+    param_grad = torch.empty if m else torch.zeros  # no rows: the sums are 0; else the reduction writes them
+    dw = param_grad(n, dtype=weight.dtype, device=x.device) if need_dweight else None
+    db = param_grad(n, dtype=bias.dtype, device=x.device) if need_dbias else None
+    if m and (need_dx or need_dweight or need_dbias):
+        _launch_backward(dy2, x2, _param(weight), mean, rstd, dx, dw, db)
+    return (None if dx is None else dx.view(x.shape), None if dw is None else dw.view(shape),
+            None if db is None else db.view(shape))
+
+
+def _launch_backward(dy2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor | None, mean: torch.Tensor,
+                     rstd: torch.Tensor, dx: torch.Tensor | None, dw: torch.Tensor | None,
+                     db: torch.Tensor | None) -> None:
+    """Run the backward kernels on (rows, N) views; dx, dw, db are filled where not None."""
+    fk, bk = _kernels()
+    m, n = x2.shape
+    acc = mean.dtype
+    target = _target(x2.device)
+    cfg = heuristics.backward_config(m, n, acc.itemsize, target)
+    partial = lambda out: None if out is None else torch.empty((cfg.programs, n), dtype=acc, device=x2.device)
+    dw_partial, db_partial = partial(dw), partial(db)
+    flags = dict(HAS_WEIGHT=w is not None, COMPUTE_DX=dx is not None, COMPUTE_DW=dw is not None,
+                 COMPUTE_DB=db is not None, ACC=fk.accumulator(acc == torch.float64), BLOCK_N=cfg.block_n,
+                 num_warps=cfg.num_warps)
+    with _launching(x2.device):
+        if cfg.looped:
+            sums = torch.empty((m, 2), dtype=acc, device=x2.device)
+            bk.layer_norm_backward_row_sums[(m,)](dy2, x2, w, mean, rstd, sums, dy2.stride(0), x2.stride(0), n,
+                                                  HAS_WEIGHT=w is not None, ACC=flags["ACC"], BLOCK_N=cfg.block_n,
+                                                  num_warps=cfg.num_warps)
+            bk.layer_norm_backward_columns[(cfg.programs, cfg.column_chunks)](
+                dy2, x2, w, mean, rstd, sums, dx, dw_partial, db_partial, dy2.stride(0), x2.stride(0), m, n,
+                cfg.tiles_per_program, **flags)
+        else:
+            bk.layer_norm_backward_rows[(cfg.programs,)](
+                dy2, x2, w, mean, rstd, dx, dw_partial, db_partial, dy2.stride(0), x2.stride(0), m, n,
+                cfg.tiles_per_program, BLOCK_M=cfg.block_m, **flags)
+        if dw is not None or db is not None:
+            rc = heuristics.reduce_config(cfg.programs, n, target)
+            bk.layer_norm_reduce_partials[rc.grid](dw_partial, db_partial, dw, db, cfg.programs, n,
+                                                   COMPUTE_DW=dw is not None, COMPUTE_DB=db is not None,
+                                                   ACC=flags["ACC"], BLOCK_P=rc.block_p, BLOCK_N=rc.block_n,
+                                                   num_warps=rc.num_warps)

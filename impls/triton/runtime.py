@@ -1,0 +1,84 @@
+"""Where the Triton kernels run: compiled on a CUDA device, or the Triton interpreter on CPU.
+
+Triton decides when a kernel is *decorated* (``@triton.jit``, at the import of
+the module that defines it) whether it becomes a compiled kernel or an
+interpreted one, by reading the environment variable ``TRITON_INTERPRET``. So
+the choice must be made before our kernel modules are imported, and it holds
+for the rest of the process. :func:`ensure_mode` makes it, once:
+
+* ``TRITON_INTERPRET=1`` in the environment: the interpreter (the user asked for it);
+* ``TRITON_INTERPRET=0`` (or any other set value): compiled kernels, even where
+  no CUDA device exists (launches then fail with Triton's own error);
+* unset: compiled kernels when ``torch.cuda.is_available()``, else the
+  interpreter, and ``TRITON_INTERPRET=1`` is set for this process.
+
+Triton's own language helpers (``tl.sum``, ...) are ``@triton.jit`` functions
+too, decorated when triton is first imported: a process that imported triton
+before the interpreter was chosen cannot interpret kernels, and
+:func:`ensure_mode` says so (set ``TRITON_INTERPRET=1`` in the environment, or
+create the backend before importing triton).
+
+Nothing here runs at import time: ``import impls.triton.runtime`` imports
+neither torch nor triton. The kernel modules call :func:`ensure_mode` first
+thing, and are themselves imported lazily on the first launch, so importing
+the backend, the autograd function or the layer touches no GPU driver.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from dataclasses import dataclass
+
+ENV = "TRITON_INTERPRET"
+#: the device string of an interpreted backend, for ``normbench list --probe``
+INTERPRETER_DEVICE = "interpreter (CPU; not for timing)"
+
+
+@dataclass(frozen=True)
+class Mode:
+    """The process-wide choice: ``interpreter`` True runs every kernel in the
+    Triton interpreter on CPU tensors; False compiles them for ``torch_device``."""
+
+    interpreter: bool
+    torch_device: str  # "cpu" or "cuda"
+    reason: str  # why this mode, for messages
+
+    @property
+    def description(self) -> str:
+        return INTERPRETER_DEVICE if self.interpreter else self.torch_device
+
+
+@functools.lru_cache(maxsize=1)
+def ensure_mode() -> Mode:
+    """Choose compiled or interpreted kernels for this process (see the module doc).
+
+    Call it before importing triton anywhere our kernels will be defined; it is
+    cached, so the first call decides.
+    """
+    setting = os.environ.get(ENV)
+    if setting is not None and setting.strip() == "1":
+        return Mode(True, "cpu", f"{ENV}=1 is set")
+    if setting is not None:
+        return Mode(False, "cuda", f"{ENV}={setting} is set")
+    import torch
+
+    if torch.cuda.is_available():
+        return Mode(False, "cuda", "a CUDA device is present")
+    if _triton_imported_compiled():
+        raise RuntimeError(f"no CUDA device is present, so the Triton kernels must run in the interpreter, but "
+                           f"triton was imported before {ENV}=1 was set; set {ENV}=1 in the environment, or "
+                           f"import impls.triton (and create its backend) before triton")
+    os.environ[ENV] = "1"
+    return Mode(True, "cpu", f"no CUDA device is present, so {ENV}=1 was set for this process")
+
+
+def _triton_imported_compiled() -> bool:
+    """Whether triton is already imported with compiled ``@triton.jit`` helpers."""
+    if "triton" not in sys.modules:
+        return False
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(getattr(tl.standard, "sum", None), JITFunction)

@@ -1,0 +1,146 @@
+"""The HTML report: contents, escaping, offline, partial runs, bad input (the browser test is test_report_browser.py)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from harness.report import load_result_sets, render_html, write_report
+from harness.results import ResultsError
+from tests.plugins import ROOT
+from tests.report_data import HOSTILE, write_run
+
+
+@pytest.fixture
+def run(tmp_path):
+    return write_run(tmp_path / "r1", "r1", {"numpy": 0.1, "torch": 0.3, HOSTILE: 0.2}, errors=("broken",))
+
+
+def html_of(*folders, baseline="torch"):
+    return render_html(load_result_sets(list(folders)), baseline)
+
+
+def test_a_report_has_every_section(run):
+    html = html_of(run)
+    for heading in ("At a glance", "Environment", "Byte model", "Throughput", "Speedup against torch",
+                    "Conformance", "Failures, with their diagnosis", "Known deviations (xfail)", "Skipped, by reason"):
+        assert f"{heading}</h2>" in html or f"{heading}</h3>" in html, heading
+    assert html.count("<polyline") == 2 * 3  # forward and backward, one line per backend with correct rows
+    assert "ceiling 20 GB/s" in html and "% of ceiling" in html
+    assert "M*N*e_x (read x)" in html  # the byte model beside the numbers
+    assert "known: fp16 accumulation" in html and "float64 reference 1.6" in html
+    assert "No correct throughput row at all for: broken" in html
+
+
+def test_speedups_are_against_the_chosen_baseline(run):
+    html = html_of(run, baseline="numpy")
+    section = html[html.index("Speedup against numpy"):html.index("<h2>Conformance")]
+    assert "3.00x" in section and "2.00x" in section  # torch 0.3 and the hostile 0.2 over numpy's 0.1
+    missing = html_of(run, baseline="nothing")
+    assert "the baseline &#39;nothing&#39; has no correct throughput rows" in missing
+
+
+def test_no_external_resource_of_any_kind(run):
+    html = html_of(run)
+    for pattern in (r"https?:", r"//cdn", r"<link", r"\bsrc\s*=", r"@import", r"url\("):
+        assert not re.search(pattern, html, re.IGNORECASE), pattern
+    assert "<script>" not in html and "Content-Security-Policy" in html
+
+
+def test_every_string_from_results_is_escaped(run):
+    """A backend, a host, a command and messages carrying markup render as text (this fails with autoescape off)."""
+    html = html_of(run)
+    assert HOSTILE not in html
+    escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert f"<title>{escaped}</title>" in html  # the SVG line's tooltip
+    assert re.search(r"<title>" + re.escape(escaped) + r" \[", html) or f"{escaped}</text>" in html  # legend label
+    assert f"<td>{escaped}</td>" in html  # tables
+    assert f"normbench run --impl=numpy,torch {escaped}" in html  # environment
+    data = html[html.index('id="normbench-data">') + 20:html.index("</script>")]
+    assert "<" not in data and json.loads(data)[0]["throughput"]  # the embedded JSON cannot close its element
+
+
+def test_several_result_sets_render_side_by_side(tmp_path):
+    a = write_run(tmp_path / "a", "run-a", {"numpy": 0.1, "torch": 0.3}, host="host-a")
+    b = write_run(tmp_path / "b", "run-b", {"numpy": 0.2, "torch": 0.4}, host="host-b")
+    html = html_of(a, b)
+    assert html.count("<polyline") == 2 * 4  # lines per (backend, result set)
+    assert "torch [run-a (host-a)]" in html and "torch [run-b (host-b)]" in html
+    assert 'stroke-dasharray="6 3"' in html  # the second set is dashed
+
+
+@pytest.mark.parametrize("parts, stated", [
+    ({"throughput": False}, "No throughput rows in any result set"),
+    ({"conformance": False}, "No conformance rows in this result set"),
+    ({"env": False}, "Missing: the environment"),
+    ({"throughput": False, "conformance": False}, "Missing: throughput results"),
+])
+def test_a_partial_run_renders_and_says_what_is_missing(tmp_path, parts, stated):
+    folder = write_run(tmp_path / "p", "p", {"numpy": 0.1}, **parts)
+    assert stated in html_of(folder)
+
+
+def test_a_single_file_is_a_result_set(run):
+    html = html_of(run / "throughput.csv")
+    assert "<polyline" in html and "Missing: conformance results" in html
+
+
+def normbench(*args):
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def put(name, text, give_folder=False):
+    """A maker writing ``text`` to ``name`` in the test folder; it returns the file (or the folder)."""
+    def make(folder):
+        (folder / name).write_text(text)
+        return folder if give_folder else folder / name
+    return make
+
+
+NEWER = json.dumps({"schema": "normbench.throughput", "schema_version": 99, "rows": []})
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d / "absent", "no results at {path}"),
+    (put("throughput.json", ""), "cannot read {path}"),
+    (put("throughput.json", '{"rows": ['), "cannot read {path}"),
+    (put("conformance.csv", ""), "cannot read {path}"),
+    (put("environment.json", "[]", True), "{path}/environment.json is not a normbench"),
+    (lambda d: d, "{path} holds no normbench results"),
+    (put("throughput.json", NEWER, True), "{path}/throughput.json has normbench.throughput schema version 99, newer"),
+], ids=["missing", "empty", "corrupt", "empty-csv", "not-environment", "empty-folder", "newer-schema"])
+def test_bad_input_is_one_line_naming_the_file(tmp_path, make, message):
+    path = make(tmp_path)
+    out = normbench("report", str(path), "-o", str(tmp_path / "out.html"))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert message.format(path=path).split("{")[0] in out.stderr, out.stderr
+    assert not (tmp_path / "out.html").exists()
+
+
+def test_report_command_writes_the_file(run, tmp_path):
+    out = normbench("report", str(run), "-o", str(tmp_path / "sub" / "r.html"), "--baseline", "numpy")
+    assert out.returncode == 0, out.stderr
+    assert "Speedup against numpy" in (tmp_path / "sub" / "r.html").read_text()
+
+
+def test_results_are_read_as_data_only(tmp_path):
+    """A pickle named like a results file is refused; no loader is handed it."""
+    (tmp_path / "throughput.pkl").write_bytes(b"\x80\x04K\x01.")
+    with pytest.raises(ResultsError, match="not a normbench results file"):
+        write_report([tmp_path / "throughput.pkl"], tmp_path / "out.html")
+
+
+def test_a_saved_table1_is_shown(run):
+    out = normbench("table1", "--no-recurrent", f"--save={run}")
+    assert out.returncode == 0, out.stderr
+    document = json.loads((run / "table1.json").read_text())
+    assert document["schema"] == "normbench.table1" and document["schema_version"] == 1
+    html = html_of(run)
+    section = html[html.index("Table 1 of the paper, measured"):]
+    assert "Weight matrix re-scaling" in section and "Layer norm" in section and "(paper:" not in section
