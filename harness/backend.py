@@ -10,7 +10,8 @@ Required: ``name``, :meth:`asarray`, :meth:`to_numpy`, :meth:`layer_norm`.
 Optional: :meth:`layer_norm_backward` (set ``has_backward = False`` if absent),
 :meth:`layer_norm_statistics`, :meth:`synchronize`, :meth:`warmup`,
 :meth:`availability`, :meth:`library_version`, the ``device`` and
-``max_elements`` attributes.
+``max_elements`` attributes, and ``known_deviations`` (failures it is known to have,
+with the reasons).
 
 Example, a complete backend (register it in your ``pyproject.toml`` under
 ``[project.entry-points."normbench.backends"]`` as ``mine = "my_pkg:Mine"``)::
@@ -46,7 +47,7 @@ from __future__ import annotations
 import abc
 import importlib.metadata
 import importlib.util
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -107,6 +108,13 @@ class Backend(abc.ABC):
     #: larger cases are skipped with a reason naming this attribute. None: no limit. Set it in
     #: ``__init__`` when it depends on the device (the Triton backend caps its CPU interpreter).
     max_elements: int | None = None
+    #: failures this backend is known to have, each with the reason: ``{"test pattern": "reason"}``
+    #: or ``{"test pattern | message regex": "reason"}``; a test pattern is a glob over the test id
+    #: (with or without the backend's name), the case id or the case family. They are reported as
+    #: "known deviation" (xfailed), never as passed; see ``harness/known_failures.py``. Example::
+    #:
+    #:     known_deviations = {"*-offset1e4": "one-pass variance: E[x^2] - E[x]^2 cancels at mean 1e4 sigma"}
+    known_deviations: ClassVar[Mapping[str, str]] = {}
 
     # -- metadata ---------------------------------------------------------------
 

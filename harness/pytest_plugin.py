@@ -14,16 +14,23 @@ and is parametrized over the selected backends x cases x seeds, with ids like
 ``test_forward[torch-float16-rows65-hidden1000-offset1e3]`` and a marker per
 case family (``pytest suites/ -m family_layout``). Cases a backend
 cannot run (dtype, layout, no backward) are skipped with the reason.
+
+Known deviations (``harness.known_failures``: ``suites/known_failures.txt``, files
+given with ``--normbench-deviations`` and each backend's ``known_deviations``) turn
+the failures they explain into xfailed "known deviation" reports; the terminal
+summary lists them, and the declared ones that did not occur.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from harness import __version__
+from harness import __version__, known_failures
 from harness.exceptions import NormbenchError
 from harness.registry import ALL, Selection, get_registry
 
@@ -32,6 +39,7 @@ pytest_plugins = ["harness.pytest_throughput"]
 
 SELECTION = pytest.StashKey[Selection]()
 KNOWN_FAILURES = pytest.StashKey[list]()
+TALLY = pytest.StashKey[known_failures.Tally]()
 _SEED_RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
 
 
@@ -62,9 +70,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--normbench-seed", metavar="SEEDS", type=parse_seeds, default=[0],
                     help="Seed(s) of the random inputs: N, a range A..B, or N,M,... "
                          "Several seeds add a -seedN suffix to test ids. Default: 0.")
+    group.addoption("--normbench-deviations", metavar="FILE", type=_existing_file, action="append", default=[],
+                    help="A file of known deviations, lines 'backend | device glob | test pattern | message regex "
+                         "| reason' (harness/known_failures.py), in addition to suites/known_failures.txt and the "
+                         "backends' own known_deviations. Repeatable. Default: none.")
     group.addoption("--normbench-strict", action="store_true", default=False,
-                    help="Report the known failures of suites/known_failures.txt as failures, not xfailed. "
-                         "Default: %(default)r.")
+                    help="Report known deviations as failures, not xfailed, and fail the run if a declared "
+                         "deviation did not occur. Default: %(default)r.")
+
+
+def _existing_file(value: str) -> Path:
+    path = Path(value)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Give an existing known-deviations file.")
+    return path
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,12 +94,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
     for family in ALL_FAMILIES:
         config.addinivalue_line("markers", f"family_{family}: cases of the {family!r} family (harness.cases)")
-    from harness import known_failures
-
     try:
-        config.stash[KNOWN_FAILURES] = known_failures.load()
+        config.stash[KNOWN_FAILURES] = known_failures.load() + [
+            e for path in config.getoption("normbench_deviations") for e in known_failures.load(path)]
     except NormbenchError as exc:
         raise pytest.UsageError(str(exc)) from None
+    config.stash[TALLY] = known_failures.Tally()
+    config.pluginmanager.register(DeviationReport(config), "normbench-deviations")
     if config.getoption("impl") is not None:
         selection(config)
 
@@ -109,7 +129,24 @@ def _header(config: pytest.Config) -> list[str]:
     lines = [f"normbench {__version__}: backends {shown}; seed {seed}"]
     lines += [f"normbench: skipped {name}: {reason}" for name, reason in sel.skipped]
     lines += [f"normbench: warning: {message}" for message in sel.warnings]
+    declared = _declared(config, sel)
+    if declared:
+        lines.append(f"normbench: known deviations declared: {declared}"
+                     + (" (--normbench-strict: reported as failures)" if config.getoption("normbench_strict") else ""))
     return lines
+
+
+def _declared(config: pytest.Config, sel: Selection) -> str:
+    """``"3 in suites/known_failures.txt; 5 in flax.known_deviations"``: the entries for the selected backends."""
+    names = {b.name for b in sel.backends}
+    counts = Counter(e.origin for e in _entries(config, sel.backends) if e.backend in names)
+    return "; ".join(f"{n} in {origin}" for origin, n in counts.items())
+
+
+def _entries(config: pytest.Config, backends) -> list:
+    """The file entries and the known_deviations of ``backends`` (validated when the class was loaded)."""
+    declared = [e for b in backends for e in known_failures.from_backend(type(b))]
+    return config.stash[KNOWN_FAILURES] + declared
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -176,16 +213,10 @@ def pytest_itemcollected(item: pytest.Item) -> None:
             item.user_properties.append(("normbench_case", case.id))
 
 
-def _known_failure(item: pytest.Item, backend, call) -> str | None:
-    """The reason of the known failure that explains this failed call, if any."""
-    from harness import known_failures
-
-    if item.config.getoption("normbench_strict") or call.excinfo is None:
-        return None
-    test = re.sub(r"-seed\d+\]$", "]", item.name)
-    entry = known_failures.find(item.config.stash[KNOWN_FAILURES], backend.name, backend.device, test,
-                                str(call.excinfo.value))
-    return None if entry is None else f"known failure (suites/known_failures.txt:{entry.line}): {entry.reason}"
+def _subject(item: pytest.Item, backend) -> known_failures.Subject:
+    case = item.callspec.params.get("case")
+    return known_failures.Subject(backend.name, backend.device, re.sub(r"-seed\d+\]$", "]", item.name),
+                                  getattr(case, "id", ""), getattr(case, "family", ""))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -193,17 +224,56 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
     report = outcome.get_result()
     callspec = getattr(item, "callspec", None)
-    if report.when != "call" or not report.failed or callspec is None:
+    backend = callspec.params.get("backend") if callspec is not None else None
+    if report.when != "call" or backend is None or report.skipped:
         return
-    backend = callspec.params.get("backend")
-    if backend is None:
+    from harness.conformance import ConformanceError
+
+    message = str(call.excinfo.value) if call.excinfo is not None else ""
+    check_failure = call.excinfo is not None and call.excinfo.errisinstance(ConformanceError)
+    record = known_failures.record(_entries(item.config, [backend]), _subject(item, backend), report.failed,
+                                   message, check_failure)
+    if record["covers"]:
+        report.normbench_deviations = record  # plain data: travels to the xdist controller with the report
+    if not report.failed:
         return
-    known = _known_failure(item, backend, call)
-    if known is not None:
+    if record["explains"] and not item.config.getoption("normbench_strict"):
         report.outcome = "skipped"
-        report.wasxfail = known
+        report.wasxfail = f"known deviation ({record['explains']}): {record['covers'][record['explains']]}"
         return
     seed = callspec.params.get("seed", item.config.getoption("normbench_seed")[0])
     nodeid = re.sub(r"-seed\d+\]$", "]", item.nodeid)
     report.sections.append(("normbench: reproduce",
                             f"pytest '{nodeid}' --impl={backend.name} --normbench-seed={seed}"))
+
+
+class DeviationReport:
+    """Tallies the known deviations of every test (in the xdist controller too), lists
+    them at the end of the run, and under --normbench-strict fails a run in which a
+    declared deviation did not occur."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.tally = config.stash[TALLY]
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        record = getattr(report, "normbench_deviations", None)
+        if record:
+            self.tally.add(record)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(self.config, "workerinput"):  # an xdist worker sees only its share; the controller decides
+            return
+        strict = self.config.getoption("normbench_strict")
+        if strict and self.tally.stale() and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        lines = self.tally.lines()
+        if lines:
+            strict = self.config.getoption("normbench_strict")
+            terminalreporter.section("normbench known deviations" + (
+                " (--normbench-strict: reported as failures)" if strict else ""))
+            for line in lines:
+                terminalreporter.line(line)

@@ -21,7 +21,9 @@ import importlib.metadata
 import re
 from dataclasses import dataclass, field
 
+from harness import known_failures
 from harness.backend import Availability, Backend
+from harness.dtypes import DTYPES
 from harness.exceptions import BackendUnavailable, NormbenchError, PluginError, UnknownBackend
 
 GROUP = "normbench.backends"
@@ -69,6 +71,19 @@ def _distribution_of(ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
     if dist is None:
         return "unknown distribution", ""
     return dist.metadata["Name"] or "unknown distribution", dist.version or ""
+
+
+def class_problem(cls: type[Backend]) -> str:
+    """What is wrong with a Backend subclass's declarations (and the fix), or ""."""
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
+    if missing:
+        return (f"it does not implement {', '.join(missing)} (abstract in harness.Backend). "
+                f"Fix: implement them; {HOWTO}")
+    dtypes = getattr(cls, "dtypes", ())
+    if isinstance(dtypes, str) or not dtypes or not set(dtypes) <= set(DTYPES):
+        return (f"dtypes = {dtypes!r} is not a non-empty sequence of {', '.join(DTYPES)}. "
+                f"Fix: declare e.g. dtypes = ('float32', 'bfloat16')")
+    return known_failures.declaration_problem(cls)
 
 
 class Registry:
@@ -132,6 +147,9 @@ class Registry:
         if getattr(obj, "name", None) != name:
             raise PluginError(f"{where} declares name = {getattr(obj, 'name', None)!r}, but its entry point "
                               f"is {name!r}. Fix: make the class attribute `name` equal the entry-point name")
+        problem = class_problem(obj)
+        if problem:
+            raise PluginError(f"{where}: {problem}")
         self._classes[name] = obj
         return obj
 

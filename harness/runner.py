@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from harness import known_failures
+
 _ID = re.compile(r"^(?P<file>[^:]+)::(?P<test>[^\[]+)\[(?P<backend>[a-z][a-z0-9_-]*?)-(?P<rest>.*)\]$")
 
 
@@ -27,7 +29,8 @@ def suites_dir() -> Path:
 
 @dataclass(frozen=True)
 class Outcome:
-    """One test's result: ``outcome`` is passed, failed, skipped, error, xfailed or xpassed (known failures)."""
+    """One test's result: ``outcome`` is passed, failed, skipped, error, xfailed (a known
+    deviation: ``message`` is "known deviation (source): reason") or xpassed."""
 
     nodeid: str
     backend: str
@@ -35,6 +38,9 @@ class Outcome:
     outcome: str
     message: str = ""
     case: str = ""
+    #: the known deviations that cover this test (source -> reason), and the source of the one explaining it
+    covers: tuple[tuple[str, str], ...] = ()
+    explains: str = ""
 
 
 @dataclass
@@ -47,6 +53,7 @@ class Collector:
         failed_setup = report.when == "setup" and not report.passed
         if not (report.when == "call" or failed_setup):
             return
+        record = getattr(report, "normbench_deviations", None) or {}
         outcome = report.outcome if report.when == "call" else ("skipped" if report.skipped else "error")
         match = _ID.match(report.nodeid.split("/")[-1])
         props = dict(report.user_properties)
@@ -61,7 +68,8 @@ class Collector:
         elif report.failed:
             message = getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message or ""
         self.outcomes.append(Outcome(report.nodeid, backend, match["test"] if match else report.nodeid, outcome,
-                                     str(message), case))
+                                     str(message), case, tuple(record.get("covers", {}).items()),
+                                     record.get("explains") or ""))
 
 
 def run_pytest(args: list[str]) -> tuple[int, list[Outcome]]:
@@ -71,25 +79,40 @@ def run_pytest(args: list[str]) -> tuple[int, list[Outcome]]:
     return int(code), collector.outcomes
 
 
+def deviations(outcomes: list[Outcome]) -> known_failures.Tally:
+    """The known deviations of a run: which occurred, and which were declared but did not."""
+    tally = known_failures.Tally()
+    for o in outcomes:
+        tally.add({"covers": dict(o.covers), "explains": o.explains})
+    return tally
+
+
 def summary(outcomes: list[Outcome], max_failures: int = 5) -> str:
-    """A table per backend: passed, failed, skipped; then the first failures of each."""
+    """A table per backend: passed, failed, known deviations, skipped; then the first
+    failures of each, the known deviations that occurred and those that did not."""
     backends = sorted({o.backend for o in outcomes if o.backend})
     if not backends:
         return "no suite test ran"
     counts = {b: Counter(o.outcome for o in outcomes if o.backend == b) for b in backends}
     width = max(len(b) for b in backends + ["backend"])
-    lines = [f"{'backend':<{width}}  {'passed':>7} {'failed':>7} {'skipped':>7}  verdict"]
+    lines = [f"{'backend':<{width}}  {'passed':>7} {'failed':>7} {'known dev.':>10} {'skipped':>7}  verdict"]
     for b in backends:
         c = counts[b]
-        bad = c["failed"] + c["error"]
+        bad = c["failed"] + c["error"] + c["xpassed"]
         verdict = "PASS" if bad == 0 and c["passed"] else ("FAIL" if bad else "nothing ran")
-        lines.append(f"{b:<{width}}  {c['passed']:>7} {bad:>7} {c['skipped']:>7}  {verdict}")
+        if verdict == "PASS" and c["xfailed"]:
+            verdict = "PASS, with known deviations"
+        lines.append(f"{b:<{width}}  {c['passed']:>7} {bad:>7} {c['xfailed']:>10} {c['skipped']:>7}  {verdict}")
     for b in backends:
         failures = [o for o in outcomes if o.backend == b and o.outcome in ("failed", "error")]
         if failures:
             lines.append(f"\n{b}: {len(failures)} failing; first {min(len(failures), max_failures)}:")
             lines += [f"  {o.nodeid}\n    {o.message.splitlines()[0] if o.message else ''}"
                       for o in failures[:max_failures]]
+    declared = deviations(outcomes).lines()
+    if declared:
+        lines += ["\nknown deviations (declared failures, shown so they stay visible):"]
+        lines += [f"  {line}" for line in declared]
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ Writes ``<dist>-0.0.0.dist-info`` with an ``entry_points.txt`` under a folder
 from __future__ import annotations
 
 import os
+import re
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
@@ -38,6 +39,12 @@ def subprocess_env(*paths: Path) -> dict[str, str]:
 
 def pytest_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
+
+
+def counts(stdout: str) -> dict[str, int]:
+    """pytest's last line as counts, e.g. ``{"passed": 1, "xfailed": 1}`` (deselected left out)."""
+    return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", stdout.strip().splitlines()[-1])
+            if word != "deselected" and not word.startswith("second")}
 
 
 def outcomes_by_backend(junit_xml: Path, backends: list[str]) -> dict[str, Counter]:

@@ -361,10 +361,9 @@ def test_availability_returning_non_availability(fake):
     assert_numpy_still_works(registry)
 
 
-# Messages that, by harness.exceptions' contract ("every message says what was
-# wrong, the value received, and the fix") and registry's ("a broken plugin
-# becomes a problem naming its distribution and the fix"), should name the
-# distribution and the fix, but do not yet.
+# By harness.exceptions' contract ("every message says what was wrong, the value
+# received, and the fix") and registry's ("a broken plugin becomes a problem naming
+# its distribution and the fix"), start-up failures name the distribution and the fix.
 @pytest.mark.parametrize("kind", ["init-raises", "not-an-availability"])
 def test_startup_failures_name_distribution_and_fix(fake, kind):
     name = f"{fake.tag}-{kind}"
@@ -385,6 +384,45 @@ def test_startup_failures_name_distribution_and_fix(fake, kind):
     with pytest.raises(harness.NormbenchError) as info:
         registry.create(name)
     assert_names_distribution_and_fix(str(info.value), dist)
+
+
+@pytest.mark.parametrize("body, what", [
+    ("dtypes = ('fp16',)", "dtypes = ('fp16',) is not a non-empty sequence of float64, float32, float16, bfloat16"),
+    ("dtypes = ()", "dtypes = () is not a non-empty sequence"),
+    ("dtypes = 'float32'", "dtypes = 'float32' is not a non-empty sequence"),
+    ("known_deviations = ['*-offset1e4']", "known_deviations must map test patterns to reasons"),
+    ("known_deviations = {'* | (': 'why'}", "bad message regex '('"),
+])
+def test_bad_class_declarations_are_plugin_errors(fake, body, what):
+    name = f"{fake.tag}-decl"
+    module = fake.backend_module("Declares", name, extra=body)
+    dist = fake.distribution(fake.dist_name("decl"), {name: f"{module}:Declares"})
+    registry = fake.registry()
+    with pytest.raises(PluginError) as info:
+        registry.load_class(name)
+    assert what in str(info.value)
+    assert_names_distribution_and_fix(str(info.value), dist)
+    assert any(n == name and what in why for n, why in registry.select("all").skipped)
+    assert_numpy_still_works(registry)
+
+
+def test_a_backend_missing_required_methods_is_a_plugin_error_not_a_start_failure(fake):
+    name = f"{fake.tag}-abstract"
+    module = fake.module(f"""
+        from harness import Backend
+
+        class Abstract(Backend):
+            name = {name!r}
+
+            def asarray(self, host):
+                return host
+    """)
+    dist = fake.distribution(fake.dist_name("abstract"), {name: f"{module}:Abstract"})
+    registry = fake.registry()
+    with pytest.raises(PluginError, match=r"it does not implement layer_norm, to_numpy \(abstract in harness.Backend\)") as info:
+        registry.load_class(name)
+    assert_names_distribution_and_fix(str(info.value), dist)
+    assert_numpy_still_works(registry)
 
 
 # -- select -----------------------------------------------------------------------

@@ -1,0 +1,164 @@
+"""Flax's LayerNorm (``flax.linen.LayerNorm``) as two normbench backends.
+
+* ``flax``: the module as users run it, with its defaults, ``use_fast_variance=True``
+  included: the variance is ``E[x^2] - E[x]^2`` (clamped at 0), in float32 for
+  half and single inputs.
+* ``flax-stable``: the same module with ``use_fast_variance=False``: the variance
+  is ``E[(x - E[x])^2]``, two passes.
+
+Both map normbench's call onto the module one to one: ``epsilon=eps``; the
+normalized dims are the reduction and feature axes; ``use_scale`` / ``use_bias``
+follow whether weight / bias are given, and they are passed as the module's
+``scale`` / ``bias`` parameters in their own dtype; ``dtype=x.dtype`` (Flax would
+otherwise promote a bfloat16 x with float32 parameters to a float32 output).
+Everything else is Flax's default. The backward is ``jax.vjp`` of that forward,
+with respect to x, scale and bias. Flax does not expose the statistics it
+computes, so the suites check y and the gradients only.
+
+Nothing here imports jax or flax at module level: ``normbench list`` imports this
+module to read the class attributes, and must stay light. They load in
+``__init__``, when a backend is created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from typing import Any, ClassVar
+
+import numpy as np
+
+from harness import Backend
+from harness.dtypes import DTYPES
+
+#: results held for :meth:`FlaxLayerNorm.synchronize` before the oldest is waited for
+MAX_PENDING = 64
+#: a value out of its bound (not a shape, dtype, determinism or crash)
+_VALUES = r"\): (y|dx|dweight|dbias)\["
+_ONE_PASS = "use_fast_variance=True: var = E[x^2] - E[x]^2 in float32 (float64 for float64) cancels "
+
+#: both variants: the gradient of a half-precision x
+HALF_PRECISION_DX = {
+    "test_backward*[*float16-*] | \\): dx\\[|: sum\\(dx\\) = ": (
+        "half-precision dx: x enters the module twice (x.astype(float32) for the statistics, x - mean after), so "
+        "jax.vjp rounds each path's float32 cotangent to x's dtype before adding them; the two nearly cancel, "
+        "leaving dx up to 284x the bound (bfloat16: -0.00195 for -0.00021) and sum(dx) far from 0"),
+}
+#: the default variant only: the one-pass variance
+ONE_PASS_VARIANCE = {
+    "*-offset1e2 | " + _VALUES: _ONE_PASS + "at a row mean of 1e2 sigma: y up to 4x the bound, dx 11x",
+    "*-offset1e3 | " + _VALUES: _ONE_PASS + "at a row mean of 1e3 sigma: y off by 0.06 (52x the bound), dx by 1.3 (117x)",
+    "*-offset1e4 | " + _VALUES: _ONE_PASS + "at a row mean of 1e4 sigma: var is lost, y = -3100 for -10 (1.3e4x the bound)",
+    "float32-*-offset3* | " + _VALUES: _ONE_PASS + "on rows whose sample mean is tens of sigmas (few elements per row, "
+    "or one row in thousands): 1-3x the bound, which cases depends on the seed",
+    "float64-*-offset3* | " + _VALUES: _ONE_PASS + "on rows whose sample mean is tens of sigmas: 1-3x the bound, "
+    "which cases depends on the seed",
+    "test_backward[*-constant*] | " + _VALUES: _ONE_PASS + "to rounding noise instead of 0 on constant rows: y stays "
+    "0, but dx is scaled by the wrong rstd (float32: 885 for 1605, 1.8e5x the bound)",
+    "test_weight_matrix_recentering[*]": _ONE_PASS + "under Table 1's re-centering (a ~1e3-sigma shift of every "
+    "summed input): y changes by 0.64 to 1.04 in float32 (82x to 213x the bound)",
+}
+
+
+class FlaxLayerNorm(Backend):
+    """``flax.linen.LayerNorm`` with Flax's defaults (``use_fast_variance=True``).
+
+    Example (what ``normbench test --impl=flax`` does for each case)::
+
+        >>> import numpy as np
+        >>> from normbench_flax.backends import FlaxLayerNorm
+        >>> b = FlaxLayerNorm()
+        >>> x = b.asarray(np.arange(8, dtype=np.float32).reshape(2, 4))
+        >>> np.round(b.to_numpy(b.layer_norm(x, (4,), None, None, 1e-5)), 4)
+        array([[-1.3416, -0.4472,  0.4472,  1.3416],
+               [-1.3416, -0.4472,  0.4472,  1.3416]], dtype=float32)
+    """
+
+    name = "flax"
+    description = "flax.linen.LayerNorm with its defaults (use_fast_variance=True); backward via jax.vjp"
+    requires = ("flax", "jax")
+    install_hint = "pip install normbench-flax (it brings flax and jax)"
+    devices = "gpu if JAX sees one, else cpu"
+    #: Flax's own default; the subclass below turns it off
+    use_fast_variance: ClassVar[bool] = True
+    #: what normbench finds in Flax, measured (see this package's README); the first match explains a failure
+    known_deviations: ClassVar[dict[str, str]] = {**HALF_PRECISION_DX, **ONE_PASS_VARIANCE}
+
+    def __init__(self) -> None:
+        import jax
+        from flax import linen as nn
+
+        self.jax = jax
+        self._device = jax.devices()[0]
+        self.device = f"{self._device.platform}:{self._device.id} ({self._device.device_kind})"
+        self._x64 = getattr(jax, "enable_x64", None)  # thread-local x64 (JAX >= 0.7); else no float64
+        if self._x64 is None:
+            self.dtypes = tuple(d for d in DTYPES if d != "float64")
+        self._pending: deque = deque()
+        fast = self.use_fast_variance
+
+        def forward(x, scale, bias, eps, normalized_shape):
+            axes = tuple(range(-len(normalized_shape), 0))
+            module = nn.LayerNorm(epsilon=eps, dtype=x.dtype, use_scale=scale is not None, use_bias=bias is not None,
+                                  reduction_axes=axes, feature_axes=axes, use_fast_variance=fast)
+            params = {k: v for k, v in (("scale", scale), ("bias", bias)) if v is not None}
+            return module.apply({"params": params}, x)
+
+        def backward(dy, x, scale, bias, eps, normalized_shape):
+            _, vjp = jax.vjp(lambda x_, s_, b_: forward(x_, s_, b_, eps, normalized_shape), x, scale, bias)
+            return vjp(dy)
+
+        self._forward = jax.jit(forward, static_argnames=("normalized_shape",))
+        self._backward = jax.jit(backward, static_argnames=("normalized_shape",))
+
+    def _scope(self, *arrays: Any) -> Any:
+        """x64 on, for this thread only, when any array is float64 (JAX truncates it otherwise)."""
+        if any(a is not None and a.dtype == np.float64 for a in arrays):
+            return self._x64(True)
+        return contextlib.nullcontext()
+
+    def asarray(self, host):
+        host = np.ascontiguousarray(host)
+        with self._scope(host):
+            return self.jax.device_put(host, self._device)
+
+    def to_numpy(self, native):
+        return np.asarray(native)
+
+    def layer_norm(self, x, normalized_shape, weight, bias, eps):
+        with self._scope(x, weight, bias):
+            return self._queued(self._forward(x, weight, bias, float(eps), normalized_shape=tuple(normalized_shape)))
+
+    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        with self._scope(dy, x, weight, bias):
+            grads = self._backward(dy, x, weight, bias, float(eps), normalized_shape=tuple(normalized_shape))
+        return self._queued(tuple(grads))
+
+    def warmup(self, x, normalized_shape, weight, bias, eps):
+        """Compile the forward and the backward for arrays like these (any eps), and wait."""
+        with self._scope(x):
+            dy = self.jax.numpy.zeros_like(x)
+        self.layer_norm(x, normalized_shape, weight, bias, eps)
+        self.layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
+        self.synchronize()
+
+    def _queued(self, result: Any) -> Any:
+        """Remember ``result`` for :meth:`synchronize` (JAX dispatches asynchronously);
+        beyond MAX_PENDING results, wait for the oldest now so memory stays bounded."""
+        self._pending.append(result)
+        while len(self._pending) > MAX_PENDING:
+            self.jax.block_until_ready(self._pending.popleft())
+        return result
+
+    def synchronize(self) -> None:
+        while self._pending:
+            self.jax.block_until_ready(self._pending.popleft())
+
+
+class FlaxStableLayerNorm(FlaxLayerNorm):
+    """``flax.linen.LayerNorm(use_fast_variance=False)``: the two-pass variance."""
+
+    name = "flax-stable"
+    description = "flax.linen.LayerNorm(use_fast_variance=False), two-pass variance; backward via jax.vjp"
+    use_fast_variance = False
+    known_deviations: ClassVar[dict[str, str]] = dict(HALF_PRECISION_DX)

@@ -1,0 +1,105 @@
+"""The example plugin (examples/normbench-flax), installed: its registration, its light
+import, and the finding, so it can never silently disappear: Flax's LayerNorm with
+its defaults (``use_fast_variance=True``) fails on rows with a large mean, by far, and
+with ``use_fast_variance=False`` it does not; both compute a half-precision dx out of
+two separately rounded parts. Run by ``tox -e flax``; skipped where the plugin is not
+installed.
+"""
+
+import importlib.util
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+if importlib.util.find_spec("normbench_flax") is None or importlib.util.find_spec("flax") is None:
+    pytest.skip("the example plugin is not installed: pip install -e examples/normbench-flax", allow_module_level=True)
+
+from harness import cases, conformance, get_registry  # noqa: E402
+from harness.runner import suites_dir  # noqa: E402
+from tests.plugins import ROOT, pytest_command, subprocess_env  # noqa: E402
+
+#: seed 0 failures of the default variant, far out of bound, and the stable variant's verdict on them
+ONE_PASS = {
+    "test_forward[{}-float32-rows8-hidden1000-offset1e3]": 10.0,
+    "test_forward[{}-float32-rows8-hidden1000-offset1e4]": 1000.0,
+    "test_forward[{}-float64-rows8-hidden1000-offset1e3]": 10.0,
+    "test_backward[{}-float32-rows8-hidden1000-offset1e3]": 10.0,
+    "test_backward[{}-float32-rows8-hidden64-constant]": 1000.0,
+    "test_weight_matrix_recentering[{}-float32-rows16-hidden100-normal]": 10.0,
+}
+#: both variants: the half-precision dx
+HALF_DX = "test_backward[{}-bfloat16-rows7-hidden100-uniform9-biasonly]"
+
+
+def ratio(message: str) -> float:
+    """The worst element's error over its bound, from a failure message: ``... (52.4x); ...``."""
+    return float(re.search(r"\(([\d.e+]+)x\)", message)[1])
+
+
+def test_both_backends_come_from_the_plugin_distribution():
+    registry = get_registry()
+    for name, cls in (("flax", "FlaxLayerNorm"), ("flax-stable", "FlaxStableLayerNorm")):
+        plugin = registry.plugin(name)
+        assert (plugin.distribution, plugin.target) == ("normbench-flax", f"normbench_flax.backends:{cls}")
+        assert registry.load_class(name).name == name and registry.availability(name)
+    assert not [p for p in registry.problems if p.distribution == "normbench-flax"]
+
+
+def test_importing_the_plugin_imports_neither_flax_nor_jax():
+    check = "import normbench_flax.backends, sys; print(sorted(m for m in ('flax', 'jax') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("dist, at_least", [("offset1e3", 10.0), ("offset1e4", 1000.0)])
+def test_the_default_variant_fails_large_offsets_and_the_stable_one_passes(dist, at_least):
+    case = next(c for c in cases.FORWARD_CASES if c.id == f"float32-rows8-hidden1000-{dist}")
+    registry = get_registry()
+    with pytest.raises(conformance.ConformanceError, match=r"\): y\[") as info:
+        conformance.check_forward(registry.create("flax"), cases.make_inputs(case, 0))
+    assert ratio(str(info.value)) >= at_least, str(info.value)
+    conformance.check_forward(registry.create("flax-stable"), cases.make_inputs(case, 0))
+
+
+def _run(backend: str, tests: list[str], junit: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    """pytest on these tests of ``backend`` (ids with ``{}`` for the backend), seed 0:
+    the process, and per test its outcome and message (from the JUnit XML)."""
+    files = {"test_forward": "test_forward.py", "test_backward": "test_backward.py"}
+    ids = [f"{suites_dir() / files.get(t.split('[')[0], 'test_invariances.py')}::{t.format(backend)}" for t in tests]
+    out = subprocess.run(pytest_command(*ids, f"--impl={backend}", "-rx", "--normbench-seed=0", f"--junitxml={junit}",
+                                        *args), cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600)
+    results = {}
+    for case in ET.parse(junit).iter("testcase"):
+        found = [(e.tag, e.get("message", "")) for e in case if e.tag in ("failure", "error", "skipped")]
+        results[case.get("name")] = found[0] if found else ("passed", "")
+    return out, results
+
+
+def test_strict_reports_the_finding_as_failures_and_by_how_much(tmp_path):
+    out, results = _run("flax", [*ONE_PASS, HALF_DX], tmp_path / "junit.xml", "--normbench-strict")
+    assert out.returncode == 1, out.stdout[-3000:]
+    assert {t: kind for t, (kind, _) in results.items()} == {t.format("flax"): "failure" for t in [*ONE_PASS, HALF_DX]}
+    for test, at_least in ONE_PASS.items():
+        message = results[test.format("flax")][1]
+        assert "ConformanceError" in message and ratio(message) >= at_least, message
+
+
+def test_without_strict_the_finding_is_known_deviations_and_nothing_else(tmp_path):
+    out, results = _run("flax", [*ONE_PASS, HALF_DX], tmp_path / "junit.xml")
+    assert out.returncode == 0, out.stdout[-3000:]
+    for test in [*ONE_PASS, HALF_DX]:
+        kind, message = results[test.format("flax")]
+        assert kind == "skipped" and message.startswith("known deviation (flax.known_deviations["), (test, message)
+    assert "did not occur" not in out.stdout.split("normbench known deviations")[1]
+
+
+def test_the_stable_variant_passes_the_same_cases_except_the_half_precision_dx(tmp_path):
+    out, results = _run("flax-stable", [*ONE_PASS, HALF_DX], tmp_path / "junit.xml")
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert {t: results[t.format("flax-stable")][0] for t in ONE_PASS} == dict.fromkeys(ONE_PASS, "passed")
+    kind, message = results[HALF_DX.format("flax-stable")]
+    assert kind == "skipped" and message.startswith("known deviation (flax-stable.known_deviations["), message

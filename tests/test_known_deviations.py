@@ -1,0 +1,154 @@
+"""Known deviations through pytest and `normbench run`, as users meet them: a backend's
+own ``known_deviations`` and a user's ``--normbench-deviations`` file turn the failures
+they explain into xfailed "known deviation" reports, never passes; any other failure
+still fails; a declared deviation that did not occur is listed for removal, and fails
+the run only with ``--normbench-strict``.
+
+The backend is the one-pass-variance mutant (a real bug: fails on rows with a large
+mean), registered through a throw-away dist-info like any plugin.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+from harness.runner import Outcome, suites_dir, summary
+from tests.plugins import ROOT, counts, pytest_command, subprocess_env, write_dist_info
+
+FORWARD = str(suites_dir() / "test_forward.py")
+OFFSET1E3 = "float32-rows8-hidden1000-offset1e3"
+OFFSET1E4 = "float32-rows8-hidden1000-offset1e4"
+NORMAL = "float32-rows8-hidden1000-normal"
+
+DECLARING = f'''
+from tests.mutants import Fp32Kernel, OnePassVariance
+
+
+class Declared(OnePassVariance):
+    name = "declared"
+    known_deviations = {{
+        "*-offset1e3 | \\\\): y\\\\[": "one-pass variance at a mean of 1e3 sigma",
+        "{NORMAL}": "declared, but this case passes: must be reported as not occurring",
+    }}
+
+
+class Crashes(Fp32Kernel):
+    name = "crashes"
+    known_deviations = {{"{OFFSET1E3}": "declared without a regex: explains check failures, not crashes"}}
+
+    def layer_norm(self, x, normalized_shape, weight, bias, eps):
+        if x.shape == (8, 1000):
+            raise RuntimeError("kernel crashed")
+        return super().layer_norm(x, normalized_shape, weight, bias, eps)
+'''
+
+
+@pytest.fixture(scope="module")
+def plugins(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("deviations")
+    (folder / "declaring_plugin.py").write_text(DECLARING)
+    write_dist_info(folder, {"declared": "declaring_plugin:Declared", "crashes": "declaring_plugin:Crashes",
+                             "mutant-one-pass-variance": "tests.mutants:OnePassVariance"}, dist="declaring-plugins")
+    return folder
+
+
+def run(plugins, *args):
+    return subprocess.run(pytest_command(FORWARD, *args), cwd=ROOT, env=subprocess_env(plugins),
+                          capture_output=True, text=True, timeout=600)
+
+
+def only(*case_ids: str) -> list[str]:
+    return ["-k", " or ".join(f"test_forward and {c}" for c in case_ids)]
+
+
+def test_declared_failures_are_known_deviations_and_a_stale_one_is_listed(plugins):
+    out = run(plugins, "--impl=declared", "-rx", "-v", *only(OFFSET1E3, NORMAL))
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert counts(out.stdout) == {"passed": 1, "xfailed": 1}
+    assert "normbench: known deviations declared: 2 in declared.known_deviations" in out.stdout
+    source = 'declared.known_deviations["*-offset1e3 | \\): y\\["]'
+    assert f"XFAIL suites/test_forward.py::test_forward[declared-{OFFSET1E3}] - known deviation ({source}): " \
+           "one-pass variance at a mean of 1e3 sigma" in out.stdout
+    summary_section = out.stdout.split("normbench known deviations")[1]
+    assert f"known deviation in 1 of 1 tests: {source}" in summary_section
+    assert ("declared deviation did not occur in the 1 tests it covers (remove it?): "
+            f'declared.known_deviations["{NORMAL}"]') in summary_section
+
+
+def test_strict_fails_the_deviations_and_the_stale_declaration(plugins):
+    out = run(plugins, "--impl=declared", "--normbench-strict", *only(OFFSET1E3))
+    assert out.returncode == 1 and counts(out.stdout) == {"failed": 1}, out.stdout[-3000:]
+    assert "(--normbench-strict: reported as failures)" in out.stdout
+    assert "> bound" in out.stdout
+    stale = run(plugins, "--impl=declared", "--normbench-strict", *only(NORMAL))
+    assert stale.returncode == 1 and counts(stale.stdout) == {"passed": 1}, stale.stdout[-3000:]
+    assert "declared deviation did not occur" in stale.stdout
+
+
+def test_an_undeclared_failure_still_fails(plugins):
+    out = run(plugins, "--impl=declared", *only(OFFSET1E3, OFFSET1E4))
+    assert out.returncode == 1
+    assert counts(out.stdout) == {"failed": 1, "xfailed": 1}, out.stdout[-3000:]
+    assert f"FAILED suites/test_forward.py::test_forward[declared-{OFFSET1E4}]" in out.stdout
+
+
+def test_a_crash_is_never_a_declared_deviation_without_a_regex(plugins):
+    out = run(plugins, "--impl=crashes", *only(OFFSET1E3))
+    assert out.returncode == 1 and counts(out.stdout) == {"failed": 1}, out.stdout[-3000:]
+    assert "RuntimeError: kernel crashed" in out.stdout
+
+
+def test_a_users_deviations_file(plugins, tmp_path):
+    mine = tmp_path / "mine.txt"
+    mine.write_text("# my findings\nmutant-one-pass-variance | * | dist | \\): y\\[ | we know: one-pass variance\n")
+    out = run(plugins, "--impl=mutant-one-pass-variance", f"--normbench-deviations={mine}", "-rx",
+              *only(OFFSET1E3, OFFSET1E4, NORMAL))
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert counts(out.stdout) == {"passed": 1, "xfailed": 2}
+    assert f"normbench: known deviations declared: 1 in {mine}" in out.stdout
+    assert f"known deviation ({mine}:2): we know: one-pass variance" in out.stdout
+    assert f"known deviation in 2 of 3 tests: {mine}:2" in out.stdout
+
+
+def test_the_tally_survives_xdist(plugins):
+    out = run(plugins, "--impl=declared", "-n", "2", *only(OFFSET1E3, NORMAL))
+    assert out.returncode == 0 and counts(out.stdout) == {"passed": 1, "xfailed": 1}, out.stdout[-3000:]
+    assert "known deviation in 1 of 1 tests" in out.stdout and "declared deviation did not occur" in out.stdout
+
+
+@pytest.mark.parametrize("value, message", [
+    ("nope.txt", "Could not parse value: 'nope.txt'. Give an existing known-deviations file."),
+])
+def test_a_bad_deviations_option_is_a_usage_error(plugins, value, message):
+    out = run(plugins, "--impl=numpy", f"--normbench-deviations={value}", "--collect-only", "-q")
+    assert out.returncode == 4 and message in out.stderr
+
+
+def test_a_bad_deviations_file_names_the_line(plugins, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_text("numpy | cpu | only three\n")
+    out = run(plugins, "--impl=numpy", f"--normbench-deviations={bad}", "--collect-only", "-q")
+    assert out.returncode == 4 and f"{bad}:1: expected 'backend | device glob | test pattern" in out.stderr
+
+
+def test_normbench_run_counts_and_lists_them(plugins):
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--impl=declared", "-n", "0",
+                          *only(OFFSET1E3, NORMAL)], cwd=ROOT, env=subprocess_env(plugins), capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:]
+    table = out.stdout.split("normbench conformance summary")[1]
+    row = next(line for line in table.splitlines() if line.startswith("declared "))
+    assert row.split()[1:4] == ["1", "0", "1"] and row.endswith("PASS, with known deviations")
+    assert "known deviation in 1 of 1 tests" in table and "declared deviation did not occur" in table
+
+
+def test_summary_counts_deviations_apart_from_passes_and_failures():
+    source = 'b.known_deviations["x"]'
+    outcomes = [Outcome("t::test_forward[b-a]", "b", "test_forward", "passed", covers=((source, "why"),)),
+                Outcome("t::test_forward[b-c]", "b", "test_forward", "deviation", "y[0] = 1 > bound",
+                        f"known deviation ({source}): why", ((source, "why"),), source),
+                Outcome("t::test_forward[b-d]", "b", "test_forward", "failed", "y[1] = 2 > bound")]
+    text = summary(outcomes)
+    assert text.splitlines()[1].split()[1:5] == ["1", "1", "1", "0"] and text.splitlines()[1].endswith("FAIL")
+    assert f"known deviation in 1 of 2 tests: {source}" in text
