@@ -1,6 +1,6 @@
 """Host NumPy arrays to torch tensors and back, keeping the layout.
 
-Shared by the torch-based backends (``impls.triton``): the tensor rebuilt on
+Shared by the torch-based backends (``impls.torch_native``, ``impls.triton``): the tensor rebuilt on
 the device has the host view's shape, strides, storage offset and stride-0
 broadcasts (``harness.layout.decompose``), so layout bugs reach the kernel.
 torch is passed in, never imported here at module level.

@@ -6,12 +6,8 @@ never when this module is imported.
 
 from __future__ import annotations
 
-import warnings
-
-import numpy as np
-
 from harness import Backend
-from harness.layout import decompose
+from impls.torch_arrays import from_host, to_host
 
 
 class TorchBackend(Backend):
@@ -35,24 +31,10 @@ class TorchBackend(Backend):
 
     def asarray(self, host):
         """Keeps host's layout: strides, storage offset and stride-0 broadcasts."""
-        torch = self.torch
-        flat, shape, strides, offset = decompose(host)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # read-only (broadcast) buffers
-            if flat.dtype.name == "bfloat16":
-                base = torch.from_numpy(flat.view(np.uint16)).view(torch.bfloat16)
-            else:
-                base = torch.from_numpy(flat)
-        base = base.to(self._device, copy=True)
-        return base.as_strided(shape, strides, offset)
+        return from_host(self.torch, host, self._device)
 
     def to_numpy(self, native):
-        t = native.detach().cpu()
-        if t.dtype == self.torch.bfloat16:
-            import ml_dtypes
-
-            return t.contiguous().view(self.torch.uint16).numpy().view(ml_dtypes.bfloat16).reshape(t.shape)
-        return t.numpy()
+        return to_host(self.torch, native)
 
     def layer_norm(self, x, normalized_shape, weight, bias, eps):
         return self.torch.nn.functional.layer_norm(x, normalized_shape, weight, bias, eps)
