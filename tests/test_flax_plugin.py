@@ -49,6 +49,15 @@ def test_both_backends_come_from_the_plugin_distribution():
     assert not [p for p in registry.problems if p.distribution == "normbench-flax"]
 
 
+def test_the_docstring_example_runs():
+    import doctest
+
+    import normbench_flax.backends
+
+    result = doctest.testmod(normbench_flax.backends)
+    assert result.attempted >= 4 and result.failed == 0
+
+
 def test_importing_the_plugin_imports_neither_flax_nor_jax():
     check = "import normbench_flax.backends, sys; print(sorted(m for m in ('flax', 'jax') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)

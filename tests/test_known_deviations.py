@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from harness import results
 from harness.runner import Outcome, suites_dir, summary
 from tests.plugins import ROOT, counts, pytest_command, subprocess_env, write_dist_info
 
@@ -132,15 +133,18 @@ def test_a_bad_deviations_file_names_the_line(plugins, tmp_path):
     assert out.returncode == 4 and f"{bad}:1: expected 'backend | device glob | test pattern" in out.stderr
 
 
-def test_normbench_run_counts_and_lists_them(plugins):
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--impl=declared", "-n", "0",
-                          *only(OFFSET1E3, NORMAL)], cwd=ROOT, env=subprocess_env(plugins), capture_output=True,
-                         text=True, timeout=600)
+def test_normbench_run_counts_lists_and_saves_them(plugins, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--impl=declared", "-n", "0", "--suites=conformance",
+                          f"--out={tmp_path}", "--run-id=r1", "--no-report", *only(OFFSET1E3, NORMAL)], cwd=ROOT,
+                         env=subprocess_env(plugins), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:]
     table = out.stdout.split("normbench conformance summary")[1]
     row = next(line for line in table.splitlines() if line.startswith("declared "))
     assert row.split()[1:4] == ["1", "0", "1"] and row.endswith("PASS, with known deviations")
     assert "known deviation in 1 of 1 tests" in table and "declared deviation did not occur" in table
+    saved = results.load(tmp_path / "r1", results.CONFORMANCE).set_index("case")
+    assert saved.loc[OFFSET1E3, "outcome"] == "xfailed" and saved.loc[NORMAL, "outcome"] == "passed"
+    assert saved.loc[OFFSET1E3, "message"].startswith('known deviation (declared.known_deviations["*-offset1e3')
 
 
 def test_summary_counts_deviations_apart_from_passes_and_failures():
