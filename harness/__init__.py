@@ -1,14 +1,15 @@
 """normbench: a benchmark-and-verification harness for LayerNorm kernels.
 
-``import harness`` loads NumPy only; torch, jax and triton load when a backend
-that needs them is created.
+``import normbench`` loads NumPy only; torch, jax and triton load when a backend
+that needs them is created. The map of the package: docs/architecture.md.
 """
 
-from harness.backend import Availability, Backend
-from harness.exceptions import BackendUnavailable, InvalidInput, NormbenchError, PluginError, UnknownBackend
-from harness.registry import get_registry, refresh
+#: the one source of the version (pyproject.toml reads it); set before the imports below need it
+__version__ = "0.2.0"
 
-__version__ = "0.1.0"
+from normbench.backend import Availability, Backend
+from normbench.exceptions import BackendUnavailable, InvalidInput, NormbenchError, PluginError, UnknownBackend
+from normbench.registry import get_registry, refresh
 
 __all__ = ["Availability", "Backend", "BackendUnavailable", "InvalidInput", "NormbenchError", "PluginError", "UnknownBackend",
            "get_registry", "refresh", "__version__"]

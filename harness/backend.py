@@ -17,7 +17,7 @@ Example, a complete backend (register it in your ``pyproject.toml`` under
 ``[project.entry-points."normbench.backends"]`` as ``mine = "my_pkg:Mine"``)::
 
     import numpy as np
-    from harness import Backend
+    from normbench import Backend
 
     class Mine(Backend):
         name = "mine"
@@ -51,7 +51,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.dtypes import DTYPES
+from normbench.dtypes import DTYPES
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class Backend(abc.ABC):
     #: failures this backend is known to have, each with the reason: ``{"test pattern": "reason"}``
     #: or ``{"test pattern | message regex": "reason"}``; a test pattern is a glob over the test id
     #: (with or without the backend's name), the case id or the case family. They are reported as
-    #: "known deviation" (xfailed), never as passed; see ``harness/known_failures.py``. Example::
+    #: "known deviation" (xfailed), never as passed; see ``harness/deviations.py``. Example::
     #:
     #:     known_deviations = {"*-offset1e4": "one-pass variance: E[x^2] - E[x]^2 cancels at mean 1e4 sigma"}
     known_deviations: ClassVar[Mapping[str, str]] = {}

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.dtypes import DTYPES, dtype_name, host_dtype
-from harness.exceptions import InvalidInput
+from normbench.dtypes import DTYPES, dtype_name, host_dtype
+from normbench.exceptions import InvalidInput
 
 AFFINES = ("wb", "w", "b", "none")
 LAYOUTS = ("contiguous", "transposed", "step2", "colslice", "rowslice")
@@ -430,7 +430,7 @@ def backward_cases() -> list[Case]:
 
 
 def gradcheck_cases() -> list[Case]:
-    """float64 cases for the finite-difference check (``harness.gradcheck``): moderate
+    """float64 cases for the finite-difference check (``normbench.check.gradcheck``): moderate
     sizes, every weight/bias presence, large means and sigma from 1e-3 to sqrt(eps)."""
     cases = [_rows_hidden("gradcheck", 6, 64, "float64", dist="normal", affine=a) for a in AFFINES]
     cases += [_rows_hidden("gradcheck", 4, 1000, "float64", dist=d)
@@ -446,7 +446,7 @@ GRADCHECK_CASES: list[Case] = gradcheck_cases()
 
 
 # -- the invariance suite's cases (the paper's §3.1, §5.1 and §5.2) ------------------------
-# The layer model (harness.layer) draws its own x and W; "normal" names the summed inputs'
+# The layer model (normbench.paper.layer) draws its own x and W; "normal" names the summed inputs'
 # distribution, ~N(0, 1). Rows are training cases, hidden the layer's units.
 
 #: the layer behind Table 1: 16 training cases, 100 units (the paper's setting)

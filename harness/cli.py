@@ -18,9 +18,10 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from harness import __version__
-from harness.exceptions import NormbenchError, UnknownBackend
-from harness.registry import ALL, get_registry
+from normbench import __version__
+from normbench.exceptions import NormbenchError, UnknownBackend
+from normbench.registry import ALL, get_registry
+from normbench.suites import DIRECTORY as SUITES_DIRECTORY
 
 
 def _shape(value: str) -> tuple[int, ...]:
@@ -74,7 +75,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from harness import cases, conformance
+    from normbench import cases
+    from normbench.check import conformance
 
     normalized = args.normalized_shape or args.shape[-1:]
     case = cases.Case("check", args.shape, normalized, args.dtype, args.dist, args.eps, args.affine,
@@ -93,9 +95,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
-    from harness.runner import suites_dir
-
-    out = [str(suites_dir()), "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning",
+    out = [str(SUITES_DIRECTORY), "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning",
            f"--impl={args.impl}", f"--normbench-seed={args.seed}"]
     if args.workers != "0":
         out += ["-n", args.workers]
@@ -110,9 +110,7 @@ def cmd_test(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
 def _throughput_args(args: argparse.Namespace, run_id: str) -> list[str]:
     """pytest arguments for the throughput suite: one process, the run's folder, the filters."""
-    from harness.runner import suites_dir
-
-    out = [str(suites_dir() / "test_throughput.py"), "-p", "no:cacheprovider", "-W",
+    out = [str(SUITES_DIRECTORY / "test_throughput.py"), "-p", "no:cacheprovider", "-W",
            "ignore::pytest.PytestAssertRewriteWarning", f"--impl={args.impl}", f"--normbench-seed={args.seed}",
            "-n", "0", f"--normbench-out={args.out}", f"--normbench-run-id={run_id}", f"--normbench-cache={args.cache}",
            "-q", "--no-header", "--benchmark-quiet"]
@@ -132,16 +130,16 @@ def _exit_code(codes: list[int]) -> int:
 def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     from pathlib import Path
 
-    from harness import results
-    from harness.environment import environment, new_run_id, write_environment
-    from harness.runner import outcome_rows, run_pytest, suites_dir, summary
+    from normbench import results
+    from normbench.environment import environment, new_run_id, write_environment
+    from normbench.runner import outcome_rows, run_pytest, summary
 
     run_id = args.run_id or new_run_id()
     folder = Path(args.out) / run_id
     write_environment(folder, environment(run_id, ["normbench", *args.argv]))
     codes, report = [], []
     if "conformance" in args.suites:
-        ignore = f"--ignore={suites_dir() / 'test_throughput.py'}"
+        ignore = f"--ignore={SUITES_DIRECTORY / 'test_throughput.py'}"
         code, outcomes = run_pytest(_pytest_args(args, ["-q", "--no-header", ignore, *extra]))
         results.save(folder, results.frame(outcome_rows(outcomes, run_id), results.CONFORMANCE), results.CONFORMANCE)
         codes.append(code)
@@ -159,8 +157,8 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
 def _run_report(folder, baseline: str) -> None:
     """Write ``report.html`` into the run folder; a run whose results cannot render still ends normally."""
-    from harness.report import write_report
-    from harness.results import ResultsError
+    from normbench.report import write_report
+    from normbench.results import ResultsError
 
     try:
         print(f"report: {write_report([folder], folder / 'report.html', baseline)}")
@@ -171,8 +169,8 @@ def _run_report(folder, baseline: str) -> None:
 def _throughput_report(folder) -> str:
     import json
 
-    from harness import results
-    from harness.summary import ceiling_lines, throughput_table
+    from normbench import results
+    from normbench.report.text import ceiling_lines, throughput_table
 
     try:
         df = results.load(folder)
@@ -199,8 +197,8 @@ def _one_backend(spec: str):
 
 def cmd_table1(args: argparse.Namespace) -> int:
     """Measure Table 1 (float64 oracles; the layer-norm row on --impl if given) and §3.1; exit 1 on disagreement."""
-    from harness import table1
-    from harness.normalizations import BackendRowLayerNorm, OracleRowLayerNorm
+    from normbench.paper import table1
+    from normbench.paper.normalizations import BackendRowLayerNorm, OracleRowLayerNorm
 
     rows = table1.oracle_rows()
     row_norm = OracleRowLayerNorm()
@@ -243,9 +241,9 @@ def _save_table1(args: argparse.Namespace, document: dict) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    from harness.cases import AFFINES, DISTRIBUTIONS, LAYOUTS
-    from harness.dtypes import DTYPES
-    from harness.pytest_plugin import parse_seeds
+    from normbench.cases import AFFINES, DISTRIBUTIONS, LAYOUTS
+    from normbench.dtypes import DTYPES
+    from normbench.pytest_plugin import parse_seeds
 
     top = argparse.ArgumentParser(prog="normbench", description="LayerNorm conformance and throughput harness.")
     top.add_argument("--version", action="version", version=f"normbench {__version__}")
@@ -287,8 +285,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
-    from harness.sweep import parse_directions, parse_dtypes, parse_shapes
-    from harness.timing import CACHES
+    from normbench.perf.sweep import parse_directions, parse_dtypes, parse_shapes
+    from normbench.perf.timing import CACHES
 
     p.add_argument("--suites", type=_suites, default=SUITES, metavar="LIST",
                    help=f"which suites: {', '.join(SUITES)}. Default: both")
@@ -318,7 +316,7 @@ def _add_report(sub) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from harness.report import write_report
+    from normbench.report import write_report
 
     path = write_report(args.results, args.output, args.baseline)
     print(f"report: {path}")
@@ -338,7 +336,7 @@ def _suites(value: str) -> tuple[str, ...]:
 
 
 def _add_table1(sub) -> None:
-    from harness.dtypes import DTYPES
+    from normbench.dtypes import DTYPES
 
     p = sub.add_parser("table1", help="measure the paper's Table 1 (and §3.1) and print it beside the paper's")
     p.add_argument("--impl", metavar="NAME", help="measure the layer-norm row on this backend (see `normbench list`). "

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness import __version__
-from harness.roofline import cpu_threads, last_level_cache
+from normbench import __version__
+from normbench.machine import cpu_model, cpu_threads, last_level_cache
 
 ENVIRONMENT = "normbench.environment"
 LIBRARIES = ("numpy", "ml_dtypes", "pandas", "pytest", "pytest-benchmark", "torch", "jax", "jaxlib", "triton")
@@ -42,16 +42,6 @@ def new_run_id() -> str:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     host = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in socket.gethostname())[:40] or "host"
     return f"{stamp}-{host}"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def device_name(device: str) -> str:

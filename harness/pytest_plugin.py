@@ -15,7 +15,7 @@ and is parametrized over the selected backends x cases x seeds, with ids like
 case family (``pytest suites/ -m family_layout``). Cases a backend
 cannot run (dtype, layout, no backward) are skipped with the reason.
 
-Known deviations (``harness.known_failures``: ``suites/known_failures.txt``, files
+Known deviations (``normbench.deviations``: ``suites/known_deviations.txt``, files
 given with ``--normbench-deviations`` and each backend's ``known_deviations``) turn
 the failures they explain into xfailed "known deviation" reports; the terminal
 summary lists them, and the declared ones that did not occur.
@@ -30,16 +30,16 @@ from pathlib import Path
 
 import pytest
 
-from harness import __version__, known_failures
-from harness.exceptions import NormbenchError
-from harness.registry import ALL, Selection, get_registry
+from normbench import __version__, deviations
+from normbench.exceptions import NormbenchError
+from normbench.registry import ALL, Selection, get_registry
 
 #: throughput options, the sweep, results and progress live in their own module
-pytest_plugins = ["harness.pytest_throughput"]
+pytest_plugins = ["normbench.pytest_throughput"]
 
 SELECTION = pytest.StashKey[Selection]()
-KNOWN_FAILURES = pytest.StashKey[list]()
-TALLY = pytest.StashKey[known_failures.Tally]()
+KNOWN_DEVIATIONS = pytest.StashKey[list]()
+TALLY = pytest.StashKey[deviations.Tally]()
 _SEED_RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
 
 
@@ -72,7 +72,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "Several seeds add a -seedN suffix to test ids. Default: 0.")
     group.addoption("--normbench-deviations", metavar="FILE", type=_existing_file, action="append", default=[],
                     help="A file of known deviations, lines 'backend | device glob | test pattern | message regex "
-                         "| reason' (harness/known_failures.py), in addition to suites/known_failures.txt and the "
+                         "| reason' (harness/deviations.py), in addition to suites/known_deviations.txt and the "
                          "backends' own known_deviations. Repeatable. Default: none.")
     group.addoption("--normbench-strict", action="store_true", default=False,
                     help="Report known deviations as failures, not xfailed, and fail the run if a declared "
@@ -88,18 +88,18 @@ def _existing_file(value: str) -> Path:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "normbench_cases(cases, backward=False): parametrize a suite test "
-                                       "over these harness.cases.Case objects and the selected backends")
+                                       "over these normbench.cases.Case objects and the selected backends")
     config.addinivalue_line("markers", "slow: a large case; deselect with -m 'not slow'")
-    from harness.cases import ALL_FAMILIES
+    from normbench.cases import ALL_FAMILIES
 
     for family in ALL_FAMILIES:
-        config.addinivalue_line("markers", f"family_{family}: cases of the {family!r} family (harness.cases)")
+        config.addinivalue_line("markers", f"family_{family}: cases of the {family!r} family (normbench.cases)")
     try:
-        config.stash[KNOWN_FAILURES] = known_failures.load() + [
-            e for path in config.getoption("normbench_deviations") for e in known_failures.load(path)]
+        config.stash[KNOWN_DEVIATIONS] = deviations.load() + [
+            e for path in config.getoption("normbench_deviations") for e in deviations.load(path)]
     except NormbenchError as exc:
         raise pytest.UsageError(str(exc)) from None
-    config.stash[TALLY] = known_failures.Tally()
+    config.stash[TALLY] = deviations.Tally()
     config.pluginmanager.register(DeviationReport(config), "normbench-deviations")
     if config.getoption("impl") is not None:
         selection(config)
@@ -137,7 +137,7 @@ def _header(config: pytest.Config) -> list[str]:
 
 
 def _declared(config: pytest.Config, sel: Selection) -> str:
-    """``"3 in suites/known_failures.txt; 5 in flax.known_deviations"``: the entries for the selected backends."""
+    """``"3 in suites/known_deviations.txt; 5 in flax.known_deviations"``: the entries for the selected backends."""
     names = {b.name for b in sel.backends}
     counts = Counter(e.origin for e in _entries(config, sel.backends) if e.backend in names)
     return "; ".join(f"{n} in {origin}" for origin, n in counts.items())
@@ -145,8 +145,8 @@ def _declared(config: pytest.Config, sel: Selection) -> str:
 
 def _entries(config: pytest.Config, backends) -> list:
     """The file entries and the known_deviations of ``backends`` (validated when the class was loaded)."""
-    declared = [e for b in backends for e in known_failures.from_backend(type(b))]
-    return config.stash[KNOWN_FAILURES] + declared
+    declared = [e for b in backends for e in deviations.from_backend(type(b))]
+    return config.stash[KNOWN_DEVIATIONS] + declared
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -163,11 +163,11 @@ def pytest_report_collectionfinish(config: pytest.Config, items) -> list[str] | 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" not in metafunc.fixturenames:
         return
-    from harness.conformance import skip_reason
+    from normbench.check.conformance import skip_reason
 
     sel = selection(metafunc.config)
     if "direction" in metafunc.fixturenames:  # a throughput test: the sweep, not the conformance cases
-        from harness.pytest_throughput import parametrize_sweep
+        from normbench.pytest_throughput import parametrize_sweep
 
         return parametrize_sweep(metafunc, sel.backends)
     seeds = metafunc.config.getoption("normbench_seed")
@@ -202,7 +202,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Name the backend and case in every report (``harness.runner`` reads them;
+    """Name the backend and case in every report (``normbench.runner`` reads them;
     a test id alone cannot split ``mutant-eps-fixed-float32-...``)."""
     callspec = getattr(item, "callspec", None)
     backend = callspec.params.get("backend") if callspec else None
@@ -213,9 +213,9 @@ def pytest_itemcollected(item: pytest.Item) -> None:
             item.user_properties.append(("normbench_case", case.id))
 
 
-def _subject(item: pytest.Item, backend) -> known_failures.Subject:
+def _subject(item: pytest.Item, backend) -> deviations.Subject:
     case = item.callspec.params.get("case")
-    return known_failures.Subject(backend.name, backend.device, re.sub(r"-seed\d+\]$", "]", item.name),
+    return deviations.Subject(backend.name, backend.device, re.sub(r"-seed\d+\]$", "]", item.name),
                                   getattr(case, "id", ""), getattr(case, "family", ""))
 
 
@@ -227,11 +227,11 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     backend = callspec.params.get("backend") if callspec is not None else None
     if report.when != "call" or backend is None or report.skipped:
         return
-    from harness.conformance import ConformanceError
+    from normbench.check.conformance import ConformanceError
 
     message = str(call.excinfo.value) if call.excinfo is not None else ""
     check_failure = call.excinfo is not None and call.excinfo.errisinstance(ConformanceError)
-    record = known_failures.record(_entries(item.config, [backend]), _subject(item, backend), report.failed,
+    record = deviations.record(_entries(item.config, [backend]), _subject(item, backend), report.failed,
                                    message, check_failure)
     if record["covers"]:
         report.normbench_deviations = record  # plain data: travels to the xdist controller with the report

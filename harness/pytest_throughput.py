@@ -1,6 +1,6 @@
 """The throughput half of the pytest plugin: options, the sweep, results and progress.
 
-Loaded by :mod:`harness.pytest_plugin`. A throughput test takes ``backend``,
+Loaded by :mod:`normbench.pytest_plugin`. A throughput test takes ``backend``,
 ``case``, ``direction`` and the session fixture ``normbench_throughput``::
 
     @pytest.mark.throughput
@@ -8,7 +8,7 @@ Loaded by :mod:`harness.pytest_plugin`. A throughput test takes ``backend``,
         measurement = normbench_throughput.measure(backend, case, direction)
 
 and is parametrized over the selected backends x the sweep of each backend's
-device (:func:`harness.cases.throughput_cases`) x the directions, narrowed by
+device (:func:`normbench.cases.throughput_cases`) x the directions, narrowed by
 ``--normbench-direction``, ``--normbench-dtype`` and ``--normbench-shape``.
 
 Default selection: ``pytest suites/`` runs the conformance suites only. Tests
@@ -18,7 +18,7 @@ collected (``pytest suites/test_throughput.py``). Under pytest-xdist workers
 they skip: timing needs the machine to itself.
 
 Rows go to ``<--normbench-out>/<run-id>/`` as they are measured
-(:mod:`harness.results`), with ``environment.json``.
+(:mod:`normbench.results`), with ``environment.json``.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from harness.sweep import Filters, parse_directions, parse_dtypes, parse_shapes
-from harness.timing import CACHES
+from normbench.perf.sweep import Filters, parse_directions, parse_dtypes, parse_shapes
+from normbench.perf.timing import CACHES
 
 if TYPE_CHECKING:
-    from harness.backend import Backend
-    from harness.cases import Case
-    from harness.throughput import Measurement
+    from normbench.backend import Backend
+    from normbench.cases import Case
+    from normbench.perf.throughput import Measurement
 
 SESSION = pytest.StashKey["ThroughputSession"]()
 COUNT = pytest.StashKey[int]()
@@ -108,7 +108,7 @@ def sweep_params(config: pytest.Config, backends: list) -> list:
     """pytest params (backend, case, direction) of the sweep for each backend,
     case by case (every backend and direction of a case in a row, so they share
     its inputs and oracle results, and compare side by side)."""
-    from harness.conformance import skip_reason
+    from normbench.check.conformance import skip_reason
 
     worker = hasattr(config, "workerinput")
     params = []
@@ -152,9 +152,9 @@ class ThroughputSession:
     _writer: Any = None
 
     def measure(self, backend: Backend, case: Case, direction: str) -> Measurement:
-        """Measure one case (:meth:`harness.throughput.ThroughputRunner.measure`) and write its row at once."""
-        from harness.environment import environment, write_environment
-        from harness.results import ResultsWriter
+        """Measure one case (:meth:`normbench.perf.throughput.ThroughputRunner.measure`) and write its row at once."""
+        from normbench.environment import environment, write_environment
+        from normbench.results import ResultsWriter
 
         known = set(self.runner.ceilings)
         measurement = self.runner.measure(backend, case, direction)
@@ -171,9 +171,9 @@ class ThroughputSession:
 
 def _session(config: pytest.Config) -> ThroughputSession:
     if SESSION not in config.stash:
-        from harness.environment import new_run_id
-        from harness.throughput import ThroughputRunner
-        from harness.timing import TimingOptions
+        from normbench.environment import new_run_id
+        from normbench.perf.throughput import ThroughputRunner
+        from normbench.perf.timing import TimingOptions
 
         options = TimingOptions(cache=config.getoption("normbench_cache"),
                                 min_samples=config.getoption("normbench_min_samples"),
@@ -218,7 +218,7 @@ class Progress:
         row = _row(report) if report.when == "call" else None
         if row is None or self.config.getoption("verbose") == 0:
             return
-        from harness.summary import progress_line
+        from normbench.report.text import progress_line
 
         self.seen += 1
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
@@ -229,7 +229,7 @@ class Progress:
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     if SESSION not in config.stash or not config.stash[SESSION].rows:
         return
-    from harness.summary import ceiling_lines, throughput_table
+    from normbench.report.text import ceiling_lines, throughput_table
 
     session = config.stash[SESSION]
     terminalreporter.section("normbench throughput")

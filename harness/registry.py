@@ -21,10 +21,10 @@ import importlib.metadata
 import re
 from dataclasses import dataclass, field
 
-from harness import known_failures
-from harness.backend import Availability, Backend
-from harness.dtypes import DTYPES
-from harness.exceptions import BackendUnavailable, NormbenchError, PluginError, UnknownBackend
+from normbench import deviations
+from normbench.backend import Availability, Backend
+from normbench.dtypes import DTYPES
+from normbench.exceptions import BackendUnavailable, NormbenchError, PluginError, UnknownBackend
 
 GROUP = "normbench.backends"
 #: reserved by ``--impl=all``
@@ -77,13 +77,13 @@ def class_problem(cls: type[Backend]) -> str:
     """What is wrong with a Backend subclass's declarations (and the fix), or ""."""
     missing = sorted(getattr(cls, "__abstractmethods__", ()))
     if missing:
-        return (f"it does not implement {', '.join(missing)} (abstract in harness.Backend). "
+        return (f"it does not implement {', '.join(missing)} (abstract in normbench.Backend). "
                 f"Fix: implement them; {HOWTO}")
     dtypes = getattr(cls, "dtypes", ())
     if isinstance(dtypes, str) or not dtypes or not set(dtypes) <= set(DTYPES):
         return (f"dtypes = {dtypes!r} is not a non-empty sequence of {', '.join(DTYPES)}. "
                 f"Fix: declare e.g. dtypes = ('float32', 'bfloat16')")
-    return known_failures.declaration_problem(cls)
+    return deviations.declaration_problem(cls)
 
 
 class Registry:
@@ -142,7 +142,7 @@ class Registry:
             raise PluginError(f"{where} failed to import: {type(exc).__name__}: {exc}. "
                               f"Fix: install what it needs, or uninstall {plugin.distribution}") from exc
         if not (isinstance(obj, type) and issubclass(obj, Backend)):
-            raise PluginError(f"{where} is not a harness.Backend subclass (got {obj!r}). "
+            raise PluginError(f"{where} is not a normbench.Backend subclass (got {obj!r}). "
                               f"Fix: point the entry point at a Backend subclass; {HOWTO}")
         if getattr(obj, "name", None) != name:
             raise PluginError(f"{where} declares name = {getattr(obj, 'name', None)!r}, but its entry point "

@@ -8,7 +8,7 @@ A run folder (``reports/<run-id>/``) holds:
 * ``conformance.csv`` and ``conformance.json``: one row per conformance test
   of a ``normbench run`` (backend, test, case, outcome, message).
 * ``environment.json``: the machine, libraries, commit, command and the
-  measured ceilings (:mod:`harness.environment`).
+  measured ceilings (:mod:`normbench.environment`).
 
 Every JSON file is ``{"schema": ..., "schema_version": N, ..., "rows": [...]}``;
 every CSV row carries ``schema_version``. Never pickle. :func:`load` accepts a
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.exceptions import NormbenchError
+from normbench.exceptions import NormbenchError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,9 +73,9 @@ THROUGHPUT_COLUMNS: tuple[Column, ...] = (
     Column("rows", "int", "M, the number of rows"),
     Column("hidden", "int", "N, the normalized size"),
     Column("shape", "str", "x's shape, ROWSxHIDDEN"),
-    Column("case_id", "str", "the harness.cases id of the case"),
-    Column("seed", "int", "the seed of the inputs (harness.cases.make_inputs)"),
-    Column("byte_model", "str", "forward-inference, backward or forward-training+backward (harness.roofline)"),
+    Column("case_id", "str", "the normbench.cases id of the case"),
+    Column("seed", "int", "the seed of the inputs (normbench.cases.make_inputs)"),
+    Column("byte_model", "str", "forward-inference, backward or forward-training+backward (normbench.perf.roofline)"),
     Column("bytes", "int", "the bytes the byte model says the direction must move"),
     Column("cache", "str", "cold (last-level cache flushed before every sample) or warm"),
     Column("timer", "str", "perf_counter_ns or cuda-events"),
@@ -88,12 +88,12 @@ THROUGHPUT_COLUMNS: tuple[Column, ...] = (
     Column("min_s", "float", "fastest sample, seconds"),
     Column("max_s", "float", "slowest sample, seconds"),
     Column("rel_spread", "float", "IQR / median"),
-    Column("wide_spread", "bool", "rel_spread above harness.timing.WIDE_SPREAD: read the speed with care"),
+    Column("wide_spread", "bool", "rel_spread above normbench.perf.timing.WIDE_SPREAD: read the speed with care"),
     Column("gbps", "float", "bytes / median / 1e9; empty unless verdict is ok"),
     Column("ceiling_gbps", "float", "the device's copy bandwidth measured in this run"),
     Column("pct_of_ceiling", "float", "100 * gbps / ceiling_gbps; empty unless verdict is ok"),
     Column("fits_in_cache", "bool", "bytes <= the last-level cache: cold timing matters most here"),
-    Column("verdict", "str", "ok, wrong-before, wrong-after, above-ceiling or error (harness.throughput)"),
+    Column("verdict", "str", "ok, wrong-before, wrong-after, above-ceiling or error (normbench.perf.throughput)"),
     Column("message", "str", "why the verdict is not ok, and any note on an ok row"),
 )
 
@@ -106,7 +106,7 @@ CONFORMANCE_COLUMNS: tuple[Column, ...] = (
     Column("test", "str", "the test function"),
     Column("case", "str", "the case id (the test id without the backend)"),
     Column("nodeid", "str", "the pytest node id"),
-    Column("outcome", "str", "passed, failed, skipped, error, or xfailed/xpassed (a known failure)"),
+    Column("outcome", "str", "passed, failed, skipped, error, or xfailed/xpassed (a known deviation)"),
     Column("message", "str", "the failure's first line or the skip reason"),
 )
 

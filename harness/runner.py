@@ -1,30 +1,20 @@
 """Run the installed suites through pytest and collect one outcome per test.
 
 Used by ``normbench run`` and ``normbench test``; works from a checkout and from
-an installed wheel (the suites ship as the ``suites`` package).
+an installed wheel (the suites ship as the ``normbench.suites`` package).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 
-from harness import known_failures
+from normbench import deviations
 
 _ID = re.compile(r"^(?P<file>[^:]+)::(?P<test>[^\[]+)\[(?P<backend>[a-z][a-z0-9_-]*?)-(?P<rest>.*)\]$")
-
-
-def suites_dir() -> Path:
-    """Where the ``suites`` package lives (a checkout's ``suites/`` or site-packages)."""
-    spec = importlib.util.find_spec("suites")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the normbench suites are not installed; reinstall normbench")
-    return Path(list(spec.submodule_search_locations)[0])
 
 
 @dataclass(frozen=True)
@@ -60,7 +50,7 @@ class Collector:
         backend = props.get("normbench_backend") or (match["backend"] if match else "")
         case = props.get("normbench_case") or (match["rest"] if match else "")
         message = ""
-        if hasattr(report, "wasxfail"):  # a known failure: expected (xfailed) or unexpectedly passing (xpassed)
+        if hasattr(report, "wasxfail"):  # a known deviation: expected (xfailed) or unexpectedly passing (xpassed)
             outcome = "xfailed" if report.skipped else "xpassed"
             message = str(report.wasxfail)
         elif report.skipped and isinstance(report.longrepr, tuple):
@@ -79,9 +69,9 @@ def run_pytest(args: list[str]) -> tuple[int, list[Outcome]]:
     return int(code), collector.outcomes
 
 
-def deviations(outcomes: list[Outcome]) -> known_failures.Tally:
+def deviation_tally(outcomes: list[Outcome]) -> deviations.Tally:
     """The known deviations of a run: which occurred, and which were declared but did not."""
-    tally = known_failures.Tally()
+    tally = deviations.Tally()
     for o in outcomes:
         tally.add({"covers": dict(o.covers), "explains": o.explains})
     return tally
@@ -109,7 +99,7 @@ def summary(outcomes: list[Outcome], max_failures: int = 5) -> str:
             lines.append(f"\n{b}: {len(failures)} failing; first {min(len(failures), max_failures)}:")
             lines += [f"  {o.nodeid}\n    {o.message.splitlines()[0] if o.message else ''}"
                       for o in failures[:max_failures]]
-    declared = deviations(outcomes).lines()
+    declared = deviation_tally(outcomes).lines()
     if declared:
         lines += ["\nknown deviations (declared failures, shown so they stay visible):"]
         lines += [f"  {line}" for line in declared]
@@ -117,8 +107,8 @@ def summary(outcomes: list[Outcome], max_failures: int = 5) -> str:
 
 
 def outcome_rows(outcomes: list[Outcome], run_id: str) -> list[dict]:
-    """Outcomes as rows of the conformance results schema (:mod:`harness.results`)."""
-    from harness.results import CONFORMANCE, new_row
+    """Outcomes as rows of the conformance results schema (:mod:`normbench.results`)."""
+    from normbench.results import CONFORMANCE, new_row
 
     return [new_row(CONFORMANCE, run_id=run_id, backend=o.backend, suite=o.nodeid.split("::")[0].split("/")[-1],
                     test=o.test, case=o.case, nodeid=o.nodeid, outcome=o.outcome, message=o.message)

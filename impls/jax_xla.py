@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from harness import Backend
-from harness.dtypes import DTYPES
+from normbench import Backend
+from normbench.dtypes import DTYPES
 
 #: results held for :meth:`JaxBackend.synchronize`; beyond this many, the oldest are
 #: waited for at once (the device still has the rest queued, so throughput is unaffected)

@@ -1,7 +1,7 @@
 """The NumPy reference backend: float64 math, one rounding to the input dtype.
 
 Supports all four dtypes, forward and backward, and exposes its statistics.
-It is written independently of ``harness.oracle`` (on the original shape,
+It is written independently of ``normbench.check.oracle`` (on the original shape,
 reducing over the trailing axes) so that the two check each other.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness import Backend
+from normbench import Backend
 
 
 def _axes(x: np.ndarray, normalized_shape: tuple[int, ...]) -> tuple[int, ...]:

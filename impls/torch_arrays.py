@@ -1,8 +1,8 @@
 """Host NumPy arrays to torch tensors and back, keeping the layout.
 
-Shared by the torch-based backends (``impls.torch_native``, ``impls.triton``): the tensor rebuilt on
+Shared by the torch-based backends (``normbench.impls.torch_native``, ``normbench.impls.triton``): the tensor rebuilt on
 the device has the host view's shape, strides, storage offset and stride-0
-broadcasts (``harness.layout.decompose``), so layout bugs reach the kernel.
+broadcasts (``normbench.layout.decompose``), so layout bugs reach the kernel.
 torch is passed in, never imported here at module level.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.layout import decompose
+from normbench.layout import decompose
 
 
 def from_host(torch: Any, host: np.ndarray, device: Any) -> Any:

@@ -6,8 +6,8 @@ never when this module is imported.
 
 from __future__ import annotations
 
-from harness import Backend
-from impls.torch_arrays import from_host, to_host
+from normbench import Backend
+from normbench.impls.torch_arrays import from_host, to_host
 
 
 class TorchBackend(Backend):

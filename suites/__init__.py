@@ -1,2 +1,7 @@
-"""normbench's conformance and throughput suites (run with ``pytest suites/ --impl=NAME``,
-or ``normbench test --impl=NAME`` from an installed normbench)."""
+"""normbench's suites (``normbench.suites``): the pytest modules users run on their backends,
+and the known deviations shipped with them (``known_deviations.txt``)."""
+
+from pathlib import Path
+
+#: where the suites live: a checkout's ``suites/`` or ``site-packages/normbench/suites``
+DIRECTORY = Path(__file__).resolve().parent

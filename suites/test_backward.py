@@ -1,23 +1,24 @@
 """Backward conformance: dx, dweight and dbias of every selected backend, for every
-case of ``harness.cases.BACKWARD_CASES``, with dy from ``harness.cases.make_dy``
+case of ``normbench.cases.BACKWARD_CASES``, with dy from ``normbench.cases.make_dy``
 (random, nonzero row means).
 
-* ``test_backward``: values within the backward error model of ``harness.errors``
+* ``test_backward``: values within the backward error model of ``normbench.check.error_model``
   (dweight and dbias bounded by sums of magnitudes over rows, not by their own
   size) against the float64 oracle's closed form; the returned tuple, shapes and
   dtypes; None exactly for absent parameters; with N = 1, dweight exactly 0;
   inputs unmodified; the same input twice gives identical bits.
 * ``test_backward_identities``: without any reference, per row sum(dx) = 0; with
-  eps = 0, sum(xhat*dx) = 0; dbias does not depend on x (``harness.identities``).
+  eps = 0, sum(xhat*dx) = 0; dbias does not depend on x (``normbench.check.identities``).
 * ``test_finite_differences``: on float64 backends, directional central differences
-  of the backend's own forward, step scaled to each row's sigma (``harness.gradcheck``).
+  of the backend's own forward, step scaled to each row's sigma (``normbench.check.gradcheck``).
 
 Backends without a backward (``has_backward = False``) are skipped with that reason.
 """
 
 import pytest
 
-from harness import cases, conformance, gradcheck, identities
+from normbench import cases
+from normbench.check import conformance, gradcheck, identities
 
 #: rows with a NaN or an Inf obey no identity, and the same x everywhere else is covered
 IDENTITY_CASES = [c for c in cases.BACKWARD_CASES if c.family != "nonfinite"]

@@ -1,5 +1,5 @@
-"""Forward conformance: every case of ``harness.cases.FORWARD_CASES`` on every
-selected backend, judged against the float64 oracle by ``harness.errors``.
+"""Forward conformance: every case of ``normbench.cases.FORWARD_CASES`` on every
+selected backend, judged against the float64 oracle by ``normbench.check.error_model``.
 
 Each case checks: y (and the saved statistics, if exposed) within the
 componentwise bound; output shape and dtype; inputs unmodified; the same input
@@ -9,7 +9,8 @@ stay in their rows (the reference has them only there).
 
 import pytest
 
-from harness import cases, conformance
+from normbench import cases
+from normbench.check import conformance
 
 ISOLATION_CASES = [c for c in cases.FORWARD_CASES
                    if c.id in {"float32-rows65-hidden33-offset3", "bfloat16-rows1025-hidden33-offset3",

@@ -5,19 +5,20 @@
   weight-matrix re-scaling and re-centering, dataset re-scaling and single-case
   re-scaling (within the error model's bound, with the eps rule
   ``LN_eps(delta*a) = LN_(eps/delta^2)(a)``; the other cases' rows unchanged), and
-  changes at least ``harness.invariances.FAR`` times the bound under weight-vector
-  re-scaling and dataset re-centering. Math and bounds: ``harness/invariances.py``.
+  changes at least ``normbench.paper.invariances.FAR`` times the bound under weight-vector
+  re-scaling and dataset re-centering. Math and bounds: ``harness/paper/invariances.py``.
 * §5.2, on backends with a backward: ``W -> delta*W`` scales dL/dW by 1/delta, the
   gain's gradient ignores input re-scaling, and each row's dx obeys the shift and
-  scale identities (``harness/geometry.py``).
+  scale identities (``harness/paper/geometry.py``).
 * §3.1: a layer-normalized RNN and LSTM over 128 steps keep their hidden states
   when W_h and W_x are re-scaled together; without normalization they do not
-  (``harness/recurrent.py``). ``normbench table1`` prints all of it as tables.
+  (``harness/paper/recurrent.py``). ``normbench table1`` prints all of it as tables.
 """
 
 import pytest
 
-from harness import cases, geometry, invariances, recurrent
+from normbench import cases
+from normbench.paper import geometry, invariances, recurrent
 
 
 @pytest.mark.normbench_cases(cases.INVARIANCE_CASES)

@@ -1,4 +1,4 @@
-"""Throughput: every case of the device's sweep (``harness.cases.throughput_cases``)
+"""Throughput: every case of the device's sweep (``normbench.cases.throughput_cases``)
 on every selected backend, in every direction (forward, backward, forward+backward).
 
 Each case is verified against the float64 oracle before it is timed and again
@@ -7,7 +7,7 @@ allows, fails the test and is recorded as an error, never as a speed. A passing
 test means the backend was right and its speed was recorded: GB/s under the
 byte model and % of the ceiling go to ``reports/<run-id>/`` and into
 pytest-benchmark (``--benchmark-json`` keeps working; its numbers are the
-samples ``harness.timing`` measured, per call, not a host clock around them).
+samples ``normbench.perf.timing`` measured, per call, not a host clock around them).
 
 Deselected by ``pytest suites/``; run with ``pytest suites/ -m throughput`` or
 ``pytest suites/test_throughput.py`` (never under ``-n``), or ``normbench run``.
@@ -15,7 +15,7 @@ Deselected by ``pytest suites/``; run with ``pytest suites/ -m throughput`` or
 
 import pytest
 
-from harness.timing import REPLAY, replay_clock
+from normbench.perf.timing import REPLAY, replay_clock
 
 
 @pytest.mark.throughput

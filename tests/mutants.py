@@ -15,8 +15,8 @@ import itertools
 
 import numpy as np
 
-from harness import Backend
-from harness.layout import decompose
+from normbench import Backend
+from normbench.layout import decompose
 
 F32 = np.float32
 

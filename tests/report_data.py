@@ -1,4 +1,4 @@
-"""Synthetic run folders for the report tests: written through harness.results like a real run.
+"""Synthetic run folders for the report tests: written through normbench.results like a real run.
 
 Speeds come from a simple formula (nothing here claims to be a measurement);
 ``hostile`` names a backend, a host and messages with markup, to prove that
@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import results
-from harness.roofline import BYTE_MODELS, direction_bytes
+from normbench import results
+from normbench.perf.roofline import BYTE_MODELS, direction_bytes
 
 HOSTILE = "<script>alert(1)</script>"
 HIDDENS = (256, 2048, 16384)
@@ -42,7 +42,7 @@ def throughput_rows(run_id: str, backends: dict[str, float], ceiling: float = 20
 
 
 def conformance_rows(run_id: str, backends: list[str]) -> list[dict]:
-    """A pass, a failure with a diagnosis, a known failure and a skip per backend."""
+    """A pass, a failure with a diagnosis, a known deviation and a skip per backend."""
     rows = []
     for name in backends:
         for case, outcome, message in (

@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from harness.roofline import Ceiling
-from impls.numpy_ref import NumpyBackend
+from normbench.impls.numpy_ref import NumpyBackend
+from normbench.perf.roofline import Ceiling
 
 
 def spend(seconds: float, start_ns: int | None = None) -> None:
@@ -206,7 +206,7 @@ class FakeTensor:
 
 
 class FakeTorch:
-    """Just enough of ``torch`` for :class:`harness.timing.CudaEventTimer`."""
+    """Just enough of ``torch`` for :class:`normbench.perf.timing.CudaEventTimer`."""
 
     uint8 = "uint8"
 

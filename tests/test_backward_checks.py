@@ -8,8 +8,9 @@ of tests/mutants.py, so float64 NumPy mutants live here.
 import numpy as np
 import pytest
 
-from harness import cases, conformance, errors, gradcheck, identities, oracle
-from impls.numpy_ref import NumpyBackend
+from normbench import cases
+from normbench.check import conformance, error_model, gradcheck, identities, oracle
+from normbench.impls.numpy_ref import NumpyBackend
 from tests import mutants
 
 
@@ -106,7 +107,7 @@ def test_n1_dweight_is_zero_up_to_one_rounding():
     conformance.check_backward_values(mutants.Fp32Kernel(), inputs, dy, result)
     assert np.all(result.dweight == 0)  # a two-pass kernel gets exactly 0
     ref = conformance.reference(inputs)
-    general = errors.backward_bounds(dy, ref, oracle.backward(dy, ref), c.dtype)[1]
+    general = error_model.backward_bounds(dy, ref, oracle.backward(dy, ref), c.dtype)[1]
     result.dweight = (0.5 * general).astype(result.dweight.dtype)  # within the general bound, not N = 1's
     with pytest.raises(conformance.ConformanceError, match="N = 1: xhat = x - mean = 0 exactly"):
         conformance.check_backward_values(mutants.Fp32Kernel(), inputs, dy, result)
@@ -123,8 +124,8 @@ def test_n1_bound_is_one_rounding_of_mean_times_rstd():
     b = -(x * r)  # rounded product, as the fma form's addend
     xhat = (x.astype(np.float64) * np.float64(r) + b.astype(np.float64))  # the fma: exact product, one rounding
     dweight = (np.asarray(dy, np.float64) * xhat).sum(axis=0)
-    bound = errors.n1_dweight_bound(dy, ref, c.dtype)
-    general = errors.backward_bounds(dy, ref, oracle.backward(dy, ref), c.dtype)[1]
+    bound = error_model.n1_dweight_bound(dy, ref, c.dtype)
+    general = error_model.backward_bounds(dy, ref, oracle.backward(dy, ref), c.dtype)[1]
     assert np.all(np.abs(dweight) <= bound) and np.any(dweight != 0)
     assert np.all(bound * 20 < general)
 

@@ -10,11 +10,12 @@ import sys
 
 import pytest
 
-from harness.runner import suites_dir
+from normbench import __version__
+from normbench.suites import DIRECTORY as SUITES
 from tests.plugins import ROOT, counts, pytest_command, subprocess_env, write_dist_info
 
 BROKEN = '''
-from harness import Backend
+from normbench import Backend
 from tests.mutants import Fp32Kernel
 
 
@@ -57,9 +58,9 @@ DIST = "acme-kernels"
 BROKEN_NAMES = {
     "import-fails": "failed to import: ModuleNotFoundError: No module named 'no_such_module_for_normbench'",
     "raises-availability": "availability() raised RuntimeError: probe crashed",
-    "not-a-backend": "is not a harness.Backend subclass",
+    "not-a-backend": "is not a normbench.Backend subclass",
     "Bad Name": "backend name 'Bad Name' from distribution acme-kernels is not valid",
-    "abstract": "it does not implement asarray, layer_norm, to_numpy (abstract in harness.Backend)",
+    "abstract": "it does not implement asarray, layer_norm, to_numpy (abstract in normbench.Backend)",
     "bad-dtypes": "dtypes = ('fp16',) is not a non-empty sequence of float64, float32, float16, bfloat16",
     "bad-deviations": "known_deviations must map test patterns to reasons",
 }
@@ -90,20 +91,20 @@ def assert_reported(text: str) -> None:
 
 
 def test_normbench_list(env):
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "list"], cwd=ROOT, env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "normbench.cli", "list"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert_reported(out.stdout)
     assert CLASH in out.stdout and "backend name 'numpy' is claimed by several distributions" in out.stdout
     rows = {line.split()[0]: line for line in out.stdout.splitlines() if line and not line.startswith("problem:")}
-    assert " yes " in rows["numpy"] and "normbench 0.1.0" in rows["numpy"]
+    assert " yes " in rows["numpy"] and f"normbench {__version__}" in rows["numpy"]
     assert " yes " in rows["acme-good"] and "acme-clone 0.0.0" in rows["acme-good"]
     for name in ("import-fails", "raises-availability", "not-a-backend", "abstract", "bad-dtypes", "bad-deviations"):
         assert "no: broken plugin (see below)" in rows[name], rows[name]
 
 
 def test_pytest_impl_all_header(env):
-    out = subprocess.run(pytest_command(str(suites_dir() / "test_forward.py"), "--impl=all", "--collect-only",
+    out = subprocess.run(pytest_command(str(SUITES / "test_forward.py"), "--impl=all", "--collect-only",
                                         "-k", "float32-rows5-hidden1000-offset3 and (numpy or acme-good)"),
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr
@@ -115,7 +116,7 @@ def test_pytest_impl_all_header(env):
 
 
 def test_normbench_test_runs_the_others_and_names_a_broken_one(env):
-    run = [sys.executable, "-m", "harness.cli", "test", "-n", "0"]
+    run = [sys.executable, "-m", "normbench.cli", "test", "-n", "0"]
     out = subprocess.run([*run, "--impl=numpy,acme-good", "-k", "test_forward and float32-rows5-hidden1000-offset3"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and counts(out.stdout) == {"passed": 2}, out.stdout[-3000:]

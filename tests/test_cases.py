@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from harness import cases
-from harness.dtypes import DTYPES
-from harness.exceptions import InvalidInput
+from normbench import cases
+from normbench.dtypes import DTYPES
+from normbench.exceptions import InvalidInput
 
 
 def test_ids_are_unique_and_readable():

@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from harness import results
+from normbench import results
 from tests.plugins import ROOT, subprocess_env, write_dist_info
 
 
 def normbench(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "normbench.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
 

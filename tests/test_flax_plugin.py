@@ -18,8 +18,9 @@ import pytest
 if importlib.util.find_spec("normbench_flax") is None or importlib.util.find_spec("flax") is None:
     pytest.skip("the example plugin is not installed: pip install -e examples/normbench-flax", allow_module_level=True)
 
-from harness import cases, conformance, get_registry  # noqa: E402
-from harness.runner import suites_dir  # noqa: E402
+from normbench import cases, get_registry
+from normbench.check import conformance  # noqa: E402
+from normbench.suites import DIRECTORY as SUITES  # noqa: E402
 from tests.plugins import ROOT, pytest_command, subprocess_env  # noqa: E402
 
 #: seed 0 failures of the default variant, far out of bound, and the stable variant's verdict on them
@@ -78,7 +79,7 @@ def _run(backend: str, tests: list[str], junit: Path, *args: str) -> tuple[subpr
     """pytest on these tests of ``backend`` (ids with ``{}`` for the backend), seed 0:
     the process, and per test its outcome and message (from the JUnit XML)."""
     files = {"test_forward": "test_forward.py", "test_backward": "test_backward.py"}
-    ids = [f"{suites_dir() / files.get(t.split('[')[0], 'test_invariances.py')}::{t.format(backend)}" for t in tests]
+    ids = [f"{SUITES / files.get(t.split('[')[0], 'test_invariances.py')}::{t.format(backend)}" for t in tests]
     out = subprocess.run(pytest_command(*ids, f"--impl={backend}", "-rx", "--normbench-seed=0", f"--junitxml={junit}",
                                         *args), cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600)
     results = {}

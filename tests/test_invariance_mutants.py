@@ -10,12 +10,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from harness.runner import suites_dir
+from normbench.suites import DIRECTORY as SUITES
 from tests import invariance_mutants as im
 from tests import mutants
 from tests.plugins import ROOT, outcomes_by_backend, pytest_command, subprocess_env, write_dist_info
 
-SUITE = suites_dir() / "test_invariances.py"
+SUITE = SUITES / "test_invariances.py"
 #: mutant -> the suite's tests that must catch it
 CAUGHT_BY = {
     im.BatchAxis: {"test_weight_matrix_recentering", "test_weight_vector_rescaling", "test_dataset_recentering",

@@ -6,10 +6,12 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from harness import cases, invariances, oracle, propagation, sensitivity
-from harness.invariances import FAR, Deviation, Instance
-from harness.layer import exact_product, make_layer
-from harness.normalizations import OracleRowLayerNorm, batch_norm, oracle_normalizers, weight_norm
+from normbench import cases
+from normbench.check import oracle, sensitivity
+from normbench.paper import invariances, propagation
+from normbench.paper.invariances import FAR, Deviation, Instance
+from normbench.paper.layer import exact_product, make_layer
+from normbench.paper.normalizations import OracleRowLayerNorm, batch_norm, oracle_normalizers, weight_norm
 
 LAYER = make_layer(cases.table1_case("float64"), 0)
 
@@ -147,7 +149,7 @@ def test_propagated_bound_covers_a_linear_recurrence():
 @pytest.mark.parametrize("eps", [0.0, 1e-3])
 def test_recurrent_oracle_runs_are_invariant(eps):
     """With eps > 0 the unscaled run uses eps/delta^2 in the LayerNorms whose input delta scales."""
-    from harness import recurrent
+    from normbench.paper import recurrent
 
     for case, kind in ((cases.RNN_CASES[0], "rnn"), (cases.LSTM_CASES[0], "lstm")):
         result = recurrent.measure(OracleRowLayerNorm(), recurrent.make_network(case, 0, kind), eps)

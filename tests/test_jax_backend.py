@@ -10,7 +10,7 @@ import pytest
 
 jax = pytest.importorskip("jax")
 
-from impls.jax_xla import JaxBackend  # noqa: E402
+from normbench.impls.jax_xla import JaxBackend  # noqa: E402
 from tests.plugins import ROOT  # noqa: E402
 
 
@@ -25,7 +25,7 @@ def compiles():
 
 @pytest.mark.parametrize("dtype, affine", [("float32", "wb"), ("bfloat16", "w"), ("float64", "none")])
 def test_warmup_leaves_nothing_to_compile(compiles, dtype, affine):
-    from harness import cases
+    from normbench import cases
 
     b = JaxBackend()
     inputs = cases.make_inputs(cases.Case("t", (37, 3, 29), (3, 29), dtype, affine=affine), 0)
@@ -68,7 +68,7 @@ def test_synchronize_waits_for_every_result():
 
 
 def test_list_shows_version_and_device():
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "list", "--probe"], cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "normbench.cli", "list", "--probe"], cwd=ROOT, capture_output=True,
                          text=True, timeout=600)
     row = next(line for line in out.stdout.splitlines() if line.startswith("jax "))
     assert importlib.metadata.version("jax") in row

@@ -13,11 +13,12 @@ import sys
 
 import pytest
 
-from harness import results
-from harness.runner import Outcome, suites_dir, summary
+from normbench import results
+from normbench.runner import Outcome, summary
+from normbench.suites import DIRECTORY as SUITES
 from tests.plugins import ROOT, counts, pytest_command, subprocess_env, write_dist_info
 
-FORWARD = str(suites_dir() / "test_forward.py")
+FORWARD = str(SUITES / "test_forward.py")
 OFFSET1E3 = "float32-rows8-hidden1000-offset1e3"
 OFFSET1E4 = "float32-rows8-hidden1000-offset1e4"
 NORMAL = "float32-rows8-hidden1000-normal"
@@ -134,7 +135,7 @@ def test_a_bad_deviations_file_names_the_line(plugins, tmp_path):
 
 
 def test_normbench_run_counts_lists_and_saves_them(plugins, tmp_path):
-    out = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--impl=declared", "-n", "0", "--suites=conformance",
+    out = subprocess.run([sys.executable, "-m", "normbench.cli", "run", "--impl=declared", "-n", "0", "--suites=conformance",
                           f"--out={tmp_path}", "--run-id=r1", "--no-report", *only(OFFSET1E3, NORMAL)], cwd=ROOT,
                          env=subprocess_env(plugins), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:]

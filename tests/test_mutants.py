@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from harness.runner import suites_dir
+from normbench.suites import DIRECTORY as SUITES
 from tests import mutants
 from tests.plugins import ROOT, outcomes_by_backend, pytest_command, subprocess_env, write_dist_info
 
@@ -24,7 +24,7 @@ def forward_outcomes(tmp_path_factory):
     xml = folder / "forward.xml"
     names = [c.name for c in classes]
     proc = subprocess.run(
-        pytest_command(str(suites_dir() / "test_forward.py"), f"--impl={','.join(names)}", "-q", "-n", "2",
+        pytest_command(str(SUITES / "test_forward.py"), f"--impl={','.join(names)}", "-q", "-n", "2",
                        f"--junitxml={xml}", "--normbench-seed=0"),
         cwd=ROOT, env=subprocess_env(folder), capture_output=True, text=True, timeout=1200)
     output = proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""`import harness`, the pytest plugin, loading every backend class and
+"""`import normbench`, the pytest plugin, loading every backend class and
 `normbench list` must not import torch, jax or triton (array-api-compat's
 test_no_dependencies, in a subprocess so this process's imports do not count)."""
 
@@ -10,14 +10,15 @@ import pytest
 HEAVY = ("torch", "jax", "jaxlib", "triton", "flax")
 
 PROGRAMS = {
-    "import harness": "import harness",
-    "pytest plugin": "import harness.pytest_plugin",
-    "backend classes": "import harness\nr = harness.get_registry()\nfor n in r.names:\n    r.load_class(n); r.availability(n)",
-    "normbench list": "from harness.cli import main\nmain(['list'])",
-    "throughput modules": "import harness.timing, harness.roofline, harness.results, harness.throughput, "
-                          "harness.pytest_throughput, harness.sweep, harness.summary, harness.environment",
-    "report modules": "import harness.report, harness.report.sources, harness.report.shape, harness.report.svg, "
-                      "harness.report.render",
+    "import normbench": "import normbench",
+    "pytest plugin": "import normbench.pytest_plugin",
+    "backend classes": "import normbench\nr = normbench.get_registry()\n"
+                       "for n in r.names:\n    r.load_class(n); r.availability(n)",
+    "normbench list": "from normbench.cli import main\nmain(['list'])",
+    "throughput modules": "import normbench.perf.timing, normbench.perf.roofline, normbench.results, normbench.perf.throughput, "
+                          "normbench.pytest_throughput, normbench.perf.sweep, normbench.report.text, normbench.environment",
+    "report modules": "import normbench.report, normbench.report.sources, normbench.report.shape, normbench.report.svg, "
+                      "normbench.report.render",
 }
 
 

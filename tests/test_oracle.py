@@ -25,7 +25,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from harness import oracle
+from normbench.check import oracle
 
 U = 2.0**-53  # float64 unit roundoff
 PREC = 60     # Decimal digits of the references
@@ -90,7 +90,7 @@ def forward_tolerances(fwd: oracle.Forward) -> dict[str, np.ndarray]:
         # y = w*xhat + b: output roundings scale with |w*xhat| + |b|; the
         # centering x - mu errs by U*|x| plus the mean's error (~U*mean|x|),
         # amplified by |w|/sigma_eps -- the inherent conditioning term of
-        # harness.errors.
+        # normbench.check.error_model.
         "y": C_FWD * U * (np.abs(w * fwd.xhat) + np.abs(b)
                           + np.abs(w) * (np.abs(x) + mean_abs[:, None]) / fwd.sigma_eps[:, None]),
     }

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from normbench import __version__
 from tests.plugins import ROOT, counts
 
 pytestmark = pytest.mark.slow
@@ -38,7 +39,7 @@ def test_install_the_wheels_list_and_run_the_suites_on_the_plugin(tmp_path):
     python, normbench = tmp_path / "venv" / "bin" / "python", tmp_path / "venv" / "bin" / "normbench"
     sh(python, "-m", "pip", "install", "-q", *sorted(wheels.glob("*.whl")), cwd=tmp_path)
 
-    where = sh(python, "-c", "import harness, suites, normbench_flax; print(harness.__file__, suites.__file__)",
+    where = sh(python, "-c", "import normbench.suites, normbench_flax; print(normbench.__file__, normbench.suites.__file__)",
                cwd=elsewhere).stdout
     assert str(ROOT) not in where and "site-packages" in where, where
 
@@ -50,7 +51,7 @@ def test_install_the_wheels_list_and_run_the_suites_on_the_plugin(tmp_path):
 
     stable = sh(normbench, "test", "--impl=flax-stable", "-n", "0", "-k", CASES, cwd=elsewhere).stdout
     assert counts(stable) == {"passed": 2}, stable[-3000:]
-    assert "normbench 0.1.0: backends flax-stable (" in stable, stable[:2000]
+    assert f"normbench {__version__}: backends flax-stable (" in stable, stable[:2000]
 
     default = subprocess.run([normbench, "test", "--impl=flax", "-n", "0", "-k", CASES, "--normbench-strict"],
                              cwd=elsewhere, capture_output=True, text=True, timeout=900)

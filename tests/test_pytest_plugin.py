@@ -4,14 +4,15 @@ import subprocess
 
 import pytest
 
-from harness.runner import suites_dir
+from normbench import __version__
+from normbench.suites import DIRECTORY as SUITES
 from tests.plugins import ROOT, pytest_command, subprocess_env, write_dist_info
 
-FORWARD = str(suites_dir() / "test_forward.py")
-BACKWARD = str(suites_dir() / "test_backward.py")
+FORWARD = str(SUITES / "test_forward.py")
+BACKWARD = str(SUITES / "test_backward.py")
 
 FAKES = '''
-from harness import Availability
+from normbench import Availability
 from tests.mutants import Fp32Kernel
 
 class NeedsGpu(Fp32Kernel):
@@ -80,7 +81,7 @@ def test_bad_seed_is_a_usage_error(plugins):
 
 def test_ids_and_header_and_seed_ranges(plugins):
     out = run(plugins, FORWARD, "--impl=numpy", "--normbench-seed=4..5", "--collect-only", "-k", "hidden1000")
-    assert "normbench 0.1.0: backends numpy (" in out.stdout and "seed 4..5 (2 seeds)" in out.stdout
+    assert f"normbench {__version__}: backends numpy (" in out.stdout and "seed 4..5 (2 seeds)" in out.stdout
     assert "test_forward[numpy-float16-rows5-hidden1000-offset3-seed5]>" in out.stdout
 
 

@@ -1,4 +1,4 @@
-"""harness.registry with fake plugins, installed the pandas way: a
+"""normbench.registry with fake plugins, installed the pandas way: a
 ``<name>-0.0.0.dist-info`` folder (METADATA, entry_points.txt) and the plugin's
 module under a temporary folder prepended to sys.path. Nothing is pip-installed.
 
@@ -17,16 +17,17 @@ import textwrap
 import numpy as np
 import pytest
 
-import harness
-from harness import Availability, BackendUnavailable, PluginError, UnknownBackend, oracle
-from harness.registry import GROUP, Registry
+import normbench
+from normbench import Availability, BackendUnavailable, PluginError, UnknownBackend
+from normbench.check import oracle
+from normbench.registry import GROUP, Registry
 
 _counter = itertools.count()
 
 # A minimal working backend; {cls} and {name} are filled in per plugin.
 GOOD_BACKEND = '''
 import numpy as np
-from harness import Backend
+from normbench import Backend
 
 
 class {cls}(Backend):
@@ -105,7 +106,7 @@ def fake(tmp_path):
                 sys.modules.pop(name, None)
     # sys.path is restored: forget the fakes in the cached global registry too
     importlib.invalidate_caches()
-    restored = harness.refresh()
+    restored = normbench.refresh()
     assert not [n for n in restored.names if n.startswith(plugins.tag)]
     assert "numpy" in restored.names
 
@@ -138,7 +139,7 @@ def test_working_plugin_is_listed_loadable_and_creatable(fake):
     plugin = registry.plugin(name)
     assert (plugin.distribution, plugin.version, plugin.provider) == (dist, "0.0.0", f"{dist} 0.0.0")
     cls = registry.load_class(name)
-    assert issubclass(cls, harness.Backend) and cls.name == name
+    assert issubclass(cls, normbench.Backend) and cls.name == name
     assert registry.availability(name)
     backend = registry.create(name)
     x = np.random.default_rng(0).standard_normal((3, 5))
@@ -152,12 +153,12 @@ def test_working_plugin_is_listed_loadable_and_creatable(fake):
 
 def test_refresh_sees_a_new_plugin(fake):
     name = f"{fake.tag}-late"
-    before = harness.get_registry()
+    before = normbench.get_registry()
     assert name not in before.names
     fake.distribution(fake.dist_name("late"), {name: f"{fake.backend_module('Late', name)}:Late"})
-    assert harness.get_registry() is before  # cached until refresh()
-    assert name in harness.refresh().names
-    assert "numpy" in harness.get_registry().names
+    assert normbench.get_registry() is before  # cached until refresh()
+    assert name in normbench.refresh().names
+    assert "numpy" in normbench.get_registry().names
 
 
 # -- broken plugins ---------------------------------------------------------------
@@ -207,7 +208,7 @@ def test_not_a_backend_subclass(fake, target):
     ''')
     dist = fake.distribution(fake.dist_name("notbackend"), {name: f"{module}:{target}"})
     registry = fake.registry()
-    with pytest.raises(PluginError, match="not a harness.Backend subclass") as info:
+    with pytest.raises(PluginError, match="not a normbench.Backend subclass") as info:
         registry.load_class(name)
     assert_names_distribution_and_fix(str(info.value), dist)
     assert_numpy_still_works(registry)
@@ -264,13 +265,13 @@ def test_builtin_wins_a_name_clash(fake):
     dist = fake.distribution(fake.dist_name("impostor"), {"numpy": f"{module}:Impostor"})
     registry = fake.registry()
     assert registry.plugin("numpy").distribution == "normbench"
-    assert registry.plugin("numpy").target == "impls.numpy_ref:NumpyBackend"
+    assert registry.plugin("numpy").target == "normbench.impls.numpy_ref:NumpyBackend"
     problems = [p for p in registry.problems if p.name == "numpy"]
     assert len(problems) == 1, registry.problems
     assert problems[0].distribution == dist
     assert "normbench" in problems[0].message and dist in problems[0].message
     assert "Fix:" in problems[0].message
-    assert type(registry.create("numpy")).__module__ == "impls.numpy_ref"
+    assert type(registry.create("numpy")).__module__ == "normbench.impls.numpy_ref"
     assert module not in sys.modules  # the impostor was never imported
     selection = registry.select("all")  # the clash is a warning; numpy itself still runs
     assert "numpy" in [b.name for b in selection.backends]
@@ -307,7 +308,7 @@ def test_unavailable_backend(fake):
     module = fake.backend_module("NeedsGpu", name, extra='''
         @classmethod
         def availability(cls):
-            from harness import Availability
+            from normbench import Availability
             return Availability.no("needs a GPU")
 
         def __init__(self):
@@ -361,7 +362,7 @@ def test_availability_returning_non_availability(fake):
     assert_numpy_still_works(registry)
 
 
-# By harness.exceptions' contract ("every message says what was wrong, the value
+# By normbench.exceptions' contract ("every message says what was wrong, the value
 # received, and the fix") and registry's ("a broken plugin becomes a problem naming
 # its distribution and the fix"), start-up failures name the distribution and the fix.
 @pytest.mark.parametrize("kind", ["init-raises", "not-an-availability"])
@@ -381,7 +382,7 @@ def test_startup_failures_name_distribution_and_fix(fake, kind):
     module = fake.backend_module("Startup", name, extra=body)
     dist = fake.distribution(fake.dist_name("startup"), {name: f"{module}:Startup"})
     registry = fake.registry()
-    with pytest.raises(harness.NormbenchError) as info:
+    with pytest.raises(normbench.NormbenchError) as info:
         registry.create(name)
     assert_names_distribution_and_fix(str(info.value), dist)
 
@@ -409,7 +410,7 @@ def test_bad_class_declarations_are_plugin_errors(fake, body, what):
 def test_a_backend_missing_required_methods_is_a_plugin_error_not_a_start_failure(fake):
     name = f"{fake.tag}-abstract"
     module = fake.module(f"""
-        from harness import Backend
+        from normbench import Backend
 
         class Abstract(Backend):
             name = {name!r}
@@ -419,7 +420,8 @@ def test_a_backend_missing_required_methods_is_a_plugin_error_not_a_start_failur
     """)
     dist = fake.distribution(fake.dist_name("abstract"), {name: f"{module}:Abstract"})
     registry = fake.registry()
-    with pytest.raises(PluginError, match=r"it does not implement layer_norm, to_numpy \(abstract in harness.Backend\)") as info:
+    expected = r"it does not implement layer_norm, to_numpy \(abstract in normbench.Backend\)"
+    with pytest.raises(PluginError, match=expected) as info:
         registry.load_class(name)
     assert_names_distribution_and_fix(str(info.value), dist)
     assert_numpy_still_works(registry)

@@ -22,7 +22,7 @@ import tempfile
 
 import pytest
 
-from harness.report import load_result_sets, render_html
+from normbench.report import load_result_sets, render_html
 from tests.report_data import HOSTILE, write_run
 
 CHROMIUM = os.environ.get("NORMBENCH_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")

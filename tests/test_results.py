@@ -6,9 +6,9 @@ import math
 import pandas as pd
 import pytest
 
-from harness import results
-from harness.results import CONFORMANCE, THROUGHPUT, ResultsError, ResultsWriter, load, merge, new_row
-from harness.runner import Outcome, outcome_rows
+from normbench import results
+from normbench.results import CONFORMANCE, THROUGHPUT, ResultsError, ResultsWriter, load, merge, new_row
+from normbench.runner import Outcome, outcome_rows
 
 
 def rows(run_id="r1", n=3):

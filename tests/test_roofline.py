@@ -15,9 +15,10 @@ import statistics
 
 import pytest
 
-from harness import roofline
-from harness.exceptions import NormbenchError
-from harness.roofline import CacheSize
+from normbench import machine
+from normbench.exceptions import NormbenchError
+from normbench.machine import CacheSize
+from normbench.perf import roofline
 
 
 def test_the_byte_model_is_the_one_of_performance_md():
@@ -45,17 +46,17 @@ def _fake_sysfs(root, sizes_by_cpu):
 
 
 def test_the_last_level_cache_is_read_from_sysfs_and_counted_per_instance(tmp_path, monkeypatch):
-    monkeypatch.setattr(roofline.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(machine.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     _fake_sysfs(tmp_path, {0: ("32768K", "0-1"), 1: ("32768K", "0-1"), 2: ("32768K", "2-3"), 3: ("32768K", "2-3")})
-    cache = roofline.last_level_cache(tmp_path)
+    cache = machine.last_level_cache(tmp_path)
     assert cache.bytes == 2 * (32 << 20) and "L3" in cache.source and "2 instances" in cache.source
 
 
 def test_without_sysfs_the_cache_size_falls_back_and_says_so(tmp_path, monkeypatch):
-    monkeypatch.setattr(roofline.os, "sysconf", lambda name: (_ for _ in ()).throw(ValueError(name)))
-    monkeypatch.setattr(roofline.sys, "platform", "plan9")
-    cache = roofline.last_level_cache(tmp_path / "missing")
-    assert cache.bytes == roofline.ASSUMED_CACHE_BYTES and "assumed" in cache.source
+    monkeypatch.setattr(machine.os, "sysconf", lambda name: (_ for _ in ()).throw(ValueError(name)))
+    monkeypatch.setattr(machine.sys, "platform", "plan9")
+    cache = machine.last_level_cache(tmp_path / "missing")
+    assert cache.bytes == machine.ASSUMED_CACHE_BYTES and "assumed" in cache.source
 
 
 def test_the_ceiling_buffer_is_four_times_the_cache_by_default_and_the_number_is_2_bytes_over_time():

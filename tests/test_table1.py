@@ -9,7 +9,7 @@ import pytest
 from tests.plugins import ROOT, subprocess_env, write_dist_info
 
 FAKES = '''
-from harness import Availability
+from normbench import Availability
 from tests.mutants import Fp32Kernel
 
 class NeedsGpu(Fp32Kernel):
@@ -31,12 +31,12 @@ def plugins(tmp_path_factory):
 
 
 def table1(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "harness.cli", "table1", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "normbench.cli", "table1", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
 def test_the_oracles_reproduce_the_paper_and_import_no_framework():
-    code = ("import sys\nfrom harness.cli import main\nrc = main(['table1'])\n"
+    code = ("import sys\nfrom normbench.cli import main\nrc = main(['table1'])\n"
             "print('HEAVY:', sorted(m for m in ('torch', 'jax') if m in sys.modules))\nsys.exit(rc)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -9,10 +9,10 @@ import math
 
 import pytest
 
-from harness import cases
-from harness.roofline import direction_bytes
-from harness.throughput import ThroughputRunner
-from harness.timing import HostTimer, TimingOptions
+from normbench import cases
+from normbench.perf.roofline import direction_bytes
+from normbench.perf.throughput import ThroughputRunner
+from normbench.perf.timing import HostTimer, TimingOptions
 from tests.synthetic import CachesOutput, Erratic, KnownCost, Raises, RightThenZeros, ScribblesOnInput, Zeros, fixed_ceiling
 
 CASE = cases.Case("t", (64, 256), (256,), "float32")
@@ -97,7 +97,7 @@ def test_a_wide_spread_is_flagged_not_hidden():
 
 
 def test_the_directions_and_backends_of_a_case_share_its_inputs_and_oracle(monkeypatch):
-    from harness import verify
+    from normbench.perf import verify
 
     made = []
     monkeypatch.setattr(verify, "make_inputs", lambda case, seed: made.append(case) or cases.make_inputs(case, seed))

@@ -10,12 +10,12 @@ import subprocess
 
 import pytest
 
-from harness import results
-from harness.runner import suites_dir
+from normbench import results
+from normbench.suites import DIRECTORY
 from tests.plugins import ROOT, pytest_command, subprocess_env, write_dist_info
 
-SUITES = str(suites_dir())
-THROUGHPUT = str(suites_dir() / "test_throughput.py")
+SUITES = str(DIRECTORY)
+THROUGHPUT = str(DIRECTORY / "test_throughput.py")
 ONE_CASE = ["--normbench-shape=256x16384", "--normbench-dtype=float32", "--normbench-direction=forward",
             "--normbench-min-samples=3", "--normbench-max-time=0", "--normbench-ceiling-mib=64"]
 

@@ -21,8 +21,8 @@ import math
 
 import pytest
 
-from harness.exceptions import InvalidInput
-from harness.timing import CudaEventTimer, HostTimer, ReplayClock, Timing, TimingOptions, ready
+from normbench.exceptions import InvalidInput
+from normbench.perf.timing import CudaEventTimer, HostTimer, ReplayClock, Timing, TimingOptions, ready
 from tests.synthetic import AsyncDispatch, FakeTorch, spend
 
 COST = 3e-3

@@ -15,17 +15,18 @@ import sys
 import numpy as np
 import pytest
 
-from harness import cases, errors, oracle
-from harness.conformance import ConformanceError, same_bits, worst_violation
-from harness.dtypes import host_dtype
+from normbench import cases
+from normbench.check import error_model, oracle
+from normbench.check.conformance import ConformanceError, same_bits, worst_violation
+from normbench.dtypes import host_dtype
 
 if importlib.util.find_spec("triton") is None:  # never import triton before the mode is chosen
     pytest.skip("triton is not installed (pip install 'normbench[triton]')", allow_module_level=True)
 torch = pytest.importorskip("torch")
 
-from impls.triton import LayerNorm, launch, layer_norm  # noqa: E402
-from impls.triton.backend import TritonBackend  # noqa: E402
-from impls.triton.runtime import ensure_mode  # noqa: E402
+from normbench.impls.triton import LayerNorm, launch, layer_norm  # noqa: E402
+from normbench.impls.triton.backend import TritonBackend  # noqa: E402
+from normbench.impls.triton.runtime import ensure_mode  # noqa: E402
 
 MODE = ensure_mode()
 
@@ -46,13 +47,13 @@ def make_dy(inputs: cases.Inputs, broadcast: bool = False) -> np.ndarray:
 
 
 def check_backward(backend, inputs: cases.Inputs, dy: np.ndarray) -> tuple[np.ndarray, ...]:
-    """dx, dweight, dbias within ``errors.backward_bounds`` of the float64 oracle; returns them."""
+    """dx, dweight, dbias within ``error_model.backward_bounds`` of the float64 oracle; returns them."""
     case = inputs.case
     x, w, b = (None if a is None else backend.asarray(a) for a in (inputs.x, inputs.weight, inputs.bias))
     got = backend.layer_norm_backward(backend.asarray(dy), x, case.normalized_shape, w, b, case.eps)
     ref = oracle.forward(inputs.x, case.normalized_shape, inputs.weight, inputs.bias, case.eps)
     grads = oracle.backward(dy, ref)
-    bounds = errors.backward_bounds(dy, ref, grads, case.dtype)
+    bounds = error_model.backward_bounds(dy, ref, grads, case.dtype)
     host = []
     for what, value, param, want, bound in zip(("dx", "dweight", "dbias"), got, (x, w, b),
                                                (grads.dx, grads.dweight, grads.dbias), bounds):
@@ -237,10 +238,11 @@ def test_unavailable_without_triton_names_the_install(monkeypatch):
 def test_kernels_compile_for_a_gpu(tmp_path):
     """The interpreter cannot show what only the compiler rejects: compile a few configurations
     for sm_90 (row in registers and looped, half and double) in a fresh process."""
-    from impls.triton import compile_check
+    from normbench.impls.triton import compile_check
 
-    out = subprocess.run([sys.executable, "-m", "impls.triton.compile_check", "--arch", "90", "--hidden", "1,1000,65536",
-                          "--dtypes", "bfloat16,float64"], capture_output=True, text=True, timeout=600,
+    out = subprocess.run([sys.executable, "-m", "normbench.impls.triton.compile_check", "--arch", "90",
+                          "--hidden", "1,1000,65536", "--dtypes", "bfloat16,float64"],
+                         capture_output=True, text=True, timeout=600,
                          env={**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"})
     assert out.returncode == 0, out.stdout + out.stderr
     pairs = [("bfloat16", "bfloat16"), ("float64", "float64"), ("bfloat16", "float32")]
@@ -260,13 +262,13 @@ def _run_python(program: str, **env: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_triton_imported_first_is_a_clear_error():
-    out = _run_python("import triton\nfrom impls.triton import TritonBackend\nTritonBackend()")
+    out = _run_python("import triton\nfrom normbench.impls.triton import TritonBackend\nTritonBackend()")
     assert out.returncode != 0
     assert "triton was imported before TRITON_INTERPRET=1 was set; set TRITON_INTERPRET=1" in out.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_compiled_mode_without_cuda_is_unavailable_with_the_reason():
-    out = _run_python("from harness import get_registry\nget_registry().create('triton')", TRITON_INTERPRET="0")
+    out = _run_python("from normbench import get_registry\nget_registry().create('triton')", TRITON_INTERPRET="0")
     assert out.returncode != 0
     assert "set to compile (TRITON_INTERPRET=0 is set) but no CUDA device is present" in out.stderr

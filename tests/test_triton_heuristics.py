@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from harness.cases import HIDDEN, ROWS
-from impls.triton import heuristics as h
+from normbench.cases import HIDDEN, ROWS
+from normbench.impls.triton import heuristics as h
 
 GPU = h.Target(sm_count=132)
 SIZES = sorted(set(HIDDEN) | {5000, 20000, 100000, 1 << 20})

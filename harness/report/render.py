@@ -13,10 +13,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from harness import __version__
-from harness.report import shape, svg
-from harness.report.sources import ResultSet, load_result_sets
-from harness.results import ResultsError
+from normbench import __version__
+from normbench.report import shape, svg
+from normbench.report.sources import ResultSet, load_result_sets
+from normbench.results import ResultsError
 
 TEMPLATE = "report.html.j2"
 #: columns of the embedded throughput data (enough to redraw every chart)
@@ -28,13 +28,13 @@ EMBEDDED_COLUMNS = ("run_id", "host", "device_name", "backend", "backend_version
 def _environment() -> Any:
     import jinja2
 
-    text = resources.files("harness.report").joinpath("templates", TEMPLATE).read_text(encoding="utf-8")
+    text = resources.files("normbench.report").joinpath("templates", TEMPLATE).read_text(encoding="utf-8")
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     return env.from_string(text)
 
 
 def _embedded(sets: list[ResultSet]) -> list[dict[str, Any]]:
-    from harness.results import _records
+    from normbench.results import _records
 
     return [{"label": rs.label, "throughput": _records(rs.throughput[list(EMBEDDED_COLUMNS)]),
              "conformance_counts": rs.conformance.groupby(["backend", "outcome"]).size().reset_index(name="n")

@@ -9,8 +9,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.report.sources import ResultSet
-from harness.roofline import BYTE_MODEL_FORMULAS, BYTE_MODELS, DIRECTIONS
+from normbench.perf.roofline import BYTE_MODEL_FORMULAS, BYTE_MODELS, DIRECTIONS
+from normbench.report.sources import ResultSet
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,11 +143,11 @@ SUITE_CASES: dict[str, tuple[str, ...]] = {
 
 
 def _family_lookup() -> dict[tuple[str, str], str]:
-    """(suite, case id) -> family from the case lists of :mod:`harness.cases` (``""`` suite: any list).
+    """(suite, case id) -> family from the case lists of :mod:`normbench.cases` (``""`` suite: any list).
 
     Ids from another normbench version that no list knows fall back to the test's name.
     """
-    from harness import cases
+    from normbench import cases
 
     found: dict[tuple[str, str], str] = {}
     lists = {name: value for name, value in vars(cases).items()
@@ -186,7 +186,7 @@ def _cell(c: Counter) -> dict[str, Any]:
 
 
 def conformance_details(rs: ResultSet) -> dict[str, Any]:
-    """Failures with their diagnosis, known failures (xfail) and skips grouped by reason."""
+    """Failures with their diagnosis, known deviations (xfail) and skips grouped by reason."""
     df = rs.conformance
     failing = df[df.outcome.isin(["failed", "error", "xpassed"])]
     known = df[df.outcome == "xfailed"]

@@ -3,11 +3,11 @@
 An argument is a run folder (``reports/<run-id>/``) or one of its files
 (``throughput.json``/``.csv``, ``conformance.json``/``.csv``,
 ``environment.json``, ``table1.json``). Only JSON and CSV are read, through
-:mod:`harness.results` (schema checked, older versions migrated or refused);
+:mod:`normbench.results` (schema checked, older versions migrated or refused);
 nothing is unpickled or evaluated. A folder may lack any of its files (a
 failed or partial run): what is missing is recorded in :attr:`ResultSet.missing`
 and stated in the report. A folder with none of them, a missing path, or an
-empty or corrupt file is a :class:`~harness.results.ResultsError` naming the file.
+empty or corrupt file is a :class:`~normbench.results.ResultsError` naming the file.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import results
-from harness.results import ResultsError
+from normbench import results
+from normbench.results import ResultsError
 
 if TYPE_CHECKING:
     import pandas as pd

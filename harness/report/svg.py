@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from harness.report.shape import Panel
+from normbench.report.shape import Panel
 
 WIDTH, HEIGHT = 580, 280
 LEFT, RIGHT, TOP, BOTTOM = 56, 56, 16, 40

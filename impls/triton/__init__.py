@@ -3,7 +3,7 @@
 For PyTorch users (differentiable; tensors on CUDA, or on CPU under the
 Triton interpreter where no GPU is present)::
 
-    from impls.triton import LayerNorm, layer_norm, LayerNormFunction
+    from normbench.impls.triton import LayerNorm, layer_norm, LayerNormFunction
 
 Modules, each with one job:
 
@@ -29,5 +29,5 @@ __all__ = sorted(_LAZY)
 
 def __getattr__(name: str):
     if name in _LAZY:
-        return getattr(importlib.import_module(f"impls.triton.{_LAZY[name]}"), name)
-    raise AttributeError(f"module 'impls.triton' has no attribute {name!r}")
+        return getattr(importlib.import_module(f"normbench.impls.triton.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'normbench.impls.triton' has no attribute {name!r}")

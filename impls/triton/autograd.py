@@ -1,7 +1,7 @@
 """The kernels for PyTorch users: an autograd function, a functional form, and a layer.
 
     >>> import torch
-    >>> from impls.triton import LayerNorm, layer_norm
+    >>> from normbench.impls.triton import LayerNorm, layer_norm
     >>> x = torch.randn(8, 64, requires_grad=True)        # .cuda() where a GPU is present
     >>> y = layer_norm(x, (64,), torch.ones(64), torch.zeros(64), 1e-5)
     >>> y.sum().backward()
@@ -12,7 +12,7 @@
 Same semantics and signature as ``torch.nn.functional.layer_norm``; the
 forward saves fp32 mean and rstd (fp64 for float64 x) and the backward uses
 them. Tensors live where the kernels run: CUDA, or CPU under the interpreter
-(``impls.triton.runtime``). Importing this module imports torch, never triton.
+(``normbench.impls.triton.runtime``). Importing this module imports torch, never triton.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from impls.triton import launch
+from normbench.impls.triton import launch
 
 
 class LayerNormFunction(torch.autograd.Function):

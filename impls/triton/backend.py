@@ -1,7 +1,7 @@
 """The ``triton`` backend: normbench's own Triton kernels under the harness.
 
 On a machine with a CUDA device the kernels are compiled and run there; on one
-without, they run in the Triton interpreter on CPU (``impls.triton.runtime``
+without, they run in the Triton interpreter on CPU (``normbench.impls.triton.runtime``
 says how that is decided), and the backend says so: its device is
 "interpreter (CPU; not for timing)". The interpreter runs every program of a
 grid one after another in NumPy, so it is slow: there ``max_elements`` caps the
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import os
 
-from harness import Backend
-from impls import torch_arrays
-from impls.triton.runtime import INTERPRETER_DEVICE, ensure_mode
+from normbench import Backend
+from normbench.impls import torch_arrays
+from normbench.impls.triton.runtime import INTERPRETER_DEVICE, ensure_mode
 
 #: the environment variable that sets max_elements under the interpreter (0: no cap)
 MAX_ELEMENTS_ENV = "NORMBENCH_TRITON_MAX_ELEMENTS"
@@ -53,7 +53,7 @@ class TritonBackend(Backend):
         self.mode = ensure_mode()
         import torch
 
-        from impls.triton import autograd, launch
+        from normbench.impls.triton import autograd, launch
 
         self.torch, self.launch, self.autograd = torch, launch, autograd
         if self.mode.interpreter:

@@ -7,8 +7,8 @@ sizes, the way a launch specializes it (16-byte aligned pointers; sizes that
 are multiples of 16 marked so), down to a cubin with ptxas, and reports the
 registers and spill bytes ptxas prints::
 
-    python -m impls.triton.compile_check --arch 90                 # H100, every size and dtype
-    python -m impls.triton.compile_check --arch 80 --hidden 1000,65536 --dtypes bfloat16
+    python -m normbench.impls.triton.compile_check --arch 90                 # H100, every size and dtype
+    python -m normbench.impls.triton.compile_check --arch 80 --hidden 1000,65536 --dtypes bfloat16
 
 It exits 1 if any configuration fails to compile (spills are reported, not
 failed: a tuning pass reads them). It sets ``TRITON_INTERPRET=0`` for itself.
@@ -26,7 +26,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from impls.triton import heuristics
+from normbench.impls.triton import heuristics
 
 ROWS = 8192
 #: an H100 SXM
@@ -118,7 +118,7 @@ def compile_variant(v: Variant, arch: int):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from impls.triton import backward_kernels, forward_kernels
+    from normbench.impls.triton import backward_kernels, forward_kernels
 
     fn = getattr(forward_kernels if "forward" in v.kernel else backward_kernels, v.kernel)
     constexprs = dict(v.constexprs, ACC=forward_kernels.accumulator(v.x == "float64"))
@@ -153,14 +153,14 @@ def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m impls.triton.compile_check", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m normbench.impls.triton.compile_check", description=__doc__.split("\n")[0])
     parser.add_argument("--arch", type=int, default=90, help="compute capability x10. Default: %(default)r")
     parser.add_argument("--hidden", default=",".join(map(str, HIDDEN)), help="hidden sizes. Default: %(default)s")
     parser.add_argument("--dtypes", default="float16,bfloat16,float32,float64",
                         help="x dtypes (bfloat16 also runs with float32 parameters). Default: %(default)s")
     args = parser.parse_args(argv)
     os.environ["TRITON_INTERPRET"] = "0"
-    from impls.triton.runtime import ensure_mode
+    from normbench.impls.triton.runtime import ensure_mode
 
     if ensure_mode().interpreter:
         print("compile_check: the kernels were already set to the interpreter in this process", file=sys.stderr)

@@ -7,15 +7,15 @@ and are excluded from the centred sum, so they never enter the statistics.
 
 Layout: x is read through a row stride (``X + row*stride_x_row + col``; any
 stride, 0 included); its columns are contiguous (the wrapper in
-``impls.triton.launch`` copies other layouts). y is written contiguous.
+``normbench.impls.triton.launch`` copies other layouts). y is written contiguous.
 Row offsets are 64-bit, so rows*N above 2**31 is safe.
 
 Importing this module decorates the kernels, so it first settles compiled vs
-interpreted kernels (``impls.triton.runtime``); the launch wrappers import it
+interpreted kernels (``normbench.impls.triton.runtime``); the launch wrappers import it
 lazily, on the first launch.
 """
 
-from impls.triton.runtime import ensure_mode
+from normbench.impls.triton.runtime import ensure_mode
 
 ensure_mode()  # before @triton.jit below decides compiled vs interpreted
 

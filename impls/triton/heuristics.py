@@ -42,7 +42,7 @@ reduction's column blocks are wider (``INTERPRETER_TILE_BYTES``,
 ``INTERPRETER_REDUCE_BLOCK_N``); backward row tiles hold at most sqrt(M) rows,
 because the interpreter sums a tile's rows sequentially (a GPU, as a tree). Which path a size takes (row in registers or
 looped) and its chunk sizes stay the GPU's, so the interpreter runs the code
-the GPU runs; ``impls.triton.compile_check`` compiles the GPU's exact configurations.
+the GPU runs; ``normbench.impls.triton.compile_check`` compiles the GPU's exact configurations.
 """
 
 from __future__ import annotations

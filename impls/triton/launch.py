@@ -1,6 +1,6 @@
 """Launch wrappers: check tensors, pick a configuration (``heuristics``), run the kernels.
 
-Plain tensors in and out, no autograd (``impls.triton.autograd`` adds it).
+Plain tensors in and out, no autograd (``normbench.impls.triton.autograd`` adds it).
 :func:`forward` returns ``(y, mean, rstd)``; :func:`backward` takes them back.
 
 Layouts. x (and dy) are viewed as ``(rows, N)`` with ``reshape``, which keeps
@@ -13,7 +13,7 @@ first: on a GPU that copy is itself a fast transpose. y and dx are always new
 contiguous tensors with x's shape, as ``torch.nn.functional.layer_norm`` returns.
 
 Devices. Every tensor must be on the device the kernels run on: CUDA when they
-are compiled, CPU under the Triton interpreter (``impls.triton.runtime``);
+are compiled, CPU under the Triton interpreter (``normbench.impls.triton.runtime``);
 anything else is a ``ValueError`` that says where to move it.
 """
 
@@ -27,8 +27,8 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from impls.triton import heuristics
-from impls.triton.runtime import ensure_mode
+from normbench.impls.triton import heuristics
+from normbench.impls.triton.runtime import ensure_mode
 
 #: the dtypes the kernels read and write (statistics in fp32, fp64 for float64)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -37,7 +37,7 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 @functools.lru_cache(maxsize=1)
 def _kernels():
     """The kernel modules, imported on the first launch (after the mode is settled)."""
-    from impls.triton import backward_kernels, forward_kernels
+    from normbench.impls.triton import backward_kernels, forward_kernels
 
     return forward_kernels, backward_kernels
 

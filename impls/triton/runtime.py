@@ -18,7 +18,7 @@ before the interpreter was chosen cannot interpret kernels, and
 :func:`ensure_mode` says so (set ``TRITON_INTERPRET=1`` in the environment, or
 create the backend before importing triton).
 
-Nothing here runs at import time: ``import impls.triton.runtime`` imports
+Nothing here runs at import time: ``import normbench.impls.triton.runtime`` imports
 neither torch nor triton. The kernel modules call :func:`ensure_mode` first
 thing, and are themselves imported lazily on the first launch, so importing
 the backend, the autograd function or the layer touches no GPU driver.
@@ -69,7 +69,7 @@ def ensure_mode() -> Mode:
     if _triton_imported_compiled():
         raise RuntimeError(f"no CUDA device is present, so the Triton kernels must run in the interpreter, but "
                            f"triton was imported before {ENV}=1 was set; set {ENV}=1 in the environment, or "
-                           f"import impls.triton (and create its backend) before triton")
+                           f"import normbench.impls.triton (and create its backend) before triton")
     os.environ[ENV] = "1"
     return Mode(True, "cpu", f"no CUDA device is present, so {ENV}=1 was set for this process")
 

@@ -28,8 +28,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from harness import Backend
-from harness.dtypes import DTYPES
+from normbench import Backend
+from normbench.dtypes import DTYPES
 
 #: results held for :meth:`FlaxLayerNorm.synchronize` before the oldest is waited for
 MAX_PENDING = 64

@@ -1,6 +1,6 @@
 """§5.2 of the paper as gradient properties of a backend's ``layer_norm_backward``.
 
-On the layer model of ``harness.layer`` (``a = x @ W``, y = LN(a), a loss
+On the layer model of ``normbench.paper.layer`` (``a = x @ W``, y = LN(a), a loss
 ``L = <dy, y>`` with a random dy of nonzero row mean):
 
 * **Weight-matrix re-scaling.** ``W -> delta*W`` leaves y unchanged (Table 1) and
@@ -17,8 +17,8 @@ On the layer model of ``harness.layer`` (``a = x @ W``, y = LN(a), a loss
   and ``mean(xhat^2) = var/(var + eps)``.
 
 Bounds: each side's gradients deviate from the float64 closed form by at most
-``harness.errors.backward_bounds``, plus, where the two sides' inputs are
-rounded separately, the effect of that rounding (``harness.sensitivity``).
+``normbench.check.error_model.backward_bounds``, plus, where the two sides' inputs are
+rounded separately, the effect of that rounding (``normbench.check.sensitivity``).
 Sums over a row or over rows of bounded terms are bounded by the sums of the
 bounds; a float64 product ``x^T v`` of M terms errs by at most
 ``gamma_M*|x|^T|v|``, ``gamma_M = M*u/(1 - M*u)``.
@@ -30,13 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness import errors, oracle, sensitivity
-from harness.backend import Backend
-from harness.cases import Case, rng_for
-from harness.conformance import ConformanceError
-from harness.dtypes import UNIT_ROUNDOFF, host_dtype
-from harness.invariances import SCALES
-from harness.layer import Layer, make_layer
+from normbench.backend import Backend
+from normbench.cases import Case, rng_for
+from normbench.check import error_model, oracle, sensitivity
+from normbench.check.conformance import ConformanceError
+from normbench.dtypes import UNIT_ROUNDOFF, host_dtype
+from normbench.paper.invariances import SCALES
+from normbench.paper.layer import Layer, make_layer
 
 U64 = UNIT_ROUNDOFF["float64"]
 
@@ -85,7 +85,7 @@ def gradients(backend: Backend, dtype: str, a: np.ndarray, layer: Layer, dy: np.
     backend.synchronize()
     ref = oracle.forward(rounded, ns, layer.gain, layer.bias, eps)
     grads = oracle.backward(dy, ref)
-    bdx, bdw, bdb = errors.backward_bounds(dy, ref, grads, dtype)
+    bdx, bdw, bdb = error_model.backward_bounds(dy, ref, grads, dtype)
     return Gradients(_host(backend, dx, (m, n)), _host(backend, dw, (n,)), _host(backend, db, (n,)),
                      bdx + sensitivity.dx_perturbation(ref, grads, p), bdw + sensitivity.dweight_perturbation(dy, ref, p),
                      bdb, bdx, ref, grads)
@@ -147,14 +147,14 @@ def check_gradient_identities(backend: Backend, case: Case, seed: int) -> None:
     run = gradients(backend, case.dtype, layer.summed_inputs(), layer, dy, case.eps)
     ref, n = run.ref, run.dx.shape[1]
     context = _context(backend, case, seed)
-    shift_bound = run.kernel_dx.sum(axis=1, keepdims=True) + errors.k(n) * U64 * np.abs(run.dx).sum(axis=1, keepdims=True)
+    shift_bound = run.kernel_dx.sum(axis=1, keepdims=True) + error_model.k(n) * U64 * np.abs(run.dx).sum(axis=1, keepdims=True)
     _fail_if("sum(dx)", run.dx.sum(axis=1, keepdims=True), np.zeros((run.dx.shape[0], 1)), shift_bound,
              f"{context}: layer norm is invariant to shifting a row, so each row of dx must sum to 0, but")
     r = ref.rstd[:, None]
     gx = run.grads.g * ref.xhat
     want = case.eps * r**3 * gx.sum(axis=1, keepdims=True)
     scale_bound = (np.abs(ref.xhat) * run.kernel_dx).sum(axis=1, keepdims=True)
-    scale_bound += errors.k(n) * U64 * ((np.abs(ref.xhat * run.dx)).sum(axis=1, keepdims=True) + np.abs(want))
+    scale_bound += error_model.k(n) * U64 * ((np.abs(ref.xhat * run.dx)).sum(axis=1, keepdims=True) + np.abs(want))
     _fail_if("sum(xhat*dx)", (ref.xhat * run.dx).sum(axis=1, keepdims=True), want, scale_bound,
              f"{context}: re-scaling a row changes layer norm only through eps, so sum(xhat*dx) must equal "
              f"eps*r^3*sum(dy*weight*xhat), but")

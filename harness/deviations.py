@@ -2,7 +2,7 @@
 reason, so a run stays green while the finding stays visible (reported as xfailed,
 "known deviation (source): reason"). One mechanism, two sources:
 
-* **Data files**: ``suites/known_failures.txt`` (shipped with the suites) and any
+* **Data files**: ``suites/known_deviations.txt`` (shipped with the suites) and any
   file given with ``--normbench-deviations=FILE``. One entry per line, fields
   separated by ``|`` (the regex may contain ``|``; the reason may not)::
 
@@ -12,7 +12,7 @@ reason, so a run stays green while the finding stays visible (reported as xfaile
 * **The backend itself**: a class attribute mapping ``"test pattern"`` or
   ``"test pattern | message regex"`` (the file's third and fourth fields) to the
   reason, for any device. Without a regex, an entry explains only failures that the
-  suites' checks report (a :class:`~harness.conformance.ConformanceError`: a value,
+  suites' checks report (a :class:`~normbench.check.conformance.ConformanceError`: a value,
   identity or invariance out of its bound), never a crash::
 
       class FlaxLayerNorm(Backend):
@@ -42,9 +42,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.exceptions import NormbenchError, PluginError
+from normbench.exceptions import NormbenchError, PluginError
+from normbench.suites import DIRECTORY as SUITES_DIRECTORY
 
-FILENAME = "known_failures.txt"
+FILENAME = "known_deviations.txt"
 #: the Backend class attribute that declares a backend's own known deviations
 ATTRIBUTE = "known_deviations"
 
@@ -74,12 +75,12 @@ class KnownDeviation:
     test: str               # test pattern (see the module doc)
     message: re.Pattern | None
     reason: str
-    origin: str             # who declared it: "suites/known_failures.txt", "my.txt", "flax.known_deviations"
+    origin: str             # who declared it: "suites/known_deviations.txt", "my.txt", "flax.known_deviations"
     where: str              # and where in it: "12" (a line), "*-offset1e4" (a key)
 
     @property
     def source(self) -> str:
-        """``suites/known_failures.txt:12`` or ``flax.known_deviations["*-offset1e4"]``: unique per entry."""
+        """``suites/known_deviations.txt:12`` or ``flax.known_deviations["*-offset1e4"]``: unique per entry."""
         return f"{self.origin}:{self.where}" if self.where.isdigit() else f'{self.origin}["{self.where}"]'
 
     def covers(self, subject: Subject) -> bool:
@@ -131,14 +132,9 @@ def parse(text: str, source: str = FILENAME) -> list[KnownDeviation]:
 
 
 def load(path: Path | None = None) -> list[KnownDeviation]:
-    """The entries of ``path`` (default: the installed suites' ``known_failures.txt``; none if absent)."""
+    """The entries of ``path`` (default: the installed suites' ``known_deviations.txt``; none if absent)."""
     if path is None:
-        from harness.runner import suites_dir
-
-        try:
-            path = suites_dir() / FILENAME
-        except FileNotFoundError:
-            return []
+        path = SUITES_DIRECTORY / FILENAME
         if not path.is_file():
             return []
         return parse(path.read_text(encoding="utf-8"), f"suites/{FILENAME}")
@@ -171,7 +167,7 @@ def from_backend(cls: type) -> list[KnownDeviation]:
     """The deviations a Backend class declares in ``known_deviations``:
     ``{"test pattern": reason}`` or ``{"test pattern | message regex": reason}``.
 
-    Raises :class:`~harness.exceptions.PluginError` when the attribute is malformed.
+    Raises :class:`~normbench.exceptions.PluginError` when the attribute is malformed.
 
     >>> class Mine:
     ...     name = "mine"

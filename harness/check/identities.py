@@ -8,7 +8,7 @@ closed form the value checks rely on. Per row, exactly:
 * with eps = 0, ``sum_j xhat[i, j]*dx[i, j] = 0`` (and to scaling a row);
 * dbias = sum_rows(dy) does not depend on x.
 
-Their bounds (derivations in ``harness.errors``: ``row_sum_bound``,
+Their bounds (derivations in ``normbench.check.error_model``: ``row_sum_bound``,
 ``xhat_projection_bound``, ``dbias_spread_bound``) come from the same error model
 as the value checks, written in the kernel's computed values.
 """
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness import errors, oracle
-from harness.backend import Backend
-from harness.cases import Inputs, make_other_x
-from harness.conformance import BackwardRun, ConformanceError, reference, run_backward
+from normbench.backend import Backend
+from normbench.cases import Inputs, make_other_x
+from normbench.check import error_model, oracle
+from normbench.check.conformance import BackwardRun, ConformanceError, reference, run_backward
 
 
 def _finite_rows(ref: oracle.Forward, dy: np.ndarray) -> np.ndarray:
@@ -46,25 +46,25 @@ def _row_check(what: str, why: str, values: np.ndarray, bound: np.ndarray, rows:
         f"rows out of bound\n"
         f"  row {row}: mean {ref.mean[row]:.6g}, sigma {np.sqrt(ref.var[row]):.3g}, eps {case.eps:g}, "
         f"N {ref.x.shape[1]}, dtype {case.dtype}\n"
-        f"  inputs: harness.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); "
-        f"dy: harness.cases.make_dy(<case {case.id}>, seed={inputs.seed})")
+        f"  inputs: normbench.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); "
+        f"dy: normbench.cases.make_dy(<case {case.id}>, seed={inputs.seed})")
 
 
 def check_row_sums(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
-    """Per row, sum(dx) = 0 within ``errors.row_sum_bound``. Catches a dropped or doubled
+    """Per row, sum(dx) = 0 within ``error_model.row_sum_bound``. Catches a dropped or doubled
     mean term (tenstorrent/tt-metal#53204)."""
     __tracebackhide__ = True
     ref = reference(inputs)
     dx = oracle.rows_view(run.dx, inputs.case.normalized_shape)
     with np.errstate(invalid="ignore", over="ignore"):
         sums = dx.sum(axis=1)
-    bound = errors.row_sum_bound(dy, ref, dx, inputs.case.dtype, run.stats_dtype)
+    bound = error_model.row_sum_bound(dy, ref, dx, inputs.case.dtype, run.stats_dtype)
     _row_check("sum(dx)", "LayerNorm ignores a constant added to a row; is the mean term mean(dy*weight) "
                "subtracted exactly once?", sums, bound, _finite_rows(ref, dy), backend, inputs, ref)
 
 
 def check_xhat_projection(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
-    """With eps = 0, per row sum(xhat*dx) = 0 within ``errors.xhat_projection_bound``.
+    """With eps = 0, per row sum(xhat*dx) = 0 within ``error_model.xhat_projection_bound``.
     Catches a dropped xhat*mean(g*xhat) projection."""
     __tracebackhide__ = True
     case = inputs.case
@@ -74,14 +74,14 @@ def check_xhat_projection(backend: Backend, inputs: Inputs, dy: np.ndarray, run:
     dx = oracle.rows_view(run.dx, case.normalized_shape)
     with np.errstate(invalid="ignore", over="ignore"):
         sums = (ref.xhat * dx).sum(axis=1)
-    bound = errors.xhat_projection_bound(dy, ref, dx, case.dtype, run.stats_dtype)
+    bound = error_model.xhat_projection_bound(dy, ref, dx, case.dtype, run.stats_dtype)
     _row_check("sum(xhat*dx)", "with eps = 0 LayerNorm ignores scaling a row; is xhat*mean(dy*weight*xhat) "
                "subtracted?", sums, bound, _finite_rows(ref, dy), backend, inputs, ref)
 
 
 def check_dbias_independent_of_x(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
     """dbias with another x (``cases.make_other_x``), same dy, agrees within
-    ``errors.dbias_spread_bound``: dbias = sum_rows(dy) must not read x."""
+    ``error_model.dbias_spread_bound``: dbias = sum_rows(dy) must not read x."""
     __tracebackhide__ = True
     case = inputs.case
     if run.dbias is None:
@@ -89,7 +89,7 @@ def check_dbias_independent_of_x(backend: Backend, inputs: Inputs, dy: np.ndarra
     other = Inputs(case, inputs.seed, make_other_x(case, inputs.seed), inputs.weight, inputs.bias)
     again = run_backward(backend, other, dy)
     a, b = (np.asarray(d, dtype=np.float64).reshape(-1) for d in (run.dbias, again.dbias))
-    bound = errors.dbias_spread_bound(dy, reference(inputs), a, b, case.dtype, case.params)
+    bound = error_model.dbias_spread_bound(dy, reference(inputs), a, b, case.dtype, case.params)
     with np.errstate(invalid="ignore"):
         bad = ~(np.abs(a - b) <= bound) & np.isfinite(np.asarray(dy, dtype=np.float64)).reshape(-1, a.size).all(axis=0)
     if bad.any():
@@ -99,8 +99,8 @@ def check_dbias_independent_of_x(backend: Backend, inputs: Inputs, dy: np.ndarra
             f"{backend.name} {case.id} (seed {inputs.seed}): dbias depends on x: dbias[{where}] = {a[j]:.9g} with x, "
             f"{b[j]:.9g} with another x and the same dy (|difference| {abs(a[j] - b[j]):.3g} > bound {bound[j]:.3g}); "
             f"dbias must be sum_rows(dy) (was it computed from xhat, or swapped with dweight?)\n"
-            f"  inputs: harness.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); other x: "
-            f"harness.cases.make_other_x(<case {case.id}>, seed={inputs.seed})")
+            f"  inputs: normbench.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); other x: "
+            f"normbench.cases.make_other_x(<case {case.id}>, seed={inputs.seed})")
 
 
 def check_identities(backend: Backend, inputs: Inputs, dy: np.ndarray) -> None:

@@ -14,7 +14,7 @@ Cold cache (the default): before every sample the last-level cache is flushed
 by a read-modify-write of a buffer twice its size (a plain write may use
 non-temporal stores that bypass the cache and evict nothing). Warm cache:
 no flush, and calls are batched so a sample lasts at least ``min_sample_s``.
-Warm-up is the caller's job (:mod:`harness.throughput` runs the backend's
+Warm-up is the caller's job (:mod:`normbench.perf.throughput` runs the backend's
 ``warmup`` hook and the op a few times untimed first), so compilation and
 autotuning never enter a sample.
 
@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.exceptions import InvalidInput
+from normbench.exceptions import InvalidInput
 
 CACHES: tuple[str, ...] = ("cold", "warm")
 #: IQR / median above which a result is flagged as having a wide spread
@@ -264,7 +264,7 @@ class CudaEventTimer:
 
 
 def make_timer(device: str, cache_bytes: int) -> HostTimer | CudaEventTimer:
-    """The timer for a device key (see :func:`harness.roofline.device_key`):
+    """The timer for a device key (see :func:`normbench.perf.roofline.device_key`):
     CUDA events on ``cuda:N``, the host clock elsewhere, with a cold-cache flush
     of :data:`FLUSH_MULTIPLE` times ``cache_bytes`` on the CPU."""
     if device.startswith("cuda"):

@@ -1,11 +1,11 @@
 """Table 1 of the paper (§5.1): six transformations of a layer, and whether each
 normalization's output is invariant to them, measured.
 
-A transformation maps a layer (x, W; see ``harness.layer``) to a changed one.
+A transformation maps a layer (x, W; see ``normbench.paper.layer``) to a changed one.
 The paper's claims, row by row (True: invariant), are :data:`PAPER_TABLE1`.
 
 **The comparison.** A normalizer returns its output with a bound on its distance
-from the exact normalization of the exact summed inputs (``harness.normalizations``:
+from the exact normalization of the exact summed inputs (``normbench.paper.normalizations``:
 the error model's forward bound plus the effect of rounding the summed inputs to
 the tested dtype). So for two layers whose exact outputs are equal,
 ``|h' - h| <= bound' + bound`` must hold everywhere: that is *invariant*. A change
@@ -18,7 +18,7 @@ agrees with neither claim.
 layer norm unchanged, but the shifted summed inputs are rounded at magnitude |c|
 and the kernel's mean and centering err relative to |c|: both bound terms grow as
 |c|/sigma, the error model's ``k(N)*u_acc*|w|*(|a| + mean|a|)/sigma_eps`` and the
-rounding's ``|w|*u*(|a| + mean|a| + |xhat|*rms(a))/sigma_eps`` (``harness.sensitivity``).
+rounding's ``|w|*u*(|a| + mean|a| + |xhat|*rms(a))/sigma_eps`` (``normbench.check.sensitivity``).
 NUMERICS.md measures ~17*u*|c|/sigma for correct two-pass kernels; a one-pass
 variance loses ``u*(c/sigma)^2`` of the variance and fails at |c| ~ 1e3 sigma in fp32.
 
@@ -36,12 +36,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.backend import Backend
-from harness.cases import Case
-from harness.conformance import ConformanceError
-from harness.exceptions import InvalidInput
-from harness.layer import Layer, make_layer
-from harness.normalizations import BackendRowLayerNorm, LayerNormalizer, Normalized, Normalizer
+from normbench.backend import Backend
+from normbench.cases import Case
+from normbench.check.conformance import ConformanceError
+from normbench.exceptions import InvalidInput
+from normbench.paper.layer import Layer, make_layer
+from normbench.paper.normalizations import BackendRowLayerNorm, LayerNormalizer, Normalized, Normalizer
 
 #: a change this many times the bound is "not invariant"
 FAR = 10.0

@@ -1,4 +1,4 @@
-"""Known deviations (harness/known_failures.py): the file format, the backend attribute,
+"""Known deviations (harness/deviations.py): the file format, the backend attribute,
 the matching rules, the tally, that every shipped entry still names existing tests, and
 (with torch installed) that the plugin reports a matching failure as xfailed and
 --normbench-strict as failed. tests/test_known_deviations.py runs them through pytest."""
@@ -8,10 +8,10 @@ import subprocess
 
 import pytest
 
-from harness import cases, known_failures
-from harness.exceptions import NormbenchError, PluginError
-from harness.known_failures import Subject
-from harness.runner import suites_dir
+from normbench import cases, deviations
+from normbench.deviations import Subject
+from normbench.exceptions import NormbenchError, PluginError
+from normbench.suites import DIRECTORY as SUITES
 from suites.test_backward import IDENTITY_CASES
 from suites.test_forward import ISOLATION_CASES
 from tests.plugins import ROOT, pytest_command, subprocess_env
@@ -28,7 +28,7 @@ SUBJECT = Subject("torch", "cpu", "test_backward[torch-bfloat16-rows5-hidden8-of
 
 def test_parse_keeps_a_regex_with_bars_and_numbers_lines():
     text = "# comment\n\ntorch | cpu | test_backward[torch-*] | \\): (dweight|dbias)\\[ | half accumulation\n"
-    (entry,) = known_failures.parse(text, "known.txt")
+    (entry,) = deviations.parse(text, "known.txt")
     assert (entry.backend, entry.device, entry.test, entry.reason, entry.source) == (
         "torch", "cpu", "test_backward[torch-*]", "half accumulation", "known.txt:3")
     assert entry.explains(SUBJECT, "torch bfloat16-rows5-hidden8-offset3 (seed 0): dbias[3] = 1", False)
@@ -40,15 +40,15 @@ def test_parse_keeps_a_regex_with_bars_and_numbers_lines():
 @pytest.mark.parametrize("pattern", ["test_backward[torch-bfloat16-*]", "test_backward[bfloat16-*]",
                                      "bfloat16-*-offset3", "hidden", "*hidden8*"])
 def test_a_pattern_matches_the_test_id_with_or_without_backend_the_case_id_or_the_family(pattern):
-    (entry,) = known_failures.parse(f"torch | * | {pattern} | . | why")
+    (entry,) = deviations.parse(f"torch | * | {pattern} | . | why")
     assert entry.covers(SUBJECT)
 
 
 @pytest.mark.parametrize("pattern", ["test_forward[*]", "float32-*", "dist", "test_backward[numpy-*]"])
 def test_a_pattern_that_names_something_else_does_not_match(pattern):
-    (entry,) = known_failures.parse(f"torch | * | {pattern} | . | why")
+    (entry,) = deviations.parse(f"torch | * | {pattern} | . | why")
     assert not entry.covers(SUBJECT)
-    (other,) = known_failures.parse(f"numpy | * | {pattern} | . | why")
+    (other,) = deviations.parse(f"numpy | * | {pattern} | . | why")
     assert not other.covers(SUBJECT)
 
 
@@ -57,7 +57,7 @@ def test_the_bare_test_id_drops_only_the_backend():
     assert subject.names[1] == "test_forward[float32-rows8-hidden1000-offset1e3]"
     stable = Subject("flax-stable", "cpu", "test_forward[flax-stable-float32-rows8-hidden1000-offset1e3]")
     assert stable.names[1] == "test_forward[float32-rows8-hidden1000-offset1e3]"
-    (entry,) = known_failures.parse("flax | * | test_forward[stable-*] | . | why")
+    (entry,) = deviations.parse("flax | * | test_forward[stable-*] | . | why")
     assert not entry.covers(stable)
 
 
@@ -67,7 +67,7 @@ class Declares:
 
 
 def test_a_backend_declares_patterns_and_optional_message_regexes():
-    plain, with_regex = known_failures.from_backend(Declares)
+    plain, with_regex = deviations.from_backend(Declares)
     assert (plain.backend, plain.device, plain.test, plain.message, plain.reason) == (
         "mine", "*", "*-offset1e4", None, "one-pass variance")
     assert plain.source == 'mine.known_deviations["*-offset1e4"]' and plain.origin == "mine.known_deviations"
@@ -80,7 +80,7 @@ def test_a_backend_declares_patterns_and_optional_message_regexes():
     half = Subject("mine", "cpu", "test_backward_identities[mine-bfloat16-rows5-hidden2-offset3]")
     assert with_regex.explains(half, "mine bfloat16-rows5-hidden2-offset3 (seed 0): dx[1, 0] = 0", True)
     assert not with_regex.explains(half, "mine bfloat16-rows5-hidden2-offset3 (seed 0): dweight[1] = 0", True)
-    assert known_failures.from_backend(type("Nothing", (), {"name": "none"})) == []
+    assert deviations.from_backend(type("Nothing", (), {"name": "none"})) == []
 
 
 @pytest.mark.parametrize("declared, why", [
@@ -94,12 +94,12 @@ def test_a_backend_declares_patterns_and_optional_message_regexes():
 def test_a_malformed_declaration_says_what_and_how_to_fix_it(declared, why):
     cls = type("Broken", (), {"name": "broken", "known_deviations": declared})
     with pytest.raises(PluginError, match="backend 'broken'") as info:
-        known_failures.from_backend(cls)
+        deviations.from_backend(cls)
     assert why in str(info.value) and "Fix: write e.g. known_deviations = {" in str(info.value)
 
 
 def test_the_tally_lists_what_occurred_and_what_did_not():
-    tally = known_failures.Tally()
+    tally = deviations.Tally()
     tally.add({"covers": {"a.txt:1": "one", "a.txt:2": "two"}, "explains": "a.txt:1"})
     tally.add({"covers": {"a.txt:1": "one", "a.txt:2": "two"}, "explains": None})
     tally.add({})
@@ -109,15 +109,15 @@ def test_the_tally_lists_what_occurred_and_what_did_not():
 
 
 def test_record_credits_the_first_entry_that_explains_a_failure():
-    entries = known_failures.parse("torch | * | hidden | dx | first\ntorch | * | *offset3 | . | second\n", "k")
-    record = known_failures.record(entries, SUBJECT, failed=True, message="(seed 0): dweight[0] = 1")
+    entries = deviations.parse("torch | * | hidden | dx | first\ntorch | * | *offset3 | . | second\n", "k")
+    record = deviations.record(entries, SUBJECT, failed=True, message="(seed 0): dweight[0] = 1")
     assert record == {"covers": {"k:1": "first", "k:2": "second"}, "explains": "k:2"}
-    assert known_failures.record(entries, SUBJECT, failed=False)["explains"] is None
+    assert deviations.record(entries, SUBJECT, failed=False)["explains"] is None
 
 
 def test_a_missing_deviations_file_is_an_error_naming_it(tmp_path):
     with pytest.raises(NormbenchError, match="known-deviations file .*nope.txt' does not exist"):
-        known_failures.load(tmp_path / "nope.txt")
+        deviations.load(tmp_path / "nope.txt")
 
 
 @pytest.mark.parametrize("text, message", [
@@ -126,18 +126,18 @@ def test_a_missing_deviations_file_is_an_error_naming_it(tmp_path):
 ])
 def test_bad_entries_name_the_line(text, message):
     with pytest.raises(NormbenchError, match=message):
-        known_failures.parse("# header\n" + text, "known.txt")
+        deviations.parse("# header\n" + text, "known.txt")
 
 
 def test_globs_match_brackets_literally():
-    assert known_failures.glob_match("test_backward[torch-*]", "test_backward[torch-float16-rows1-hidden3-offset3]")
-    assert not known_failures.glob_match("test_backward[torch-*]", "test_backward_identities[torch-a]")
-    assert known_failures.glob_match("test_backward*[torch-*-biasonly]", "test_backward_identities[torch-a-biasonly]")
+    assert deviations.glob_match("test_backward[torch-*]", "test_backward[torch-float16-rows1-hidden3-offset3]")
+    assert not deviations.glob_match("test_backward[torch-*]", "test_backward_identities[torch-a]")
+    assert deviations.glob_match("test_backward*[torch-*-biasonly]", "test_backward_identities[torch-a-biasonly]")
 
 
 def test_every_shipped_entry_names_existing_tests():
-    entries = known_failures.load(suites_dir() / known_failures.FILENAME)
-    assert entries, "suites/known_failures.txt is missing or empty"
+    entries = deviations.load(SUITES / deviations.FILENAME)
+    assert entries, "suites/known_deviations.txt is missing or empty"
     for entry in entries:
         subjects = [Subject(entry.backend, "cpu", f"{test}[{entry.backend}-{c.id}]", c.id, c.family)
                     for test, case_list in TESTS.items() for c in case_list]
@@ -145,13 +145,13 @@ def test_every_shipped_entry_names_existing_tests():
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-def test_a_known_failure_is_xfailed_and_strict_fails_it():
-    args = [str(suites_dir() / "test_backward.py"), "--impl=torch", "-q", "-rx",
+def test_a_known_deviation_is_xfailed_and_strict_fails_it():
+    args = [str(SUITES / "test_backward.py"), "--impl=torch", "-q", "-rx",
             "-k", "test_backward and bfloat16-rows1025-hidden33-offset3"]
     out = subprocess.run(pytest_command(*args), cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
                          timeout=600)
     assert "1 xfailed" in out.stdout, out.stdout[-2000:]
-    assert "known deviation (suites/known_failures.txt:" in out.stdout
+    assert "known deviation (suites/known_deviations.txt:" in out.stdout
     strict = subprocess.run(pytest_command(*args, "--normbench-strict"), cwd=ROOT, env=subprocess_env(),
                             capture_output=True, text=True, timeout=600)
     assert strict.returncode == 1 and "1 failed" in strict.stdout and "dbias[" in strict.stdout

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from harness import errors, oracle, sensitivity
-from harness.backend import Backend
-from harness.conformance import ConformanceError
-from harness.dtypes import UNIT_ROUNDOFF, host_dtype
-from harness.layer import Layer
+from normbench.backend import Backend
+from normbench.check import error_model, oracle, sensitivity
+from normbench.check.conformance import ConformanceError
+from normbench.dtypes import UNIT_ROUNDOFF, host_dtype
+from normbench.paper.layer import Layer
 
 U64 = UNIT_ROUNDOFF["float64"]
 
@@ -59,7 +59,7 @@ def _affine(layer: Layer) -> tuple[np.ndarray, np.ndarray]:
 
 
 class Normalizer(abc.ABC):
-    """One row of Table 1: a normalization method applied to a :class:`~harness.layer.Layer`."""
+    """One row of Table 1: a normalization method applied to a :class:`~normbench.paper.layer.Layer`."""
 
     #: the Table 1 row: "batch", "weight" or "layer"
     method: str
@@ -75,7 +75,7 @@ class Normalizer(abc.ABC):
 
 class OracleBatchNorm(Normalizer):
     """Batch norm in float64. Its error is LayerNorm's on the transposed summed inputs
-    (the float64 forward bound of ``harness.errors`` without affine, N = rows), times
+    (the float64 forward bound of ``normbench.check.error_model`` without affine, N = rows), times
     ``|gain|``, plus the affine step's roundings ``3*u*(|gain*xhat| + |bias|)``."""
 
     method, label, rowwise = "batch", "float64 oracle (eq. 2, batch statistics)", False
@@ -86,7 +86,7 @@ class OracleBatchNorm(Normalizer):
         h = batch_norm(a, gain, bias, eps)
         ref_t = oracle.forward(a.T, (a.shape[0],), None, None, eps)
         xhat = ref_t.xhat.T
-        bound = np.abs(gain) * errors.forward_bound(ref_t, "float64").T + 3 * U64 * (np.abs(gain * xhat) + np.abs(bias))
+        bound = np.abs(gain) * error_model.forward_bound(ref_t, "float64").T + 3 * U64 * (np.abs(gain * xhat) + np.abs(bias))
         return Normalized(h, bound)
 
 
@@ -102,7 +102,7 @@ class OracleWeightNorm(Normalizer):
         gain, bias = _affine(layer)
         h = weight_norm(a, layer.w, gain, bias)
         scaled = np.abs(a / np.linalg.norm(layer.w, axis=0) * gain)
-        return Normalized(h, (3 + errors.k(layer.x.shape[1])) * U64 * (scaled + np.abs(bias)))
+        return Normalized(h, (3 + error_model.k(layer.x.shape[1])) * U64 * (scaled + np.abs(bias)))
 
 
 class RowLayerNorm(abc.ABC):
@@ -128,7 +128,7 @@ class OracleRowLayerNorm(RowLayerNorm):
     def apply(self, a, normalized_shape, gain, bias, eps, perturbation=None):
         a = np.asarray(a, np.float64)
         ref = oracle.forward(a, normalized_shape, gain, bias, eps)
-        bound = errors.forward_bound(ref, "float64")
+        bound = error_model.forward_bound(ref, "float64")
         if perturbation is not None:
             bound = bound + sensitivity.output_perturbation(ref, perturbation)
         return Normalized(ref.y, bound, ref)
@@ -137,7 +137,7 @@ class OracleRowLayerNorm(RowLayerNorm):
 class BackendRowLayerNorm(RowLayerNorm):
     """A backend's ``layer_norm`` on the inputs rounded to ``dtype``: the bound is the
     error model's forward bound on the rounded inputs plus the effect of the rounding
-    (and of ``perturbation``) from :mod:`harness.sensitivity`."""
+    (and of ``perturbation``) from :mod:`normbench.check.sensitivity`."""
 
     def __init__(self, backend: Backend, dtype: str) -> None:
         self.backend, self.dtype = backend, dtype
@@ -164,7 +164,7 @@ class BackendRowLayerNorm(RowLayerNorm):
         x_host = rounded.reshape(a.shape[0], *normalized_shape)
         ref = oracle.forward(rounded, normalized_shape, gain, bias, eps)
         y = self.run(x_host, normalized_shape, gain, bias, eps)
-        return Normalized(y, errors.forward_bound(ref, self.dtype) + sensitivity.output_perturbation(ref, p), ref)
+        return Normalized(y, error_model.forward_bound(ref, self.dtype) + sensitivity.output_perturbation(ref, p), ref)
 
 
 class LayerNormalizer(Normalizer):

@@ -1,11 +1,11 @@
 """``normbench table1``: the paper's Table 1, measured, beside the paper's; and §3.1.
 
-Every cell is measured: each row's normalization (``harness.normalizations``)
+Every cell is measured: each row's normalization (``normbench.paper.normalizations``)
 runs on the layer and on every instance of the column's transformation
-(``harness.invariances``), and the cell's verdict ("Invariant", "No" or
+(``normbench.paper.invariances``), and the cell's verdict ("Invariant", "No" or
 "unclear") comes from the measured change against the error-model bound. The
-paper's claims (:data:`harness.invariances.PAPER_TABLE1`) are only compared
-with it. The §3.1 section runs the RNN and LSTM of ``harness.recurrent`` on the
+paper's claims (:data:`normbench.paper.invariances.PAPER_TABLE1`) are only compared
+with it. The §3.1 section runs the RNN and LSTM of ``normbench.paper.recurrent`` on the
 same LayerNorm and prints the hidden-state norm over time.
 """
 
@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness import cases, invariances, recurrent
-from harness.invariances import FAR, METHOD_TITLES, METHODS, TRANSFORMATIONS, Deviation
-from harness.layer import INPUT_DIM, make_layer
-from harness.normalizations import LayerNormalizer, Normalizer, RowLayerNorm
+from normbench import cases
+from normbench.paper import invariances, recurrent
+from normbench.paper.invariances import FAR, METHOD_TITLES, METHODS, TRANSFORMATIONS, Deviation
+from normbench.paper.layer import INPUT_DIM, make_layer
+from normbench.paper.normalizations import LayerNormalizer, Normalizer, RowLayerNorm
 
 WIDTH = 18
 NORM_STEPS = (1, 2, 5, 10, 20, 50, 100, 128)
@@ -100,7 +101,8 @@ def render_table(cells: dict[tuple[str, str], Cell], rows: dict[str, Row], seed:
         out.append(_line("", [f"{compact(c.max_change)} ({compact(float(f'{c.ratio:.2g}'))}x)" for c in row]))
     layer = f"{cases.TABLE1_SHAPE[0]} training cases x {INPUT_DIM} inputs -> {cases.TABLE1_SHAPE[1]} units"
     out += ["", f"Invariant: every instance within the error-model bound everywhere; No: every instance at least "
-                f"{FAR:g}x above it somewhere.", f"Layer (harness.layer): {layer}, seed {seed}, summed inputs exact in float64."]
+                f"{FAR:g}x above it somewhere.",
+            f"Layer (normbench.paper.layer): {layer}, seed {seed}, summed inputs exact in float64."]
     out += [f"  {METHOD_TITLES[m]}: {rows[m].normalizer.label}, {rows[m].dtype}, eps {rows[m].eps:g}" for m in methods]
     some = make_layer(cases.table1_case("float64"), seed)
     listed: dict[tuple[str, ...], list[str]] = {}
@@ -147,7 +149,7 @@ def run_recurrent(norm: RowLayerNorm, dtype: str, seed: int) -> list[recurrent.R
 
 def oracle_rows() -> dict[str, Row]:
     """The three rows as float64 oracles with eps = 0 (the paper's definitions)."""
-    from harness.normalizations import oracle_normalizers
+    from normbench.paper.normalizations import oracle_normalizers
 
     return {m: Row(n, "float64", 0.0) for m, n in oracle_normalizers().items()}
 
@@ -162,7 +164,7 @@ TABLE1_SCHEMA = "normbench.table1"
 TABLE1_VERSION = 1
 #: the documented fields of a saved cell (``table1.json``, schema ``normbench.table1`` version 1)
 CELL_FIELDS: dict[str, str] = {
-    "key": "the column (a harness.invariances.TRANSFORMATIONS key)",
+    "key": "the column (a normbench.paper.invariances.TRANSFORMATIONS key)",
     "measured": "Invariant, No or unclear: the verdict from the measured change against the error-model bound",
     "paper": "the paper's claim for this cell (Invariant or No)",
     "agrees": "whether the measured verdict is the paper's",

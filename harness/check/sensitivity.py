@@ -2,7 +2,7 @@
 
 The invariance and geometry checks run a backend on two inputs that are equal
 in exact arithmetic (``a`` and ``delta*a``, say) but are each rounded to the
-tested dtype on their own. Besides each side's kernel error (``harness.errors``)
+tested dtype on their own. Besides each side's kernel error (``normbench.check.error_model``)
 a comparison must allow for that rounding, which no kernel can undo. These are
 first-order bounds for a componentwise input perturbation ``|dx_j| <= p_j``,
 per row, with ``s = sqrt(var + eps)``, ``r = 1/s``, ``xhat = (x - mu)*r``:
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness import oracle
+from normbench.check import oracle
 
 
 def _rms_mean(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

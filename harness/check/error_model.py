@@ -48,8 +48,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness import oracle
-from harness.dtypes import SUBNORMAL_SPACING, UNIT_ROUNDOFF, accumulation_roundoff
+from normbench.check import oracle
+from normbench.dtypes import SUBNORMAL_SPACING, UNIT_ROUNDOFF, accumulation_roundoff
 
 
 def k(n: int) -> float:

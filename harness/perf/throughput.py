@@ -6,11 +6,11 @@ For one backend, case and direction, :meth:`ThroughputRunner.measure`
    under the error model (else verdict ``wrong-before``, and nothing is timed);
 2. warms up: the backend's optional ``warmup(x, normalized_shape, weight,
    bias, eps)`` hook, then the op ``TimingOptions.warmup`` more times, untimed;
-3. times the op (:mod:`harness.timing`, cold cache by default);
+3. times the op (:mod:`normbench.perf.timing`, cold cache by default);
 4. runs the op once more: its output must be bit-identical to the verified
    one or pass the oracle again, and the inputs must be unmodified (else
    ``wrong-after``);
-5. computes GB/s from the byte model (:mod:`harness.roofline`) and the median;
+5. computes GB/s from the byte model (:mod:`normbench.perf.roofline`) and the median;
    above the ceiling by more than :data:`ABOVE_CEILING_MARGIN`, the ceiling is
    measured again (once per device) and, if still above, the verdict is
    ``above-ceiling``: a result faster than the device can move its bytes is
@@ -22,7 +22,7 @@ An exception from the backend is verdict ``error`` with its message. Only an
 Example (numpy, one small case, a 64 MiB ceiling buffer)::
 
     >>> from harness import cases, get_registry
-    >>> from harness.timing import TimingOptions
+    >>> from normbench.perf.timing import TimingOptions
     >>> runner = ThroughputRunner(TimingOptions(min_samples=3, max_time_s=0), ceiling_bytes=64 << 20)
     >>> case = cases.Case("t", (64, 256), (256,), "float32")
     >>> row = runner.measure(get_registry().create("numpy"), case, "forward").row
@@ -38,13 +38,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.backend import Backend
-from harness.cases import Case, shape_name
-from harness.conformance import ConformanceError
-from harness.environment import device_name, now_utc
-from harness.roofline import BYTE_MODELS, Ceiling, device_key, direction_bytes, last_level_cache, measure_ceiling
-from harness.timing import Timing, TimingOptions, make_timer, ready
-from harness.verify import Reference, Verifier
+from normbench.backend import Backend
+from normbench.cases import Case, shape_name
+from normbench.check.conformance import ConformanceError
+from normbench.environment import device_name, now_utc
+from normbench.perf.roofline import BYTE_MODELS, Ceiling, device_key, direction_bytes, last_level_cache, measure_ceiling
+from normbench.perf.timing import Timing, TimingOptions, make_timer, ready
+from normbench.perf.verify import Reference, Verifier
 
 VERDICTS: tuple[str, ...] = ("ok", "wrong-before", "wrong-after", "above-ceiling", "error")
 #: a median faster than the ceiling by more than this factor is an error. The
@@ -74,7 +74,7 @@ def prepare(backend: Backend, reference: Reference, direction: str) -> Prepared:
 
 @dataclass
 class Measurement:
-    """One results row (:data:`harness.results.THROUGHPUT_COLUMNS`) and the samples behind it."""
+    """One results row (:data:`normbench.results.THROUGHPUT_COLUMNS`) and the samples behind it."""
 
     row: dict[str, Any]
     timing: Timing | None = None
@@ -120,7 +120,7 @@ class ThroughputRunner:
         return self._timers[key]
 
     def _base(self, backend: Backend, case: Case, direction: str) -> dict[str, Any]:
-        from harness.results import new_row
+        from normbench.results import new_row
 
         return new_row(run_id=self.run_id, time=now_utc(), host=socket.gethostname(), device=backend.device,
                        device_name=device_name(backend.device), backend=backend.name,

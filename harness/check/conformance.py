@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness import errors, oracle
-from harness.backend import Backend
-from harness.cases import Case, Inputs
-from harness.dtypes import UNIT_ROUNDOFF, dtype_name, host_dtype
+from normbench.backend import Backend
+from normbench.cases import Case, Inputs
+from normbench.check import error_model, oracle
+from normbench.dtypes import UNIT_ROUNDOFF, dtype_name, host_dtype
 
 
 class ConformanceError(AssertionError):
@@ -97,7 +97,7 @@ def describe(what: str, worst: Worst, inputs: Inputs, backend: Backend, ref: ora
                      f"eps {inputs.case.eps:g}, N {ref.x.shape[1]}, dtype {inputs.case.dtype}, "
                      f"params {inputs.case.params} ({inputs.case.affine})")
     lines += [f"  {note}" for note in notes]
-    lines.append(f"  inputs: harness.cases.make_inputs(<case {inputs.case.id}>, seed={inputs.seed})")
+    lines.append(f"  inputs: normbench.cases.make_inputs(<case {inputs.case.id}>, seed={inputs.seed})")
     return "\n".join(lines)
 
 
@@ -185,13 +185,13 @@ def check_forward_values(backend: Backend, inputs: Inputs, run: ForwardRun) -> N
     ref = reference(inputs)
     case = inputs.case
     y = oracle.rows_view(run.y, case.normalized_shape)
-    _fail("y", y, ref.y, errors.forward_bound(ref, case.dtype), inputs, backend, ref)
+    _fail("y", y, ref.y, error_model.forward_bound(ref, case.dtype), inputs, backend, ref)
     if run.statistics is not None:
         mean, rstd = run.statistics
         stored = run.statistics_dtype
-        _fail("mean", mean[:, None], ref.mean[:, None], errors.mean_bound(ref, case.dtype, stored)[:, None],
+        _fail("mean", mean[:, None], ref.mean[:, None], error_model.mean_bound(ref, case.dtype, stored)[:, None],
               inputs, backend, ref)
-        _fail("rstd", rstd[:, None], ref.rstd[:, None], errors.rstd_bound(ref, case.dtype, stored)[:, None],
+        _fail("rstd", rstd[:, None], ref.rstd[:, None], error_model.rstd_bound(ref, case.dtype, stored)[:, None],
               inputs, backend, ref)
 
 
@@ -235,7 +235,7 @@ def check_rows_independent(backend: Backend, inputs: Inputs) -> None:
     case = inputs.case
     full = oracle.rows_view(run_forward(backend, inputs).y, case.normalized_shape)
     ref = reference(inputs)
-    bound = errors.forward_bound(ref, case.dtype)
+    bound = error_model.forward_bound(ref, case.dtype)
     x_rows = inputs.x.reshape(-1, *case.normalized_shape)
     for row in sorted({0, case.rows // 2, case.rows - 1}):
         single = Inputs(Case(case.family, (1, *case.normalized_shape), case.normalized_shape, case.dtype,
@@ -262,7 +262,7 @@ class BackwardRun:
     dbias: np.ndarray | None
     native: tuple                  # the native (dy, x, weight, bias) handed to the backend
     originals: tuple               # copies of the host (dy, x, weight, bias), taken before the call
-    stats_dtype: str | None        # the dtype of its saved statistics, if exposed (see errors.backward_bounds)
+    stats_dtype: str | None        # the dtype of its saved statistics, if exposed (see error_model.backward_bounds)
 
 
 def _check_gradient(what: str, got, given, backend: Backend, case: Case, shape, dtype: str) -> np.ndarray | None:
@@ -305,17 +305,17 @@ def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRu
 
 def gradient_notes(inputs: Inputs) -> tuple[str, ...]:
     """The lines a gradient diagnosis adds: how to rebuild dy."""
-    return (f"dy: harness.cases.make_dy(<case {inputs.case.id}>, seed={inputs.seed}) (nonzero row means)",)
+    return (f"dy: normbench.cases.make_dy(<case {inputs.case.id}>, seed={inputs.seed}) (nonzero row means)",)
 
 
 def check_backward_values(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
     """dx, dweight and dbias within the backward error model's bounds of the oracle's closed
-    form; with N = 1, dweight 0 up to one rounding per row (``errors.n1_dweight_bound``)."""
+    form; with N = 1, dweight 0 up to one rounding per row (``error_model.n1_dweight_bound``)."""
     __tracebackhide__ = True
     case = inputs.case
     ref = reference(inputs)
     grads = oracle.backward(dy, ref)
-    bound_dx, bound_dw, bound_db = errors.backward_bounds(dy, ref, grads, case.dtype, case.params, run.stats_dtype)
+    bound_dx, bound_dw, bound_db = error_model.backward_bounds(dy, ref, grads, case.dtype, case.params, run.stats_dtype)
     notes = gradient_notes(inputs)
     _fail("dx", oracle.rows_view(run.dx, case.normalized_shape), grads.dx, bound_dx, inputs, backend, ref, notes)
     column = (f"each element of dweight and dbias is a sum over the {case.rows} rows; bound = output rounding "
@@ -327,10 +327,10 @@ def check_backward_values(backend: Backend, inputs: Inputs, dy: np.ndarray, run:
             _fail(what, np.asarray(got, dtype=np.float64), exact.reshape(ns), bound.reshape(ns), inputs, backend,
                   None, column + notes)
     if case.hidden == 1 and run.dweight is not None:
-        bound = errors.n1_dweight_bound(dy, ref, case.dtype, case.params, run.stats_dtype)
+        bound = error_model.n1_dweight_bound(dy, ref, case.dtype, case.params, run.stats_dtype)
         _fail("dweight", np.asarray(run.dweight, dtype=np.float64).reshape(1), np.zeros(1), bound, inputs, backend,
               None, ("N = 1: xhat = x - mean = 0 exactly, so dweight is 0 up to one rounding of mean*rstd per row "
-                     "(harness.errors.n1_dweight_bound); the kernel mishandles N = 1 (pytorch/pytorch#188372)",)
+                     "(normbench.check.error_model.n1_dweight_bound); the kernel mishandles N = 1 (pytorch/pytorch#188372)",)
               + notes)
 
 

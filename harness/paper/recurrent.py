@@ -16,8 +16,8 @@ Runs with the same eps go through the backend in lockstep, one call per
 LayerNorm and step for all of them (rows: runs x sequences).
 
 **The bound.** Each run's states deviate from the exact trajectory of its exact
-network by at most E_t (componentwise, first order; ``harness.propagation``),
-from each step's local error: every LayerNorm's bound (``harness.normalizations``:
+network by at most E_t (componentwise, first order; ``normbench.paper.propagation``),
+from each step's local error: every LayerNorm's bound (``normbench.paper.normalizations``:
 the error model, the rounding of its input to the dtype, and the float64 matmul
 error ``gamma_K*(|h||W_h| + |x||W_x|)``, ``gamma_K = K*u/(1 - K*u)``, plus one
 rounding for delta) carried through the gates by their derivatives, and two
@@ -31,13 +31,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.backend import Backend
-from harness.cases import Case, rng_for
-from harness.conformance import ConformanceError
-from harness.dtypes import UNIT_ROUNDOFF, host_dtype
-from harness.invariances import FAR
-from harness.normalizations import BackendRowLayerNorm, RowLayerNorm
-from harness.propagation import abs_times, checkpoints, ln_jacobian, ln_jacobian_times, propagated_bound
+from normbench.backend import Backend
+from normbench.cases import Case, rng_for
+from normbench.check.conformance import ConformanceError
+from normbench.dtypes import UNIT_ROUNDOFF, host_dtype
+from normbench.paper.invariances import FAR
+from normbench.paper.normalizations import BackendRowLayerNorm, RowLayerNorm
+from normbench.paper.propagation import abs_times, checkpoints, ln_jacobian, ln_jacobian_times, propagated_bound
 
 U64 = UNIT_ROUNDOFF["float64"]
 #: time steps, inputs per step, and the recurrent weights' scale (keeps the RNN contracting)

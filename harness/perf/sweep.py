@@ -1,7 +1,7 @@
 """The throughput sweep a run measures, and the filters that narrow it.
 
-The cases are :func:`harness.cases.throughput_cases` (the GPU sweep on CUDA
-devices, the CPU sweep elsewhere) times :data:`harness.roofline.DIRECTIONS`.
+The cases are :func:`normbench.cases.throughput_cases` (the GPU sweep on CUDA
+devices, the CPU sweep elsewhere) times :data:`normbench.perf.roofline.DIRECTIONS`.
 ``--direction``, ``--dtype`` and ``--shape`` (``normbench run``) or their
 ``--normbench-*`` forms (pytest) keep a subset; a value outside the valid ones
 is a usage error that lists them.
@@ -19,10 +19,10 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from harness import cases
-from harness.cases import Case
-from harness.dtypes import DTYPES
-from harness.roofline import DIRECTIONS
+from normbench import cases
+from normbench.cases import Case
+from normbench.dtypes import DTYPES
+from normbench.perf.roofline import DIRECTIONS
 
 
 def sweep_shapes() -> tuple[str, ...]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness import oracle
+from normbench.check import oracle
 
 #: the bound propagates exactly within blocks of BLOCK steps, and is evaluated at their ends
 BLOCK = 16

@@ -41,7 +41,7 @@ def throughput_table(rows: Any) -> str:
     over shapes, with the range), and how many had a wide spread."""
     import pandas as pd
 
-    from harness.roofline import DIRECTIONS
+    from normbench.perf.roofline import DIRECTIONS
 
     df = pd.DataFrame(rows) if not isinstance(rows, pd.DataFrame) else rows
     if df.empty:
@@ -65,7 +65,7 @@ def throughput_table(rows: Any) -> str:
 
 def ceiling_lines(ceilings: Iterable[Any]) -> list[str]:
     """``ceiling cpu: 39.7 GB/s (...)`` for each measured ceiling (Ceiling objects or their dicts)."""
-    from harness.roofline import Ceiling
+    from normbench.perf.roofline import Ceiling
 
     lines = []
     for c in ceilings:

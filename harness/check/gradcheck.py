@@ -32,9 +32,9 @@ The bound, ``|F - A| <= T + R + G + H``:
   bounded with |a_k| <= alpha^k:
   ``T = |f_3| + sum |dy*w| * (|xhat|*alpha^5 + |e|*alpha^4)/(1 - alpha^2)``.
   Computed in float64 and inflated by 1e-9 relative to cover that computation.
-* R, the forward's rounding: each y(p +- v) is within ``errors.forward_bound`` (float64)
+* R, the forward's rounding: each y(p +- v) is within ``error_model.forward_bound`` (float64)
   of the exact value, so R = sum |dy| * (bound(p + v) + bound(p - v)) / 2.
-* G, the backward's rounding: sum |v| * (its ``errors.backward_bounds``) at p.
+* G, the backward's rounding: sum |v| * (its ``error_model.backward_bounds``) at p.
 * H, the host's float64 sums of n products: (n + 2)*u64 times their sums of magnitudes.
 
 With ALPHA = 1e-4, T is ~1e-8 of the signal and R ~1e-11 * (|x| + mean|x|)/sigma of it,
@@ -47,10 +47,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness import errors, oracle
-from harness.backend import Backend
-from harness.cases import Inputs, rng_for
-from harness.conformance import ConformanceError, reference, run_backward, run_forward
+from normbench.backend import Backend
+from normbench.cases import Inputs, rng_for
+from normbench.check import error_model, oracle
+from normbench.check.conformance import ConformanceError, reference, run_backward, run_forward
 
 #: the x direction's centered rms per row, relative to sigma_eps (NUMERICS.md: <= 1e-3)
 ALPHA = 1e-4
@@ -165,7 +165,7 @@ def compare(backend: Backend, inputs: Inputs, dy: np.ndarray, what: str, point: 
                    ((point.x, point.vx), (point.weight, point.vw), (point.bias, point.vb))]
         at = _inputs_at(inputs, *shifted)
         ys.append(oracle.rows_view(run_forward(backend, at).y, ns))
-        forward_bounds.append(errors.forward_bound(reference(at), case.dtype))
+        forward_bounds.append(error_model.forward_bound(reference(at), case.dtype))
     difference = (ys[0] - ys[1]) / 2
     central = float((dy2 * difference).sum())
     base = _inputs_at(inputs, point.x, point.weight, point.bias)
@@ -174,7 +174,7 @@ def compare(backend: Backend, inputs: Inputs, dy: np.ndarray, what: str, point: 
     grad = np.asarray(grad, dtype=np.float64).reshape(v.shape)
     products = grad * v
     ref = reference(base)
-    bounds = dict(zip(("dx", "dweight", "dbias"), errors.backward_bounds(dy, ref, oracle.backward(dy, ref), case.dtype,
+    bounds = dict(zip(("dx", "dweight", "dbias"), error_model.backward_bounds(dy, ref, oracle.backward(dy, ref), case.dtype,
                                                                       stats_dtype=run.stats_dtype)))
     return Comparison(
         central=central,
@@ -204,5 +204,6 @@ def check_directional_derivatives(backend: Backend, inputs: Inputs, dy: np.ndarr
                 f"{c.central:.12g}; |difference| {abs(c.central - c.backward):.3g} > bound {c.bound:.3g} "
                 f"(truncation {c.truncation:.2g}, forward rounding {c.forward_rounding:.2g}, backward rounding "
                 f"{c.backward_rounding:.2g}, host sums {c.host:.2g}; step {ALPHA:g}*sigma_eps per row for x)\n"
-                f"  inputs: harness.cases.make_inputs(<case {case.id}>, seed={inputs.seed}) on an exact grid; "
-                f"directions: harness.gradcheck.directions(inputs); dy: harness.cases.make_dy(<case>, seed={inputs.seed})")
+                f"  inputs: normbench.cases.make_inputs(<case {case.id}>, seed={inputs.seed}) on an exact grid; "
+                f"directions: normbench.check.gradcheck.directions(inputs); "
+                f"dy: normbench.cases.make_dy(<case>, seed={inputs.seed})")

@@ -1,8 +1,8 @@
 """Verify a timed op's outputs against the oracle, before and after timing.
 
-The same error model as the conformance suites (``harness.errors``: the
+The same error model as the conformance suites (``normbench.check.error_model``: the
 forward bound, and the backward bounds for the dtype the backend stores its
-statistics in), the same dy (``harness.cases.make_dy``) and the same
+statistics in), the same dy (``normbench.cases.make_dy``) and the same
 diagnoses, applied to what a throughput case produced. A :class:`Reference` holds one case's host inputs and oracle results
 and is shared by its three directions, so a big GPU case pays for the float64
 oracle once, not three times.
@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from harness import conformance, errors, oracle
-from harness.backend import Backend
-from harness.cases import Case, make_dy, make_inputs
-from harness.conformance import ConformanceError
+from normbench.backend import Backend
+from normbench.cases import Case, make_dy, make_inputs
+from normbench.check import conformance, error_model, oracle
+from normbench.check.conformance import ConformanceError
 
 
 @dataclass
@@ -59,7 +59,7 @@ class Reference:
 
     @property
     def forward_bound(self) -> np.ndarray:
-        return self._get("forward_bound", lambda: errors.forward_bound(self.forward, self.case.dtype))
+        return self._get("forward_bound", lambda: error_model.forward_bound(self.forward, self.case.dtype))
 
     @property
     def gradients(self) -> oracle.Backward:
@@ -67,7 +67,7 @@ class Reference:
 
     def backward_bounds(self, stats_dtype: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The backward error model's bounds for a backend that stores its statistics in ``stats_dtype``."""
-        return self._get(f"backward_bounds/{stats_dtype}", lambda: errors.backward_bounds(
+        return self._get(f"backward_bounds/{stats_dtype}", lambda: error_model.backward_bounds(
             self.dy, self.forward, self.gradients, self.case.dtype, self.case.params, stats_dtype))
 
 
