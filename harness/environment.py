@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from normbench import __version__
+from normbench import __version__, provenance
 from normbench.machine import cpu_model, cpu_threads, last_level_cache
 
 ENVIRONMENT = "normbench.environment"
@@ -64,19 +64,6 @@ def _versions() -> dict[str, str]:
     return found
 
 
-def _git_commit() -> str:
-    here = Path(__file__).resolve().parent.parent
-    try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    if out.returncode != 0:
-        return ""
-    return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
-
-
 def _gpus() -> list[dict[str, str]]:
     fields = ("name", "driver_version", "memory.total", "clocks.max.sm", "clocks.max.mem", "pci.bus_id")
     try:
@@ -92,6 +79,7 @@ def _gpus() -> list[dict[str, str]]:
 def environment(run_id: str, command: Sequence[str] | None = None) -> dict[str, Any]:
     """The environment of this process, as a JSON-ready dict."""
     cache = last_level_cache()
+    origin = provenance.source()
     threads: dict[str, Any] = {"cpus_usable": cpu_threads(), "cpus_total": os.cpu_count()}
     threads.update({k: os.environ[k] for k in THREAD_VARIABLES if k in os.environ})
     if "torch" in sys.modules:
@@ -101,7 +89,8 @@ def environment(run_id: str, command: Sequence[str] | None = None) -> dict[str, 
     return {
         "schema": ENVIRONMENT, "schema_version": 1, "run_id": run_id, "started": now_utc(),
         "host": socket.gethostname(), "command": shlex.join(command if command is not None else sys.argv),
-        "cwd": os.getcwd(), "normbench": __version__, "git_commit": _git_commit(),
+        "cwd": os.getcwd(), "normbench": __version__, "git_commit": origin.commit_label(),
+        "normbench_source": origin.as_dict(),
         "python": sys.version.split()[0], "platform": platform.platform(),
         "cpu_model": cpu_model(), "threads": threads,
         "last_level_cache": {"bytes": cache.bytes, "source": cache.source},
