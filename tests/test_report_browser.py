@@ -5,8 +5,8 @@ and its Content-Security-Policy forbids scripts, so the probe is allowed by its
 hash only). The probe records errors and alert() calls from the first moment,
 then measures the drawn charts and writes what it found into the DOM, which
 ``--dump-dom`` returns. A screenshot of the report is saved next to it.
-Chromium: Debian's ``chromium`` (the core tox env installs it with apt when it
-is missing and apt is usable), or ``$NORMBENCH_CHROMIUM``.
+Chromium: Debian's ``chromium`` (``tests/ensure_chromium.sh``, run by ``tox -e core``,
+installs it with apt in CI or with NORMBENCH_INSTALL_CHROMIUM=1), or ``$NORMBENCH_CHROMIUM``.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from normbench.report import load_result_sets, render_html
 from tests.report_data import HOSTILE, write_run
 
 CHROMIUM = os.environ.get("NORMBENCH_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(not CHROMIUM, reason="no chromium: `apt-get install chromium` (tox -e core does this "
-                                                     "as root where apt exists), or set NORMBENCH_CHROMIUM")
+pytestmark = pytest.mark.skipif(not CHROMIUM, reason="no chromium: install Debian's chromium, set NORMBENCH_CHROMIUM, "
+                                                     "or run NORMBENCH_INSTALL_CHROMIUM=1 tox -e core (tox installs it "
+                                                     "with apt, as root; CI does this)")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars")
 
