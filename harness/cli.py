@@ -18,27 +18,10 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from normbench import __version__
+from normbench import __version__, options
 from normbench.exceptions import NormbenchError, UnknownBackend
 from normbench.registry import ALL, get_registry
 from normbench.suites import DIRECTORY as SUITES_DIRECTORY
-
-
-def _shape(value: str) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(d) for d in value.lower().replace(",", "x").split("x") if d != "")
-        if not dims or min(dims) < 0:
-            raise ValueError
-        return dims
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Use sizes joined by 'x', e.g. 64x1000") from None
-
-
-def _eps(value: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Use a number, e.g. 1e-5") from None
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -96,10 +79,15 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
     out = [str(SUITES_DIRECTORY), "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning",
-           f"--impl={args.impl}", f"--normbench-seed={args.seed}"]
+           *_selection_args(args)]
     if args.workers != "0":
         out += ["-n", args.workers]
     return out + list(extra)
+
+
+def _selection_args(args: argparse.Namespace) -> list[str]:
+    """The backends and seeds as the pytest plugin's own options (which need no suites/conftest.py)."""
+    return [f"--normbench-impl={args.impl or ALL}", f"--normbench-seed={options.format_seeds(args.seed)}"]
 
 
 def cmd_test(args: argparse.Namespace, extra: Sequence[str]) -> int:
@@ -111,8 +99,8 @@ def cmd_test(args: argparse.Namespace, extra: Sequence[str]) -> int:
 def _throughput_args(args: argparse.Namespace, run_id: str) -> list[str]:
     """pytest arguments for the throughput suite: one process, the run's folder, the filters."""
     out = [str(SUITES_DIRECTORY / "test_throughput.py"), "-p", "no:cacheprovider", "-W",
-           "ignore::pytest.PytestAssertRewriteWarning", f"--impl={args.impl}", f"--normbench-seed={args.seed}",
-           "-n", "0", f"--normbench-out={args.out}", f"--normbench-run-id={run_id}", f"--normbench-cache={args.cache}",
+           "ignore::pytest.PytestAssertRewriteWarning", *_selection_args(args), "-n", "0",
+           f"--normbench-out={args.out}", f"--normbench-run-id={run_id}", f"--normbench-cache={args.cache}",
            "-q", "--no-header", "--benchmark-quiet"]
     for name in ("direction", "dtype", "shape"):
         value = getattr(args, name)
@@ -243,7 +231,6 @@ def _save_table1(args: argparse.Namespace, document: dict) -> None:
 def parser() -> argparse.ArgumentParser:
     from normbench.cases import AFFINES, DISTRIBUTIONS, LAYOUTS
     from normbench.dtypes import DTYPES
-    from normbench.pytest_plugin import parse_seeds
 
     top = argparse.ArgumentParser(prog="normbench", description="LayerNorm conformance and throughput harness.")
     top.add_argument("--version", action="version", version=f"normbench {__version__}")
@@ -255,13 +242,13 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="check one case on one backend against the oracle")
     p.add_argument("--impl", required=True, metavar="NAME", help="the backend (see `normbench list`)")
-    p.add_argument("--shape", required=True, type=_shape, metavar="AxB", help="x's shape, e.g. 64x1000")
-    p.add_argument("--normalized-shape", type=_shape, metavar="AxB",
+    p.add_argument("--shape", required=True, type=options.parse_array_shape, metavar="AxB", help="x's shape, e.g. 64x1000")
+    p.add_argument("--normalized-shape", type=options.parse_array_shape, metavar="AxB",
                    help="the trailing dims to normalize. Default: the last dim of --shape")
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="Default: %(default)r")
     p.add_argument("--param-dtype", choices=DTYPES, help="weight/bias dtype. Default: --dtype")
     p.add_argument("--dist", choices=sorted(DISTRIBUTIONS), default="normal", help="Default: %(default)r")
-    p.add_argument("--eps", type=_eps, default=1e-5, help="Default: %(default)r")
+    p.add_argument("--eps", type=options.parse_eps, default=1e-5, help="Default: %(default)r")
     p.add_argument("--affine", choices=AFFINES, default="wb",
                    help="weight and bias, weight only, bias only, none. Default: %(default)r")
     p.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="Default: %(default)r")
@@ -271,10 +258,8 @@ def parser() -> argparse.ArgumentParser:
                            ("run", "the main job: the conformance and throughput suites on the backends, "
                                    "results in a folder, and a summary")):
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("--impl", default=ALL, metavar="NAMES",
-                       help=f"backends: names separated by commas, or {ALL!r}. Default: %(default)r")
-        p.add_argument("--seed", type=lambda s: (parse_seeds(s), s)[1], default="0", metavar="SEEDS",
-                       help="seed(s): N, A..B or N,M (throughput uses the first). Default: %(default)r")
+        options.add_impl_option(p.add_argument, prefix="")
+        options.add_seed_option(p.add_argument, prefix="")
         p.add_argument("-n", "--workers", default="auto", metavar="N",
                        help="pytest-xdist workers for conformance ('0' for none; throughput always runs alone). "
                             "Default: %(default)r")
@@ -285,20 +270,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
-    from normbench.perf.sweep import parse_directions, parse_dtypes, parse_shapes
-    from normbench.perf.timing import CACHES
-
-    p.add_argument("--suites", type=_suites, default=SUITES, metavar="LIST",
-                   help=f"which suites: {', '.join(SUITES)}. Default: both")
-    p.add_argument("--out", default="reports", metavar="DIR", help="results go to DIR/<run-id>/. Default: %(default)r")
-    p.add_argument("--run-id", metavar="ID", help="the results folder's name. Default: UTC time and host name")
-    p.add_argument("--direction", type=parse_directions, metavar="LIST",
-                   help="throughput directions: forward, backward, forward+backward. Default: all")
-    p.add_argument("--dtype", type=parse_dtypes, metavar="LIST", help="throughput dtypes. Default: the sweep's")
-    p.add_argument("--shape", type=parse_shapes, metavar="LIST",
-                   help="throughput shapes, ROWSxHIDDEN. Default: the sweep's")
-    p.add_argument("--cache", choices=CACHES, default="cold",
-                   help="cold: flush the last-level cache before every timed sample. Default: %(default)r")
+    p.add_argument("--suites", type=options.parse_suites, default=options.SUITES, metavar="LIST",
+                   help=f"which suites: {', '.join(options.SUITES)}. Default: both")
+    options.add_throughput_options(p.add_argument, prefix="")
     p.add_argument("--no-report", dest="report", action="store_false",
                    help="do not write report.html into the run folder. Default: write it")
     p.add_argument("--baseline", default="torch", metavar="NAME",
@@ -323,16 +297,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-SUITES = ("conformance", "throughput")
 INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED
-
-
-def _suites(value: str) -> tuple[str, ...]:
-    chosen = tuple(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
-    bad = [v for v in chosen if v not in SUITES]
-    if bad or not chosen:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Valid suites: {', '.join(SUITES)}")
-    return chosen
 
 
 def _add_table1(sub) -> None:
@@ -342,7 +307,7 @@ def _add_table1(sub) -> None:
     p.add_argument("--impl", metavar="NAME", help="measure the layer-norm row on this backend (see `normbench list`). "
                                                    "Default: the float64 oracle")
     p.add_argument("--dtype", choices=DTYPES, help="the backend's dtype. Default: float32 if it supports it")
-    p.add_argument("--eps", type=_eps, help="the backend's eps (the oracles use 0). Default: 1e-05")
+    p.add_argument("--eps", type=options.parse_eps, help="the backend's eps (the oracles use 0). Default: 1e-05")
     p.add_argument("--seed", type=int, default=0, help="Default: %(default)r")
     p.add_argument("--no-recurrent", action="store_true", help="skip the §3.1 RNN and LSTM section")
     p.add_argument("--save", metavar="DIR", help="also write the measured table as DIR/table1.json (e.g. a run "

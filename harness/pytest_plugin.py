@@ -1,8 +1,13 @@
-"""The pytest plugin (entry point ``pytest11``): ``--impl``, seeds, parametrization.
+"""The pytest plugin (entry point ``pytest11``): ``--normbench-impl``, seeds, parametrization.
 
 Loaded by every pytest session in an environment with normbench installed, so
 it stays cheap: it imports no backend until a test asks for the ``backend``
-argument, or ``--impl`` is given (then a bad name is a usage error at once).
+argument, or ``--normbench-impl`` is given (then a bad name is a usage error at once).
+For the same reason it registers only ``--normbench-*`` options, which cannot
+collide with a project's own: the short ``--impl`` is an alias that
+``suites/conftest.py`` adds where normbench's suites are collected
+(``pytest suites/ --impl=torch``); both spellings are one setting, and giving
+them different values is a usage error.
 
 A suite test takes ``backend`` (and optionally ``case`` and ``seed``)::
 
@@ -23,14 +28,13 @@ summary lists them, and the declared ones that did not occur.
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from normbench import __version__, deviations
+from normbench import __version__, deviations, options
 from normbench.exceptions import NormbenchError
 from normbench.registry import ALL, Selection, get_registry
 
@@ -40,50 +44,21 @@ pytest_plugins = ["normbench.pytest_throughput"]
 SELECTION = pytest.StashKey[Selection]()
 KNOWN_DEVIATIONS = pytest.StashKey[list]()
 TALLY = pytest.StashKey[deviations.Tally]()
-_SEED_RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
-
-
-def parse_seeds(value: str) -> list[int]:
-    """``"3"``, ``"0..19"`` (inclusive) or ``"1,4,9"`` as a list of seeds."""
-    try:
-        match = _SEED_RANGE.match(value.strip())
-        if match:
-            lo, hi = int(match[1]), int(match[2])
-            if lo > hi:
-                raise ValueError
-            return list(range(lo, hi + 1))
-        seeds = [int(s) for s in value.split(",")]
-        if not seeds or min(seeds) < 0:
-            raise ValueError
-        return list(dict.fromkeys(seeds))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"Could not parse value: {value!r}. Use a seed N >= 0, a range A..B or a list N,M,...") from None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("normbench", "normbench LayerNorm suites")
-    group.addoption("--impl", metavar="NAMES", default=None,
-                    help="Backends to run the suites on: a name, names separated by commas, or "
-                         f"{ALL!r} (every available backend; unavailable ones are listed and skipped). "
-                         "`normbench list` shows the names. Default: 'all'.")
-    group.addoption("--normbench-seed", metavar="SEEDS", type=parse_seeds, default=[0],
-                    help="Seed(s) of the random inputs: N, a range A..B, or N,M,... "
-                         "Several seeds add a -seedN suffix to test ids. Default: 0.")
-    group.addoption("--normbench-deviations", metavar="FILE", type=_existing_file, action="append", default=[],
+    options.add_impl_option(group.addoption, prefix="normbench-",
+                            note=" On normbench's suites folder, --impl is the same option.")
+    options.add_seed_option(group.addoption, prefix="normbench-")
+    group.addoption("--normbench-deviations", metavar="FILE", type=options.parse_deviations_file, action="append",
+                    default=[],
                     help="A file of known deviations, lines 'backend | device glob | test pattern | message regex "
                          "| reason' (harness/deviations.py), in addition to suites/known_deviations.txt and the "
                          "backends' own known_deviations. Repeatable. Default: none.")
     group.addoption("--normbench-strict", action="store_true", default=False,
                     help="Report known deviations as failures, not xfailed, and fail the run if a declared "
                          "deviation did not occur. Default: %(default)r.")
-
-
-def _existing_file(value: str) -> Path:
-    path = Path(value)
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Give an existing known-deviations file.")
-    return path
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -101,18 +76,18 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     config.stash[TALLY] = deviations.Tally()
     config.pluginmanager.register(DeviationReport(config), "normbench-deviations")
-    if config.getoption("impl") is not None:
+    if config.getoption("normbench_impl") is not None:
         selection(config)
 
 
 def selection(config: pytest.Config) -> Selection:
-    """The backends ``--impl`` selects (created once per process)."""
+    """The backends ``--normbench-impl`` (or its alias ``--impl``) selects (created once per process)."""
     if SELECTION not in config.stash:
-        spec = config.getoption("impl") or ALL
+        spec = config.getoption("normbench_impl") or ALL
         try:
             config.stash[SELECTION] = get_registry().select(spec)
         except NormbenchError as exc:
-            raise pytest.UsageError(f"--impl={spec}: {exc}") from None
+            raise pytest.UsageError(f"{options.impl_given_as(config.option)}={spec}: {exc}") from None
     return config.stash[SELECTION]
 
 
@@ -154,8 +129,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 
 def pytest_report_collectionfinish(config: pytest.Config, items) -> list[str] | None:
-    # --impl not given: the selection was made lazily during collection
-    if config.getoption("impl") is None and SELECTION in config.stash:
+    # --normbench-impl not given: the selection was made lazily during collection
+    if config.getoption("normbench_impl") is None and SELECTION in config.stash:
         return _header(config)
     return None
 
@@ -244,7 +219,17 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     seed = callspec.params.get("seed", item.config.getoption("normbench_seed")[0])
     nodeid = re.sub(r"-seed\d+\]$", "]", item.nodeid)
     report.sections.append(("normbench: reproduce",
-                            f"pytest '{nodeid}' --impl={backend.name} --normbench-seed={seed}"))
+                            f"pytest '{nodeid}' {_impl_flag(item)}={backend.name} --normbench-seed={seed}"))
+
+
+def _impl_flag(item: pytest.Item) -> str:
+    """``--impl`` for a test of normbench's suites folder (where suites/conftest.py defines that alias)
+    unless the run said ``--normbench-impl``; ``--normbench-impl`` elsewhere."""
+    from normbench.suites import DIRECTORY
+
+    in_suites = Path(item.path).resolve().is_relative_to(DIRECTORY)
+    said = options.impl_given_as(item.config.option, default="--impl")
+    return "--impl" if in_suites and said == "--impl" else "--normbench-impl"
 
 
 class DeviationReport:

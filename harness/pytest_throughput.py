@@ -23,8 +23,6 @@ Rows go to ``<--normbench-out>/<run-id>/`` as they are measured
 
 from __future__ import annotations
 
-import argparse
-import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from normbench.perf.sweep import Filters, parse_directions, parse_dtypes, parse_shapes
-from normbench.perf.timing import CACHES
+from normbench import options
+from normbench.perf.sweep import Filters
 
 if TYPE_CHECKING:
     from normbench.backend import Backend
@@ -47,48 +45,15 @@ ROW = "normbench_row"
 XDIST_REASON = "throughput timing needs the machine to itself: run it without -n (pytest-xdist)"
 
 
-def _count(minimum: int):
-    def parse(value: str) -> int:
-        try:
-            number = int(value)
-            if number < minimum:
-                raise ValueError
-            return number
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Use an integer >= {minimum}") from None
-    return parse
-
-
-def _seconds(value: str) -> float:
-    try:
-        number = float(value)
-        if not (math.isfinite(number) and number >= 0):
-            raise ValueError
-        return number
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Use seconds >= 0, e.g. 1.0") from None
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("normbench", "normbench LayerNorm suites")
     add = group.addoption
-    add("--normbench-out", metavar="DIR", default="reports",
-        help="Throughput results go to DIR/<run-id>/ (CSV, JSON, environment.json). Default: %(default)r")
-    add("--normbench-run-id", metavar="ID", default=None,
-        help="The run id (the results folder's name). Default: UTC time and host name")
-    add("--normbench-cache", choices=CACHES, default="cold",
-        help="cold: flush the last-level cache before every sample; warm: do not. Default: %(default)r")
-    add("--normbench-direction", metavar="LIST", type=parse_directions, default=None,
-        help="Throughput directions to run: forward, backward, forward+backward. Default: all")
-    add("--normbench-dtype", metavar="LIST", type=parse_dtypes, default=None,
-        help="Throughput dtypes to run, separated by commas. Default: all of the sweep's")
-    add("--normbench-shape", metavar="LIST", type=parse_shapes, default=None,
-        help="Throughput shapes to run, ROWSxHIDDEN separated by commas. Default: all of the sweep's")
-    add("--normbench-min-samples", metavar="N", type=_count(3), default=10,
+    options.add_throughput_options(add, prefix="normbench-")
+    add("--normbench-min-samples", metavar="N", type=options.parse_count(3), default=10,
         help="Timed samples per case, at least. Default: %(default)r")
-    add("--normbench-max-time", metavar="SECONDS", type=_seconds, default=1.0,
+    add("--normbench-max-time", metavar="SECONDS", type=options.parse_seconds, default=1.0,
         help="Keep sampling a case until this much time has passed (or 200 samples). Default: %(default)r")
-    add("--normbench-ceiling-mib", metavar="MIB", type=_count(1), default=None,
+    add("--normbench-ceiling-mib", metavar="MIB", type=options.parse_count(1), default=None,
         help="The ceiling's copy buffer in MiB (recorded; below 4x the last-level cache is noted). "
              "Default: 4x the last-level cache")
 

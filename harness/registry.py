@@ -183,14 +183,15 @@ class Registry:
                 f"report it to {self.plugin(name).distribution}'s authors") from exc
 
     def select(self, spec: str) -> Selection:
-        """Resolve an ``--impl`` value: ``"torch"``, ``"numpy,torch"`` or ``"all"``.
+        """Resolve a backend selection (``--impl`` of the CLI, ``--normbench-impl`` of pytest):
+        ``"torch"``, ``"numpy,torch"`` or ``"all"``.
 
         A named backend that cannot run raises; with ``all`` it is skipped and
         listed in :attr:`Selection.skipped` with its reason.
         """
         names = [n.strip() for n in spec.split(",") if n.strip()]
         if not names:
-            raise UnknownBackend(f"--impl is empty; choose from: {', '.join(self.names)} (or {ALL!r})")
+            raise UnknownBackend(f"the backend list is empty; choose from: {', '.join(self.names)} (or {ALL!r})")
         selection = Selection(warnings=[p.message for p in self.problems if p.name in self.plugins])
         if names == [ALL]:
             selection.skipped += [(p.name, p.message) for p in self.problems if p.name not in self.plugins]
@@ -202,7 +203,7 @@ class Registry:
             return selection
         for name in dict.fromkeys(names):
             if name == ALL:
-                raise UnknownBackend(f"--impl={spec}: {ALL!r} cannot be combined with other names")
+                raise UnknownBackend(f"{ALL!r} cannot be combined with other names")
             selection.backends.append(self.create(name))
         return selection
 

@@ -1,5 +1,5 @@
 """Broken plugins through the surfaces users meet: ``normbench list``, the header of
-``pytest --impl=all`` and ``normbench test``. Each kind of breakage is reported with
+``pytest suites/ --impl=all`` and ``normbench test``. Each kind of breakage is reported with
 the plugin's distribution and a fix, and the other backends keep working (a working
 plugin of the same distribution included). tests/test_registry.py covers the same
 kinds through the registry's API.

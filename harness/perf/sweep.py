@@ -3,55 +3,26 @@
 The cases are :func:`normbench.cases.throughput_cases` (the GPU sweep on CUDA
 devices, the CPU sweep elsewhere) times :data:`normbench.perf.roofline.DIRECTIONS`.
 ``--direction``, ``--dtype`` and ``--shape`` (``normbench run``) or their
-``--normbench-*`` forms (pytest) keep a subset; a value outside the valid ones
-is a usage error that lists them.
+``--normbench-*`` forms (pytest) keep a subset; their values are parsed by
+:mod:`normbench.options`, where a value outside the valid ones is a usage error
+that lists them.
 
->>> Filters(dtypes=parse_dtypes("float32")).keep(cases.THROUGHPUT_CPU_CASES[0], "forward")
+>>> Filters(dtypes=("float32",)).keep(cases.THROUGHPUT_CPU_CASES[0], "forward")
 True
->>> parse_directions("sideways")  # doctest: +ELLIPSIS
-Traceback (most recent call last):
-argparse.ArgumentTypeError: ... Unknown direction 'sideways'; valid directions: forward, backward, forward+backward
 """
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from normbench import cases
 from normbench.cases import Case
-from normbench.dtypes import DTYPES
 from normbench.perf.roofline import DIRECTIONS
 
 
 def sweep_shapes() -> tuple[str, ...]:
     """Every shape of the CPU and GPU sweeps, as ``ROWSxHIDDEN``."""
     return tuple(dict.fromkeys(cases.shape_name(c) for c in cases.THROUGHPUT_CPU_CASES + cases.THROUGHPUT_GPU_CASES))
-
-
-def _parse(kind: str, plural: str, value: str, valid: Sequence[str]) -> tuple[str, ...]:
-    chosen = tuple(dict.fromkeys(v.strip().lower() for v in value.split(",") if v.strip()))
-    if not chosen:
-        raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Give one or more {plural} "
-                                         f"separated by commas; valid {plural}: {', '.join(valid)}")
-    for v in chosen:
-        if v not in valid:
-            raise argparse.ArgumentTypeError(f"Could not parse value: {value!r}. Unknown {kind} {v!r}; "
-                                             f"valid {plural}: {', '.join(valid)}")
-    return chosen
-
-
-def parse_directions(value: str) -> tuple[str, ...]:
-    return _parse("direction", "directions", value, DIRECTIONS)
-
-
-def parse_dtypes(value: str) -> tuple[str, ...]:
-    return _parse("dtype", "dtypes", value, DTYPES)
-
-
-def parse_shapes(value: str) -> tuple[str, ...]:
-    return _parse("shape", "shapes", value, sweep_shapes())
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,201 @@
+"""normbench.options: the value parsers (good values, bad ones and their message), the options
+the CLI and the pytest plugin share, and the backend option's two spellings in pytest:
+``--normbench-impl`` (the plugin's, everywhere) and ``--impl`` (suites/conftest.py's alias, on
+the suites folder), one setting; and a project's own ``--impl`` still works with normbench installed."""
+
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+
+from normbench import options
+from normbench.perf.roofline import DIRECTIONS
+from normbench.suites import DIRECTORY as SUITES
+
+FORWARD = str(SUITES / "test_forward.py")
+ONE_CASE = "float32-rows5-hidden1000-offset3"
+
+
+@pytest.mark.parametrize("parse, value, expected", [
+    (options.parse_seeds, "3", [3]),
+    (options.parse_seeds, " 0..3 ", [0, 1, 2, 3]),
+    (options.parse_seeds, "4,1,4", [4, 1]),
+    (options.parse_array_shape, "64x1000", (64, 1000)),
+    (options.parse_array_shape, "2X3,4", (2, 3, 4)),
+    (options.parse_array_shape, "0x8", (0, 8)),
+    (options.parse_eps, "1e-5", 1e-5),
+    (options.parse_eps, "inf", float("inf")),  # range checks are the case's, with their own message
+    (options.parse_count(3), "3", 3),
+    (options.parse_seconds, "0", 0.0),
+    (options.parse_seconds, "1.5", 1.5),
+    (options.parse_suites, "throughput, conformance", ("throughput", "conformance")),
+    (options.parse_directions, "Backward,forward+backward,backward", ("backward", "forward+backward")),
+    (options.parse_dtypes, "bfloat16", ("bfloat16",)),
+    (options.parse_shapes, "256x16384", ("256x16384",)),
+])
+def test_a_good_value_parses(parse, value, expected):
+    assert parse(value) == expected
+
+
+@pytest.mark.parametrize("parse, value, fix", [
+    (options.parse_seeds, "x", "Use a seed N >= 0, a range A..B or a list N,M,..."),
+    (options.parse_seeds, "3..1", "Use a seed N >= 0, a range A..B or a list N,M,..."),
+    (options.parse_seeds, "-1", "Use a seed N >= 0, a range A..B or a list N,M,..."),
+    (options.parse_seeds, "", "Use a seed N >= 0, a range A..B or a list N,M,..."),
+    (options.parse_deviations_file, "no-such-file.txt", "Give an existing known-deviations file."),
+    (options.parse_array_shape, "4xq", "Use sizes joined by 'x', e.g. 64x1000"),
+    (options.parse_array_shape, "x", "Use sizes joined by 'x', e.g. 64x1000"),
+    (options.parse_array_shape, "-4x8", "Use sizes joined by 'x', e.g. 64x1000"),
+    (options.parse_eps, "small", "Use a number, e.g. 1e-5"),
+    (options.parse_count(3), "2", "Use an integer >= 3"),
+    (options.parse_count(1), "1.5", "Use an integer >= 1"),
+    (options.parse_seconds, "-1", "Use seconds >= 0, e.g. 1.0"),
+    (options.parse_seconds, "nan", "Use seconds >= 0, e.g. 1.0"),
+    (options.parse_suites, "speed", "Valid suites: conformance, throughput"),
+    (options.parse_suites, ",", "Valid suites: conformance, throughput"),
+    (options.parse_directions, "sideways",
+     "Unknown direction 'sideways'; valid directions: forward, backward, forward+backward"),
+    (options.parse_directions, " , ", "Give one or more directions separated by commas; valid directions: forward"),
+    (options.parse_dtypes, "float32,int8", "Unknown dtype 'int8'; valid dtypes: float64, float32, float16, bfloat16"),
+    (options.parse_shapes, "3x3", "Unknown shape '3x3'; valid shapes: 16384x256, "),
+])
+def test_a_bad_value_says_which_and_how_to_fix_it(parse, value, fix):
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        parse(value)
+    assert str(info.value).startswith(f"Could not parse value: {value!r}. {fix}"), str(info.value)
+
+
+def test_the_deviations_file_must_exist(tmp_path):
+    (tmp_path / "known.txt").write_text("")
+    assert options.parse_deviations_file(str(tmp_path / "known.txt")) == tmp_path / "known.txt"
+    with pytest.raises(argparse.ArgumentTypeError, match="Give an existing known-deviations file"):
+        options.parse_deviations_file(str(tmp_path))  # a folder
+
+
+@pytest.mark.parametrize("seeds, text", [([0], "0"), ([0, 1], "0,1"), ([0, 1, 2], "0..2"), ([5, 2, 9], "5,2,9"),
+                                         (list(range(3, 23)), "3..22")])
+def test_format_seeds_gives_back_what_parse_seeds_reads(seeds, text):
+    assert options.format_seeds(seeds) == text and options.parse_seeds(text) == seeds
+
+
+def argparser(prefix: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="x", exit_on_error=False)
+    options.add_impl_option(parser.add_argument, prefix)
+    options.add_seed_option(parser.add_argument, prefix)
+    options.add_throughput_options(parser.add_argument, prefix)
+    return parser
+
+
+def test_the_shared_options_are_the_same_under_either_prefix():
+    short, long = argparser(""), argparser("normbench-")
+    described = lambda parser: [(a.option_strings[0].removeprefix("--normbench-").removeprefix("--"), a.default,
+                                 a.metavar, a.help, a.type, a.choices) for a in parser._actions[1:]]
+    assert described(short) == described(long)
+    assert [a.dest for a in long._actions[1:]] == ["normbench_impl", "normbench_seed", "normbench_out",
+                                                   "normbench_run_id", "normbench_cache", "normbench_direction",
+                                                   "normbench_dtype", "normbench_shape"]
+    assert all(a.help.endswith(("Default: %(default)r", "Default: all", "Default: 'all'", "Default: all of the sweep's",
+                                "Default: UTC time and host name")) for a in long._actions[1:])
+
+
+def test_the_shared_options_parse_their_values_and_defaults():
+    args = argparser("").parse_args([])
+    assert (args.impl, args.seed, args.out, args.run_id, args.cache, args.direction, args.dtype, args.shape) == \
+        (None, [0], "reports", None, "cold", None, None, None)
+    args = argparser("").parse_args(["--impl=numpy,torch", "--seed=1..3", "--direction=forward", "--dtype=float16",
+                                     "--shape=256x16384", "--cache=warm"])
+    assert (args.impl, args.seed, args.direction, args.dtype, args.shape, args.cache) == \
+        ("numpy,torch", [1, 2, 3], ("forward",), ("float16",), ("256x16384",), "warm")
+    assert ", ".join(DIRECTIONS) in argparser("")._option_string_actions["--direction"].help
+
+
+def test_two_spellings_of_the_backends_are_one_setting():
+    parser = argparse.ArgumentParser(prog="x", exit_on_error=False)
+    options.add_impl_option(parser.add_argument, "normbench-")
+    options.add_impl_option(parser.add_argument, "", dest="normbench_impl")
+    assert parser.parse_args(["--impl=numpy"]).normbench_impl == "numpy"
+    assert parser.parse_args(["--normbench-impl=numpy"]).normbench_impl == "numpy"
+    both = parser.parse_args(["--impl=numpy", "--normbench-impl=numpy"])
+    assert both.normbench_impl == "numpy" and options.impl_given_as(both) == "--impl"
+    assert parser.parse_args(["--impl=a", "--impl=b"]).normbench_impl == "b"  # one spelling twice: the last wins
+    with pytest.raises(argparse.ArgumentError, match="--impl=numpy and --normbench-impl=torch are the same setting "
+                                                     "given two values; give one of them"):
+        parser.parse_args(["--impl=numpy", "--normbench-impl=torch"])
+    assert options.impl_given_as(parser.parse_args([])) == "--normbench-impl"
+
+
+# -- in pytest, as users run it --------------------------------------------------------------------------------------
+
+def pytest_run(*args, cwd, timeout=300):
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_WORKER"}
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("spelling", [["--impl=numpy"], ["--normbench-impl=numpy"],
+                                      ["--impl=numpy", "--normbench-impl=numpy"]])
+def test_either_spelling_selects_the_backends_on_the_suites(spelling, tmp_path):
+    out = pytest_run(FORWARD, *spelling, "--collect-only", "-q", "-k", f"test_forward and {ONE_CASE}", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert [line.rpartition("::")[2] for line in out.stdout.splitlines() if "::" in line] == \
+        [f"test_forward[numpy-{ONE_CASE}]"]
+
+
+@pytest.mark.e2e
+def test_both_spellings_with_different_values_is_a_usage_error(tmp_path):
+    out = pytest_run(FORWARD, "--impl=numpy", "--normbench-impl=torch", "--collect-only", "-q", cwd=tmp_path)
+    assert out.returncode == 4, out.stdout[-2000:]
+    assert "--impl=numpy and --normbench-impl=torch are the same setting given two values; give one of them" \
+        in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.e2e
+def test_a_bad_backend_name_is_reported_under_the_spelling_given(tmp_path):
+    for flag in ("--impl", "--normbench-impl"):
+        out = pytest_run(FORWARD, f"{flag}=nope", "--collect-only", "-q", cwd=tmp_path)
+        assert out.returncode == 4 and f"{flag}=nope: unknown backend 'nope'" in out.stderr, out.stderr
+
+
+@pytest.fixture
+def project_with_impl(tmp_path):
+    """A user's project whose conftest.py defines its own --impl."""
+    (tmp_path / "conftest.py").write_text("def pytest_addoption(parser):\n"
+                                          "    parser.addoption('--impl', default='mine')\n")
+    (tmp_path / "test_mine.py").write_text("def test_mine(request):\n"
+                                           "    assert request.config.getoption('impl') == 'fast'\n")
+    return tmp_path
+
+
+@pytest.mark.e2e
+def test_a_projects_own_impl_option_works_with_normbench_installed(project_with_impl):
+    out = pytest_run("--impl=fast", "-q", cwd=project_with_impl)
+    assert out.returncode == 0 and "1 passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+@pytest.mark.e2e
+def test_a_projects_own_impl_and_normbenchs_suites_in_one_session(project_with_impl):
+    """The suites' alias stands back where --impl is taken; --normbench-impl selects the backends."""
+    out = pytest_run("test_mine.py", "--pyargs", "normbench.suites.test_forward", "--impl=fast",
+                     "--normbench-impl=numpy", "-q", "-k", f"test_mine or {ONE_CASE}", cwd=project_with_impl)
+    assert out.returncode == 0 and "2 passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+@pytest.mark.e2e
+def test_the_reproduce_line_outside_the_suites_says_normbench_impl(tmp_path):
+    (tmp_path / "test_own.py").write_text("def test_own(backend):\n    assert backend is None\n")
+    out = pytest_run("test_own.py", "--normbench-impl=numpy", "--normbench-seed=4", "-q", cwd=tmp_path)
+    assert out.returncode == 1, out.stdout[-2000:]
+    assert "pytest 'test_own.py::test_own[numpy]' --normbench-impl=numpy --normbench-seed=4" in out.stdout
+
+
+@pytest.mark.e2e
+def test_normbench_test_passes_the_backends_and_seeds_on(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "normbench.cli", "test", "--impl=numpy", "--seed=1..3", "-n", "0",
+                          "--collect-only", "-q", "-k", f"test_forward and {ONE_CASE}"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert [line.rpartition("::")[2] for line in out.stdout.splitlines() if "::" in line] == \
+        [f"test_forward[numpy-{ONE_CASE}-seed{s}]" for s in (1, 2, 3)]
