@@ -7,9 +7,11 @@ Writes ``<dist>-0.0.0.dist-info`` with an ``entry_points.txt`` under a folder
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sys
+import textwrap
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -26,6 +28,38 @@ def write_dist_info(folder: Path, entry_points: dict[str, str], dist: str = "nor
     lines = [f"[{group}]"] + [f"{name} = {target}" for name, target in entry_points.items()]
     (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
     return folder
+
+
+class PluginFolder:
+    """A folder of fake installed distributions and the modules their entry points name."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        #: the modules written here, by name
+        self.modules: list[str] = []
+
+    def module(self, name: str, source: str) -> str:
+        """Write the module ``name`` (dots make packages) with ``source``; returns ``name``."""
+        file = self.path.joinpath(*name.split(".")).with_suffix(".py")
+        file.parent.mkdir(parents=True, exist_ok=True)
+        for package in list(file.relative_to(self.path).parents)[:-1]:
+            (self.path / package / "__init__.py").touch()
+        file.write_text(textwrap.dedent(source))
+        self.modules.append(name)
+        importlib.invalidate_caches()
+        return name
+
+    def distribution(self, entry_points: dict[str, str], dist: str = "normbench-test-plugins",
+                     group: str = "normbench.backends") -> str:
+        """A fake installed distribution ``dist`` registering ``entry_points`` (name -> "module:attr")."""
+        write_dist_info(self.path, entry_points, dist=dist, group=group)
+        importlib.invalidate_caches()
+        return dist
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment for a subprocess that sees these plugins (and tests/)."""
+        return subprocess_env(self.path)
 
 
 def subprocess_env(*paths: Path) -> dict[str, str]:

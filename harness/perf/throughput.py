@@ -21,7 +21,7 @@ An exception from the backend is verdict ``error`` with its message. Only an
 
 Example (numpy, one small case, a 64 MiB ceiling buffer)::
 
-    >>> from harness import cases, get_registry
+    >>> from normbench import cases, get_registry
     >>> from normbench.perf.timing import TimingOptions
     >>> runner = ThroughputRunner(TimingOptions(min_samples=3, max_time_s=0), ceiling_bytes=64 << 20)
     >>> case = cases.Case("t", (64, 256), (256,), "float32")

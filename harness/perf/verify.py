@@ -9,7 +9,7 @@ oracle once, not three times.
 
 Example::
 
-    >>> from harness import cases, get_registry
+    >>> from normbench import cases, get_registry
     >>> backend = get_registry().create("numpy")
     >>> ref = Reference(cases.Case("t", (4, 8), (8,), "float32"), seed=0)
     >>> x, w, b, dy = (backend.asarray(a.copy()) for a in ref.arrays)

@@ -1,0 +1,82 @@
+"""Fixtures shared by the tests: fake plugins, registered the way an installed one is.
+
+A fake plugin is a folder holding ``<dist>-0.0.0.dist-info`` (METADATA and an
+``entry_points.txt``; the pandas plotting-backend test trick) beside the plugin's
+modules. ``importlib.metadata`` finds its entry points once the folder is on
+``sys.path`` (:func:`installed_plugins`, in this process) or on ``PYTHONPATH``
+(:attr:`PluginFolder.env`, for a subprocess). Nothing is pip-installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import normbench
+from tests.plugins import PluginFolder
+
+pytest_plugins = ["pytester"]
+
+
+MakePlugins = Callable[..., PluginFolder]
+
+
+def _make(folder: Path, entry_points: dict[str, str] | None, dist: str, modules: dict[str, str] | None) -> PluginFolder:
+    plugins = PluginFolder(folder)
+    for name, source in (modules or {}).items():
+        plugins.module(name, source)
+    if entry_points:
+        plugins.distribution(entry_points, dist=dist)
+    return plugins
+
+
+@pytest.fixture(scope="session")
+def make_plugins(tmp_path_factory) -> MakePlugins:
+    """``make_plugins(entry_points, dist=..., modules={name: source})``: a new :class:`PluginFolder`
+    holding one distribution and these modules, for subprocesses (its ``env``). Usable from
+    fixtures of any scope."""
+
+    def make(entry_points: dict[str, str] | None = None, dist: str = "normbench-test-plugins",
+             modules: dict[str, str] | None = None) -> PluginFolder:
+        return _make(tmp_path_factory.mktemp("plugins"), entry_points, dist, modules)
+
+    return make
+
+
+@pytest.fixture
+def plugin_folder(tmp_path) -> PluginFolder:
+    """An empty :class:`PluginFolder` under this test's tmp_path."""
+    return PluginFolder(tmp_path)
+
+
+@pytest.fixture
+def install_plugins() -> Iterator[Callable[[PluginFolder], PluginFolder]]:
+    """``install_plugins(folder)``: put a :class:`PluginFolder` on this process's ``sys.path``, so
+    its distributions' entry points are installed for ``importlib.metadata`` (``normbench.refresh()``
+    shows them in the global registry). After the test sys.path is restored, the modules
+    imported from the folders are forgotten and the global registry is refreshed without them."""
+    folders: list[PluginFolder] = []
+
+    def install(folder: PluginFolder) -> PluginFolder:
+        mp.syspath_prepend(str(folder.path))
+        folders.append(folder)
+        return folder
+
+    with pytest.MonkeyPatch.context() as mp:
+        yield install
+    for folder in folders:
+        for name, module in list(sys.modules.items()):
+            if Path(getattr(module, "__file__", None) or "/").is_relative_to(folder.path):
+                del sys.modules[name]
+    importlib.invalidate_caches()
+    normbench.refresh()
+
+
+@pytest.fixture
+def installed_plugins(plugin_folder, install_plugins) -> PluginFolder:
+    """An empty :class:`PluginFolder` under tmp_path, installed in this process (:func:`install_plugins`)."""
+    return install_plugins(plugin_folder)
