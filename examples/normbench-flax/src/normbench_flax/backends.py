@@ -15,6 +15,12 @@ Everything else is Flax's default. The backward is ``jax.vjp`` of that forward,
 with respect to x, scale and bias. Flax does not expose the statistics it
 computes, so the suites check y and the gradients only.
 
+The JAX plumbing (the device, float64 under a thread-local ``jax.enable_x64``,
+``jax.jit``, the ``jax.vjp`` backward, ``warmup`` and ``synchronize`` for JAX's
+compilation and asynchronous dispatch) is normbench's own, shared with its ``jax``
+backend: :class:`normbench.impls.jax_support.JaxBackendBase`. A backend here gives
+the forward only (:meth:`FlaxLayerNorm.make_forward`).
+
 Nothing here imports jax or flax at module level: ``normbench list`` imports this
 module to read the class attributes, and must stay light. They load in
 ``__init__``, when a backend is created.
@@ -22,17 +28,11 @@ module to read the class attributes, and must stay light. They load in
 
 from __future__ import annotations
 
-import contextlib
-from collections import deque
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import ClassVar
 
-import numpy as np
+from normbench.impls.jax_support import JaxBackendBase
 
-from normbench import Backend
-from normbench.dtypes import DTYPES
-
-#: results held for :meth:`FlaxLayerNorm.synchronize` before the oldest is waited for
-MAX_PENDING = 64
 #: a value out of its bound (not a shape, dtype, determinism or crash)
 _VALUES = r"\): (y|dx|dweight|dbias)\["
 _ONE_PASS = "use_fast_variance=True: var = E[x^2] - E[x]^2 in float32 (float64 for float64) cancels "
@@ -60,7 +60,7 @@ ONE_PASS_VARIANCE = {
 }
 
 
-class FlaxLayerNorm(Backend):
+class FlaxLayerNorm(JaxBackendBase):
     """``flax.linen.LayerNorm`` with Flax's defaults (``use_fast_variance=True``).
 
     Example (what ``normbench test --impl=flax`` does for each case)::
@@ -78,23 +78,15 @@ class FlaxLayerNorm(Backend):
     description = "flax.linen.LayerNorm with its defaults (use_fast_variance=True); backward via jax.vjp"
     requires = ("flax", "jax")
     install_hint = "pip install normbench-flax (it brings flax and jax)"
-    devices = "gpu if JAX sees one, else cpu"
     #: Flax's own default; the subclass below turns it off
     use_fast_variance: ClassVar[bool] = True
     #: what normbench finds in Flax, measured (see this package's README); the first match explains a failure
     known_deviations: ClassVar[dict[str, str]] = {**HALF_PRECISION_DX, **ONE_PASS_VARIANCE}
 
-    def __init__(self) -> None:
-        import jax
+    def make_forward(self) -> Callable:
+        """``module.apply`` of a ``flax.linen.LayerNorm`` built for this call (flax imports here)."""
         from flax import linen as nn
 
-        self.jax = jax
-        self._device = jax.devices()[0]
-        self.device = f"{self._device.platform}:{self._device.id} ({self._device.device_kind})"
-        self._x64 = getattr(jax, "enable_x64", None)  # thread-local x64 (JAX >= 0.7); else no float64
-        if self._x64 is None:
-            self.dtypes = tuple(d for d in DTYPES if d != "float64")
-        self._pending: deque = deque()
         fast = self.use_fast_variance
 
         def forward(x, scale, bias, eps, normalized_shape):
@@ -104,55 +96,7 @@ class FlaxLayerNorm(Backend):
             params = {k: v for k, v in (("scale", scale), ("bias", bias)) if v is not None}
             return module.apply({"params": params}, x)
 
-        def backward(dy, x, scale, bias, eps, normalized_shape):
-            _, vjp = jax.vjp(lambda x_, s_, b_: forward(x_, s_, b_, eps, normalized_shape), x, scale, bias)
-            return vjp(dy)
-
-        self._forward = jax.jit(forward, static_argnames=("normalized_shape",))
-        self._backward = jax.jit(backward, static_argnames=("normalized_shape",))
-
-    def _scope(self, *arrays: Any) -> Any:
-        """x64 on, for this thread only, when any array is float64 (JAX truncates it otherwise)."""
-        if any(a is not None and a.dtype == np.float64 for a in arrays):
-            return self._x64(True)
-        return contextlib.nullcontext()
-
-    def asarray(self, host):
-        host = np.ascontiguousarray(host)
-        with self._scope(host):
-            return self.jax.device_put(host, self._device)
-
-    def to_numpy(self, native):
-        return np.asarray(native)
-
-    def layer_norm(self, x, normalized_shape, weight, bias, eps):
-        with self._scope(x, weight, bias):
-            return self._queued(self._forward(x, weight, bias, float(eps), normalized_shape=tuple(normalized_shape)))
-
-    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        with self._scope(dy, x, weight, bias):
-            grads = self._backward(dy, x, weight, bias, float(eps), normalized_shape=tuple(normalized_shape))
-        return self._queued(tuple(grads))
-
-    def warmup(self, x, normalized_shape, weight, bias, eps):
-        """Compile the forward and the backward for arrays like these (any eps), and wait."""
-        with self._scope(x):
-            dy = self.jax.numpy.zeros_like(x)
-        self.layer_norm(x, normalized_shape, weight, bias, eps)
-        self.layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
-        self.synchronize()
-
-    def _queued(self, result: Any) -> Any:
-        """Remember ``result`` for :meth:`synchronize` (JAX dispatches asynchronously);
-        beyond MAX_PENDING results, wait for the oldest now so memory stays bounded."""
-        self._pending.append(result)
-        while len(self._pending) > MAX_PENDING:
-            self.jax.block_until_ready(self._pending.popleft())
-        return result
-
-    def synchronize(self) -> None:
-        while self._pending:
-            self.jax.block_until_ready(self._pending.popleft())
+        return forward
 
 
 class FlaxStableLayerNorm(FlaxLayerNorm):

@@ -1,0 +1,189 @@
+"""The JAX plumbing of a backend built on JAX: devices, float64, jit, vjp, dispatch.
+
+Shared by normbench's ``jax`` backend (:mod:`normbench.impls.jax_xla`) and JAX-based
+plugins (``examples/normbench-flax``). A backend subclasses :class:`JaxBackendBase`
+and gives its forward as a function JAX can trace (:meth:`JaxBackendBase.make_forward`);
+the base does the rest:
+
+* **device**: the first device JAX sees (a GPU if jaxlib has one, else the CPU),
+  named in ``device``; :meth:`~JaxBackendBase.asarray` copies a host array there
+  (JAX arrays have no strides: the host layout is not kept).
+* **float64 without touching anyone's global configuration**: JAX truncates
+  float64 to float32 unless x64 is enabled, and ``jax.config.update("jax_enable_x64",
+  True)`` would change that for every other user in the process. Instead every call
+  on float64 arrays runs inside ``jax.enable_x64(True)``, a thread-local context
+  (``jax.experimental.enable_x64`` before JAX 0.7; :func:`scoped_x64`). Where
+  neither exists, float64 is left out of ``dtypes`` (the suites skip it, saying so).
+* **compilation**: the forward and its backward (``jax.vjp`` with respect to x,
+  weight and bias: :func:`vjp_of`) run under ``jax.jit`` with ``normalized_shape``
+  static and eps traced, so XLA compiles once per shape, dtype, weight/bias
+  presence and normalized_shape, never per eps. :meth:`~JaxBackendBase.warmup`
+  compiles the forward, the statistics (where the backend has them) and the
+  backward for one such signature, so a timed region that follows never compiles.
+* **asynchronous dispatch**: JAX returns before the device is done; results are
+  remembered until :meth:`~JaxBackendBase.synchronize` blocks on them (at most
+  :data:`MAX_PENDING` are held: beyond that the oldest are waited for at once).
+
+jax is imported when a backend is created, never when this module is imported:
+``normbench list`` imports backend modules to read their class attributes.
+
+Example, a complete JAX backend (normbench's ``jax`` backend is this, plus statistics)::
+
+    >>> import numpy as np
+    >>> from normbench.impls.jax_support import JaxBackendBase
+    >>> class Mine(JaxBackendBase):
+    ...     name = "mine"
+    ...
+    ...     def make_forward(self):
+    ...         jnp = self.jax.numpy
+    ...
+    ...         def forward(x, weight, bias, eps, normalized_shape):
+    ...             axes = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    ...             x32 = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+    ...             centered = x32 - x32.mean(axis=axes, keepdims=True)
+    ...             y = centered / jnp.sqrt((centered * centered).mean(axis=axes, keepdims=True) + eps)
+    ...             y = y if weight is None else y * weight
+    ...             return (y if bias is None else y + bias).astype(x.dtype)
+    ...
+    ...         return forward
+    >>> b = Mine()
+    >>> x = b.asarray(np.array([[0.0, 1.0, 2.0, 3.0]]))  # float64: computed in float64, x64 for this call only
+    >>> w = b.asarray(np.full(4, 2.0))
+    >>> np.round(b.to_numpy(b.layer_norm(x, (4,), w, None, 1e-5)), 4)
+    array([[-2.6833, -0.8944,  0.8944,  2.6833]])
+    >>> dx, dw, db = b.layer_norm_backward(x, x, (4,), w, None, 1e-5)
+    >>> dx.dtype, dw.shape, db
+    (dtype('float64'), (4,), None)
+    >>> b.synchronize()
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections import deque
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from normbench import Backend
+
+#: results held for :meth:`JaxBackendBase.synchronize`; beyond this many, the oldest are
+#: waited for at once (the device still has the rest queued, so throughput is unaffected)
+MAX_PENDING = 64
+#: the arguments every forward and backward takes statically (the rest are traced)
+STATIC = ("normalized_shape",)
+
+
+def scoped_x64(jax: Any) -> Callable[[bool], Any] | None:
+    """JAX's thread-local x64 switch: ``jax.enable_x64`` (JAX >= 0.7), else
+    ``jax.experimental.enable_x64``; None where neither exists."""
+    x64 = getattr(jax, "enable_x64", None)
+    if x64 is None:
+        with contextlib.suppress(ImportError):
+            from jax.experimental import enable_x64 as scoped
+
+            x64 = lambda on=True: scoped(on)
+    return x64
+
+
+def vjp_of(jax: Any, forward: Callable) -> Callable:
+    """The backward of ``forward(x, weight, bias, eps, normalized_shape)``: a function of
+    ``(dy, x, weight, bias, eps, normalized_shape)`` returning ``(dx, dweight, dbias)``
+    by ``jax.vjp`` (None where weight or bias is None)."""
+
+    def backward(dy, x, weight, bias, eps, normalized_shape):
+        _, vjp = jax.vjp(lambda x_, w_, b_: forward(x_, w_, b_, eps, normalized_shape), x, weight, bias)
+        return vjp(dy)
+
+    return backward
+
+
+class JaxBackendBase(Backend):
+    """A backend whose forward is a JAX function; see the module doc. Subclasses set
+    ``name`` and implement :meth:`make_forward`; they may add statistics (jit them with
+    :meth:`jit`, run them in :meth:`scope`, return them through :meth:`queued`)."""
+
+    requires: ClassVar[tuple[str, ...]] = ("jax",)
+    devices: ClassVar[str] = "gpu if JAX sees one, else cpu"
+
+    def __init__(self) -> None:
+        import jax
+
+        self.jax = jax
+        self.jax_device = jax.devices()[0]
+        self.device = f"{self.jax_device.platform}:{self.jax_device.id} ({self.jax_device.device_kind})"
+        self._x64 = scoped_x64(jax)
+        if self._x64 is None:
+            self.dtypes = tuple(d for d in self.dtypes if d != "float64")
+        self._pending: deque = deque()
+        forward = self.make_forward()
+        self._forward = self.jit(forward)
+        self._backward = self.jit(vjp_of(jax, forward))
+
+    @abc.abstractmethod
+    def make_forward(self) -> Callable:
+        """The forward as a function JAX can trace, ``forward(x, weight, bias, eps, normalized_shape) -> y``
+        (weight and bias may be None; normalized_shape is a static tuple). Called once, in ``__init__``,
+        after ``self.jax`` is set: import the framework here."""
+
+    # -- plumbing for subclasses ------------------------------------------------------------
+
+    def jit(self, function: Callable) -> Callable:
+        """``jax.jit`` with ``normalized_shape`` static (everything else, eps included, traced)."""
+        return self.jax.jit(function, static_argnames=STATIC)
+
+    def scope(self, *arrays: Any) -> Any:
+        """x64 on, for this thread only, when any array is float64 (JAX truncates it otherwise)."""
+        if any(a is not None and a.dtype == np.float64 for a in arrays):
+            return self._x64(True)
+        return contextlib.nullcontext()
+
+    def queued(self, result: Any) -> Any:
+        """Remember ``result`` for :meth:`synchronize` and return it; results already done are
+        dropped, and beyond :data:`MAX_PENDING` the oldest are waited for now, so memory stays bounded."""
+        self._pending.append(result)
+        while self._pending and (len(self._pending) > MAX_PENDING or self._ready(self._pending[0])):
+            self.jax.block_until_ready(self._pending.popleft())
+        return result
+
+    def _ready(self, result: Any) -> bool:
+        leaves = [a for a in self.jax.tree_util.tree_leaves(result) if hasattr(a, "is_ready")]
+        return all(a.is_ready() for a in leaves)
+
+    # -- the contract -----------------------------------------------------------------------
+
+    def asarray(self, host):
+        """A copy on the device (JAX arrays have no strides: the host layout is not kept)."""
+        host = np.ascontiguousarray(host)
+        with self.scope(host):
+            return self.jax.device_put(host, self.jax_device)
+
+    def to_numpy(self, native):
+        return np.asarray(native)
+
+    def layer_norm(self, x, normalized_shape, weight, bias, eps):
+        with self.scope(x, weight, bias):
+            return self.queued(self._forward(x, weight, bias, float(eps), normalized_shape=tuple(normalized_shape)))
+
+    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        with self.scope(dy, x, weight, bias):
+            grads = self._backward(dy, x, weight, bias, float(eps), normalized_shape=tuple(normalized_shape))
+        return self.queued(tuple(grads))
+
+    def warmup(self, x, normalized_shape, weight, bias, eps):
+        """Compile the forward, the statistics (if any) and the backward for arrays like these
+        (dy like x), and wait for them: later calls with the same shapes, dtypes, weight/bias
+        presence and normalized_shape do not compile (any eps)."""
+        with self.scope(x):
+            dy = self.jax.numpy.zeros_like(x)
+        self.layer_norm(x, normalized_shape, weight, bias, eps)
+        self.layer_norm_statistics(x, normalized_shape, weight, bias, eps)
+        if self.has_backward:
+            self.layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
+        self.synchronize()
+
+    def synchronize(self) -> None:
+        while self._pending:
+            self.jax.block_until_ready(self._pending.popleft())
