@@ -26,6 +26,9 @@ UNIT_ROUNDOFF = {
     "float16": 2.0**-11,
     "bfloat16": 2.0**-8,
 }
+#: float64's unit roundoff 2**-53, the u of float64 arithmetic (the oracle's, and the
+#: paper checks' own sums and products): ``UNIT_ROUNDOFF["float64"]`` under a short name
+U64: float = UNIT_ROUNDOFF["float64"]
 
 #: the spacing of subnormal numbers (the smallest positive value): below the
 #: smallest normal, rounding errs by up to half of this, absolutely

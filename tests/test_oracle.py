@@ -26,8 +26,8 @@ import numpy as np
 import pytest
 
 from normbench.check import oracle
+from normbench.dtypes import U64 as U  # float64 unit roundoff, 2**-53
 
-U = 2.0**-53  # float64 unit roundoff
 PREC = 60     # Decimal digits of the references
 STEP = Decimal("1e-25")
 

@@ -15,6 +15,7 @@ import numpy as np
 from normbench.backend import Backend
 from normbench.cases import Case, Inputs
 from normbench.check import error_model, oracle
+from normbench.check.worst import Worst, worst_violation
 from normbench.dtypes import UNIT_ROUNDOFF, dtype_name, host_dtype
 
 
@@ -41,55 +42,13 @@ def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str 
     return None
 
 
-@dataclass(frozen=True)
-class Worst:
-    """The worst element of a comparison: index into the (M, N) view and the numbers."""
-
-    index: tuple[int, ...]
-    value: float
-    reference: float
-    bound: float
-    violations: int
-    total: int
-
-    @property
-    def ratio(self) -> float:
-        err = abs(self.value - self.reference)
-        if not np.isfinite(err):
-            return np.inf
-        return err / self.bound if self.bound > 0 else (np.inf if err > 0 else 0.0)
-
-
-def worst_violation(got: np.ndarray, ref: np.ndarray, bound: np.ndarray) -> Worst | None:
-    """Compare componentwise. Where the reference is non-finite (a NaN or Inf
-    input in that row) the value must be non-finite too; elsewhere finite and
-    within the bound.
-    Returns the worst offending element, or None when all hold."""
-    got = np.asarray(got, dtype=np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        err = np.abs(got - ref)
-        ok = np.where(np.isfinite(ref), np.isfinite(got) & (err <= bound), ~np.isfinite(got))
-    bad = ~ok
-    if not bad.any():
-        return None
-    with np.errstate(invalid="ignore", divide="ignore"):
-        score = np.where(bad, np.where(np.isfinite(err), err / np.where(bound > 0, bound, np.inf), np.inf), -1.0)
-        score = np.where(bad & (score == 0), np.inf, score)  # finite vs non-finite, or any error at bound 0
-    flat = int(np.nanargmax(np.where(np.isnan(score), np.inf, score)))
-    idx = np.unravel_index(flat, got.shape)
-    return Worst(tuple(int(i) for i in idx), float(got[idx]), float(ref[idx]), float(np.asarray(bound)[idx]),
-                 int(bad.sum()), int(bad.size))
-
-
 def describe(what: str, worst: Worst, inputs: Inputs, backend: Backend, ref: oracle.Forward | None,
              notes: tuple[str, ...] = ()) -> str:
     """A diagnosis: the worst element of ``what``, the bound, the row's conditioning
     (when ``ref`` is given and the index is a row's), and ``notes``, one line each."""
-    where = ", ".join(map(str, worst.index))
     lines = [
-        f"{backend.name} {inputs.case.id} (seed {inputs.seed}): {what}[{where}] = {worst.value:.9g}, "
-        f"float64 reference {worst.reference:.9g}, |error| {abs(worst.value - worst.reference):.3g} > bound "
-        f"{worst.bound:.3g} ({worst.ratio:.3g}x); {worst.violations} of {worst.total} elements out of bound",
+        f"{backend.name} {inputs.case.id} (seed {inputs.seed}): {what}[{worst.where}] = {worst.value:.9g}, "
+        f"float64 reference {worst.reference:.9g}, |error| {worst.error:.3g} {worst.excess()}; {worst.out_of_bound()}",
     ]
     if ref is not None and ref.x.shape[0] and len(worst.index) >= 1:
         row = worst.index[0]
@@ -108,16 +67,42 @@ def _fail(what: str, got, ref_values, bound, inputs, backend, ref, notes: tuple[
         raise ConformanceError(describe(what, worst, inputs, backend, ref, notes))
 
 
-def _check_array(what: str, got, backend: Backend, shape, dtype: str) -> np.ndarray:
-    """``got`` as NumPy, after checking its type, shape and dtype."""
+def host_array(what: str, got, backend: Backend, shape, dtype: str | None = None, *,
+               exact_shape: bool = True) -> np.ndarray:
+    """A backend's output ``got`` as a NumPy host array (in the dtype it holds), or
+    :class:`ConformanceError` naming ``what`` and the backend when it is not what was asked.
+
+    How strict, explicitly: ``exact_shape`` True: its shape must be ``shape``; False:
+    any shape of as many elements, reshaped to ``shape``. ``dtype`` (a normbench dtype
+    name): its dtype must be that one; None: any. Finiteness is never checked here:
+    the comparisons judge non-finite values.
+
+    >>> from normbench import get_registry
+    >>> numpy = get_registry().create("numpy")
+    >>> host_array("y", numpy.asarray(np.zeros((2, 3), np.float32)), numpy, (2, 3), "float32").shape
+    (2, 3)
+    >>> host_array("y", numpy.asarray(np.zeros((2, 3))), numpy, (6,), exact_shape=False).shape
+    (6,)
+    >>> host_array("y", numpy.asarray(np.zeros(3)), numpy, (2, 3))
+    Traceback (most recent call last):
+    ...
+    normbench.check.conformance.ConformanceError: numpy: y has shape (3,), expected (2, 3)
+    """
     __tracebackhide__ = True
+    if got is None:
+        raise ConformanceError(f"{backend.name}: {what} is None, expected an array of shape {tuple(shape)}")
     try:
         host = np.asarray(backend.to_numpy(got))
     except Exception as exc:
         raise ConformanceError(f"{backend.name}: {what}: to_numpy failed on {type(got).__name__}: {exc}") from exc
-    if tuple(host.shape) != tuple(shape):
+    if not exact_shape:
+        if host.size != int(np.prod(shape, dtype=np.int64)):
+            raise ConformanceError(f"{backend.name}: {what} has shape {tuple(host.shape)}, expected {tuple(shape)} "
+                                   f"(or any shape of as many elements)")
+        host = host.reshape(shape)
+    elif tuple(host.shape) != tuple(shape):
         raise ConformanceError(f"{backend.name}: {what} has shape {tuple(host.shape)}, expected {tuple(shape)}")
-    if host.dtype != host_dtype(dtype):
+    if dtype is not None and host.dtype != host_dtype(dtype):
         try:
             got_name = dtype_name(host.dtype)
         except ValueError:
@@ -145,7 +130,7 @@ def run_forward(backend: Backend, inputs: Inputs) -> ForwardRun:
     x, w, b = (None if a is None else backend.asarray(a) for a in (inputs.x, inputs.weight, inputs.bias))
     y = backend.layer_norm(x, case.normalized_shape, w, b, case.eps)
     backend.synchronize()
-    y_host = _check_array("y", y, backend, case.shape, case.dtype)
+    y_host = host_array("y", y, backend, case.shape, case.dtype)
     stats = backend.layer_norm_statistics(x, case.normalized_shape, w, b, case.eps)
     if stats is None:
         return ForwardRun(y_host, None, "float32", (x, w, b), originals)
@@ -265,7 +250,7 @@ class BackwardRun:
     stats_dtype: str | None        # the dtype of its saved statistics, if exposed (see error_model.backward_bounds)
 
 
-def _check_gradient(what: str, got, given, backend: Backend, case: Case, shape, dtype: str) -> np.ndarray | None:
+def check_gradient(what: str, got, given, backend: Backend, case: Case, shape, dtype: str) -> np.ndarray | None:
     """One returned gradient: None exactly when its argument was None, else the right shape and dtype."""
     __tracebackhide__ = True
     argument = what[1:]
@@ -277,7 +262,7 @@ def _check_gradient(what: str, got, given, backend: Backend, case: Case, shape, 
     if got is None:
         raise ConformanceError(f"{backend.name} {case.id}: {what} is None, but {argument} was given: a missing "
                                f"gradient (unslothai/unsloth#4533); return d(loss)/d({argument}) of shape {shape}")
-    return _check_array(what, got, backend, shape, dtype)
+    return host_array(what, got, backend, shape, dtype)
 
 
 def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRun:
@@ -296,9 +281,9 @@ def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRu
                                f"the tuple (dx, dweight, dbias), None for an absent weight or bias")
     if out[0] is None:
         raise ConformanceError(f"{backend.name} {case.id}: dx is None; return d(loss)/d(x) of x's shape {case.shape}")
-    dx = _check_array("dx", out[0], backend, case.shape, case.dtype)
-    dweight = _check_gradient("dweight", out[1], inputs.weight, backend, case, case.normalized_shape, case.params)
-    dbias = _check_gradient("dbias", out[2], inputs.bias, backend, case, case.normalized_shape, case.params)
+    dx = host_array("dx", out[0], backend, case.shape, case.dtype)
+    dweight = check_gradient("dweight", out[1], inputs.weight, backend, case, case.normalized_shape, case.params)
+    dbias = check_gradient("dbias", out[2], inputs.bias, backend, case, case.normalized_shape, case.params)
     stats = statistics_dtype(backend, native[1], case, native[2], native[3])
     return BackwardRun(dx, dweight, dbias, native, originals, stats)
 

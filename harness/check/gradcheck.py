@@ -51,12 +51,12 @@ from normbench.backend import Backend
 from normbench.cases import Inputs, rng_for
 from normbench.check import error_model, oracle
 from normbench.check.conformance import ConformanceError, reference, run_backward, run_forward
+from normbench.dtypes import U64
 
 #: the x direction's centered rms per row, relative to sigma_eps (NUMERICS.md: <= 1e-3)
 ALPHA = 1e-4
 #: the weight and bias directions' rms relative to the parameter's (y is linear in them)
 PARAM_STEP = 0.5
-U64 = 2.0**-53
 
 
 def _exact_grid(p: np.ndarray, v: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:

@@ -21,6 +21,7 @@ from normbench.backend import Backend
 from normbench.cases import Inputs, make_other_x
 from normbench.check import error_model, oracle
 from normbench.check.conformance import BackwardRun, ConformanceError, reference, run_backward
+from normbench.check.worst import worst_violation
 
 
 def _finite_rows(ref: oracle.Forward, dy: np.ndarray) -> np.ndarray:
@@ -32,18 +33,14 @@ def _finite_rows(ref: oracle.Forward, dy: np.ndarray) -> np.ndarray:
 def _row_check(what: str, why: str, values: np.ndarray, bound: np.ndarray, rows: np.ndarray,
                backend: Backend, inputs: Inputs, ref: oracle.Forward) -> None:
     __tracebackhide__ = True
-    with np.errstate(invalid="ignore"):
-        bad = rows & ~(np.abs(values) <= bound)
-    if not bad.any():
+    worst = worst_violation(values, 0.0, bound, where=rows, match_nonfinite=False)
+    if worst is None:
         return
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.where(bad, np.abs(values) / bound, -1.0)
-    row = int(np.nanargmax(np.where(np.isnan(ratio), np.inf, ratio)))
+    (row,) = worst.index
     case = inputs.case
     raise ConformanceError(
-        f"{backend.name} {case.id} (seed {inputs.seed}): {what} = {values[row]:.6g} in row {row}, but it is exactly 0 "
-        f"for a correct gradient ({why}); |value| > bound {bound[row]:.3g}; {int(bad.sum())} of {int(rows.sum())} "
-        f"rows out of bound\n"
+        f"{backend.name} {case.id} (seed {inputs.seed}): {what} = {worst.value:.6g} in row {row}, but it is exactly 0 "
+        f"for a correct gradient ({why}); |value| > bound {worst.bound:.3g}; {worst.out_of_bound('rows')}\n"
         f"  row {row}: mean {ref.mean[row]:.6g}, sigma {np.sqrt(ref.var[row]):.3g}, eps {case.eps:g}, "
         f"N {ref.x.shape[1]}, dtype {case.dtype}\n"
         f"  inputs: normbench.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); "

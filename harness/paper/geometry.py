@@ -33,12 +33,11 @@ import numpy as np
 from normbench.backend import Backend
 from normbench.cases import Case, rng_for
 from normbench.check import error_model, oracle, sensitivity
-from normbench.check.conformance import ConformanceError
-from normbench.dtypes import UNIT_ROUNDOFF, host_dtype
+from normbench.check.conformance import ConformanceError, host_array
+from normbench.check.worst import worst_violation
+from normbench.dtypes import U64, host_dtype
 from normbench.paper.invariances import SCALES
 from normbench.paper.layer import Layer, make_layer
-
-U64 = UNIT_ROUNDOFF["float64"]
 
 
 def make_dy(case: Case, seed: int) -> np.ndarray:
@@ -64,16 +63,6 @@ class Gradients:
     grads: oracle.Backward
 
 
-def _host(backend: Backend, value, shape) -> np.ndarray:
-    if value is None:
-        raise ConformanceError(f"{backend.name}: layer_norm_backward returned None for a gradient whose parameter "
-                               f"was given; return dweight and dbias when weight and bias are not None")
-    host = np.asarray(backend.to_numpy(value))
-    if host.size != int(np.prod(shape)):
-        raise ConformanceError(f"{backend.name}: layer_norm_backward returned shape {host.shape}, expected {shape}")
-    return np.asarray(host, np.float64).reshape(shape)
-
-
 def gradients(backend: Backend, dtype: str, a: np.ndarray, layer: Layer, dy: np.ndarray, eps: float) -> Gradients:
     """The backend's backward at the summed inputs ``a`` (exact float64) rounded to ``dtype``."""
     ns = layer.normalized_shape
@@ -83,27 +72,24 @@ def gradients(backend: Backend, dtype: str, a: np.ndarray, layer: Layer, dy: np.
     native = [backend.asarray(v) for v in (dy, rounded.reshape(m, *ns), layer.gain, layer.bias)]
     dx, dw, db = backend.layer_norm_backward(native[0], native[1], ns, native[2], native[3], eps)
     backend.synchronize()
+    if dw is None or db is None:
+        raise ConformanceError(f"{backend.name}: layer_norm_backward returned None for a gradient whose parameter "
+                               f"was given; return dweight and dbias when weight and bias are not None")
+    dx, dw, db = (np.asarray(host_array(f"layer_norm_backward's {what}", g, backend, shape, exact_shape=False), np.float64)
+                  for what, g, shape in (("dx", dx, (m, n)), ("dweight", dw, (n,)), ("dbias", db, (n,))))
     ref = oracle.forward(rounded, ns, layer.gain, layer.bias, eps)
     grads = oracle.backward(dy, ref)
     bdx, bdw, bdb = error_model.backward_bounds(dy, ref, grads, dtype)
-    return Gradients(_host(backend, dx, (m, n)), _host(backend, dw, (n,)), _host(backend, db, (n,)),
-                     bdx + sensitivity.dx_perturbation(ref, grads, p), bdw + sensitivity.dweight_perturbation(dy, ref, p),
-                     bdb, bdx, ref, grads)
+    return Gradients(dx, dw, db, bdx + sensitivity.dx_perturbation(ref, grads, p),
+                     bdw + sensitivity.dweight_perturbation(dy, ref, p), bdb, bdx, ref, grads)
 
 
 def _fail_if(what: str, got: np.ndarray, want: np.ndarray, bound: np.ndarray, context: str) -> None:
     __tracebackhide__ = True
-    with np.errstate(invalid="ignore"):
-        err = np.abs(got - want)
-        bad = ~(err <= bound)
-    if bad.any():
-        with np.errstate(invalid="ignore", divide="ignore"):
-            score = np.where(bad, np.where(np.isfinite(err), err / bound, np.inf), -1.0)
-        i = np.unravel_index(int(np.argmax(score)), got.shape)
-        where = ", ".join(map(str, i))
-        raise ConformanceError(f"{context}: {what}[{where}] = {got[i]:.9g}, expected {want[i]:.9g}: |error| "
-                               f"{err[i]:.3g} > bound {bound[i]:.3g} ({score[i]:.3g}x); {int(bad.sum())} of {bad.size} "
-                               f"elements out of bound")
+    worst = worst_violation(got, want, bound, match_nonfinite=False)
+    if worst is not None:
+        raise ConformanceError(f"{context}: {what}[{worst.where}] = {worst.value:.9g}, expected {worst.reference:.9g}: "
+                               f"|error| {worst.error:.3g} {worst.excess()}; {worst.out_of_bound()}")
 
 
 def _context(backend: Backend, case: Case, seed: int) -> str:

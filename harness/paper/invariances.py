@@ -39,6 +39,7 @@ import numpy as np
 from normbench.backend import Backend
 from normbench.cases import Case
 from normbench.check.conformance import ConformanceError
+from normbench.check.worst import ratios, worst_violation
 from normbench.exceptions import InvalidInput
 from normbench.paper.layer import Layer, make_layer
 from normbench.paper.normalizations import BackendRowLayerNorm, LayerNormalizer, Normalized, Normalizer
@@ -167,14 +168,8 @@ class Deviation:
 
     @property
     def ratios(self) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            r = np.where(self.bound > 0, self.change / self.bound, np.where(self.change > 0, np.inf, 0.0))
-        return np.where(np.isnan(r), np.inf, r)
-
-    @property
-    def worst(self) -> tuple[int, int]:
-        """(row, column) of the largest change relative to its bound."""
-        return tuple(int(i) for i in np.unravel_index(int(np.argmax(self.ratios)), self.change.shape))
+        """change / bound per element (``normbench.check.worst.ratios``)."""
+        return ratios(self.change, self.bound)
 
     @property
     def ratio(self) -> float:
@@ -242,7 +237,6 @@ def expected(method: str, key: str) -> str:
 def _explain(key: str, d: Deviation, eps: float, want: str) -> str:
     """Why the instance ``d`` disagrees with the paper's layer-norm cell ``want``."""
     title = TRANSFORMATIONS[key].title.lower()
-    row, col = d.worst
     if not np.isfinite(d.change).all():
         bad = np.argwhere(~np.isfinite(d.change))[0]
         return f"{d.instance.label} gave a non-finite output at y[{bad[0]}, {bad[1]}]"
@@ -251,9 +245,10 @@ def _explain(key: str, d: Deviation, eps: float, want: str) -> str:
                 f"at most {d.ratio:.3g}x the bound (largest change {d.max_change:.3g}); a change of at least {FAR:g}x "
                 f"is required. A normalization whose statistics are not each training case's over the whole layer "
                 f"(batch axis, trailing dims only) is invariant here")
-    text = (f"layer norm is invariant to {title} (Table 1), but {d.instance.label} changed y[{row}, {col}] by "
-            f"{d.change[row, col]:.3g} > bound {d.bound[row, col]:.3g} ({d.ratio:.3g}x); "
-            f"{int((d.ratios > 1).sum())} of {d.change.size} elements out of bound")
+    worst = worst_violation(d.change, 0.0, d.bound, match_nonfinite=False)
+    row = worst.index[0]
+    text = (f"layer norm is invariant to {title} (Table 1), but {d.instance.label} changed y[{worst.where}] by "
+            f"{worst.error:.3g} {worst.excess()}; {worst.out_of_bound()}")
     scale = d.instance.row_scale
     if scale is not None and eps > 0:
         text += (f"; compared with eps/delta^2 on the re-scaled rows, as LN_eps(delta*a) = LN_(eps/delta^2)(a) "

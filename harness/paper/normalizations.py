@@ -23,11 +23,9 @@ import numpy as np
 
 from normbench.backend import Backend
 from normbench.check import error_model, oracle, sensitivity
-from normbench.check.conformance import ConformanceError
-from normbench.dtypes import UNIT_ROUNDOFF, host_dtype
+from normbench.check.conformance import host_array
+from normbench.dtypes import U64, host_dtype
 from normbench.paper.layer import Layer
-
-U64 = UNIT_ROUNDOFF["float64"]
 
 
 @dataclass(frozen=True)
@@ -149,11 +147,7 @@ class BackendRowLayerNorm(RowLayerNorm):
         native = [None if v is None else be.asarray(v) for v in (x_host, gain, bias)]
         y = be.layer_norm(native[0], tuple(normalized_shape), native[1], native[2], eps)
         be.synchronize()
-        host = np.asarray(be.to_numpy(y))
-        if host.shape != x_host.shape:
-            raise ConformanceError(f"{be.name}: layer_norm returned shape {host.shape} for an input of shape "
-                                   f"{x_host.shape}; y must have x's shape")
-        return oracle.rows_view(host, normalized_shape)
+        return oracle.rows_view(host_array("layer_norm's y (x's shape)", y, be, x_host.shape), normalized_shape)
 
     def apply(self, a, normalized_shape, gain, bias, eps, perturbation=None):
         a = np.asarray(a, np.float64)

@@ -34,12 +34,12 @@ import numpy as np
 from normbench.backend import Backend
 from normbench.cases import Case, rng_for
 from normbench.check.conformance import ConformanceError
-from normbench.dtypes import UNIT_ROUNDOFF, host_dtype
+from normbench.check.worst import ratios, worst_violation
+from normbench.dtypes import U64, host_dtype
 from normbench.paper.invariances import FAR
 from normbench.paper.normalizations import BackendRowLayerNorm, RowLayerNorm
 from normbench.paper.propagation import abs_times, checkpoints, ln_jacobian, ln_jacobian_times, propagated_bound
 
-U64 = UNIT_ROUNDOFF["float64"]
 #: time steps, inputs per step, and the recurrent weights' scale (keeps the RNN contracting)
 STEPS = 128
 INPUTS = 16
@@ -236,9 +236,7 @@ class RecurrentResult:
 
     def ratio(self, delta: float) -> float:
         """The normalized network's worst change relative to its bound (<= 1: invariant)."""
-        with np.errstate(invalid="ignore", divide="ignore"):
-            r = self.change[delta] / self.bound[delta]
-        return float(np.nan_to_num(r, nan=np.inf).max())
+        return float(ratios(self.change[delta], self.bound[delta]).max())
 
     def plain_ratio(self, delta: float) -> float:
         """The plain network's largest change relative to the normalized one's largest bound."""
@@ -275,14 +273,13 @@ def check(backend: Backend, case: Case, seed: int, kind: str) -> RecurrentResult
     context = f"{backend.name} {case.id} (seed {seed}): the layer-normalized {KINDS[kind]}"
     for delta in RNN_SCALES:
         change, bound = result.change[delta], result.bound[delta]
-        if result.ratio(delta) > 1:
-            with np.errstate(invalid="ignore", divide="ignore"):
-                c, row, unit = np.unravel_index(int(np.argmax(np.nan_to_num(change / bound, nan=np.inf))), change.shape)
+        worst = worst_violation(change, 0.0, bound, match_nonfinite=False)
+        if worst is not None:
+            c, row, unit = worst.index
             raise ConformanceError(
                 f"{context} with {delta:g}*W_h, {delta:g}*W_x and with W_h, W_x (eps {case.eps:g}, eps/delta^2 where "
                 f"delta scales the input) must have the same hidden states (paper §3.1), but at step "
-                f"{result.at[c] + 1} h[{row}, {unit}] differs by {change[c, row, unit]:.3g} > bound "
-                f"{bound[c, row, unit]:.3g} ({result.ratio(delta):.3g}x)")
+                f"{result.at[c] + 1} h[{row}, {unit}] differs by {worst.error:.3g} {worst.excess()}")
         if result.plain_ratio(delta) < FAR:
             raise ConformanceError(
                 f"{context}: the same network without normalization changed by at most "

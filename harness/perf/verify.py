@@ -95,7 +95,7 @@ class Verifier:
     def _host(self, outputs: Any) -> list[np.ndarray | None]:
         """Outputs as host arrays (y; dx, dweight, dbias), their shapes and dtypes checked."""
         case, backend = self.reference.case, self.backend
-        check = conformance._check_array  # shape and dtype, with a readable message
+        check = conformance.host_array  # shape and dtype, with a readable message
         if self.direction == "forward":
             return [check("y", outputs, backend, case.shape, case.dtype)]
         y, grads = (None, outputs) if self.direction == "backward" else outputs
@@ -103,7 +103,7 @@ class Verifier:
         dx, dw, db = grads
         host.append(check("dx", dx, backend, case.shape, case.dtype))
         given = self.reference.inputs
-        return host + [conformance._check_gradient(what, g, p, backend, case, case.normalized_shape, case.params)
+        return host + [conformance.check_gradient(what, g, p, backend, case, case.normalized_shape, case.params)
                        for what, g, p in (("dweight", dw, given.weight), ("dbias", db, given.bias))]
 
     def _compare(self, what: str, got: np.ndarray | None, want: np.ndarray, bound: np.ndarray) -> None:
