@@ -24,11 +24,6 @@ from normbench.registry import ALL, get_registry
 from normbench.suites import DIRECTORY as SUITES_DIRECTORY
 
 
-def _table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     registry = get_registry()
     rows = [["name", "provided by", "library", "available", "dtypes", "device", "backward"]]
@@ -51,7 +46,9 @@ def cmd_list(args: argparse.Namespace) -> int:
                 status = f"no: {exc}"
         rows.append([name, plugin.provider, cls.library_version() or "-", status, ",".join(cls.dtypes), device,
                      "yes" if cls.has_backward else "no"])
-    print(_table(rows))
+    from normbench.report.text import table
+
+    print(table(rows))
     for message in problems:
         print(f"problem: {message}")
     return 0
@@ -219,10 +216,12 @@ def _save_table1(args: argparse.Namespace, document: dict) -> None:
     import json
     from pathlib import Path
 
+    from normbench.files import write_atomic
+
     path = Path(args.save) / "table1.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
+        write_atomic(path, json.dumps(document, indent=1, allow_nan=False) + "\n")
     except (OSError, ValueError) as exc:
         raise NormbenchError(f"--save={args.save}: cannot write {path}: {exc}") from None
     print(f"\nsaved: {path} (normbench report {args.save} shows it)")

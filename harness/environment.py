@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from normbench import __version__, provenance
+from normbench.files import write_atomic
 from normbench.machine import cpu_model, cpu_threads, last_level_cache
 
 ENVIRONMENT = "normbench.environment"
@@ -113,7 +114,4 @@ def write_environment(folder: str | os.PathLike, env: dict[str, Any]) -> Path:
         merged["ceilings"] = {**old.get("ceilings", {}), **env.get("ceilings", {})}
         if old.get("command") and old.get("command") != env.get("command"):
             merged["sessions"] = list(dict.fromkeys([*old.get("sessions", []), env["command"]]))
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(merged, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_atomic(path, json.dumps(merged, indent=1, default=str) + "\n")

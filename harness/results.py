@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from normbench.exceptions import NormbenchError
+from normbench.files import write_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -168,14 +169,18 @@ def _json_value(v: Any) -> Any:
     return v
 
 
-def _records(df: pd.DataFrame) -> list[dict[str, Any]]:
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """``df``'s rows as JSON-ready dicts: NumPy scalars as Python values, NaN and infinities as None.
+
+    >>> import pandas as pd
+    >>> records(pd.DataFrame({"gbps": [2.5, float("nan")], "n": [10, 3]}))
+    [{'gbps': 2.5, 'n': 10}, {'gbps': None, 'n': 3}]
+    """
     return [{k: _json_value(v) for k, v in r.items()} for r in df.to_dict("records")]
 
 
 def _write_json(path: Path, document: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(document, indent=1, allow_nan=False) + "\n")
-    os.replace(tmp, path)  # never a half-written file
+    write_atomic(path, json.dumps(document, indent=1, allow_nan=False) + "\n")  # never a half-written file
 
 
 def save(folder: str | os.PathLike, df: pd.DataFrame, schema: str = THROUGHPUT,
@@ -185,9 +190,9 @@ def save(folder: str | os.PathLike, df: pd.DataFrame, schema: str = THROUGHPUT,
     folder.mkdir(parents=True, exist_ok=True)
     df = _coerce(df, SCHEMAS[schema])
     csv_path, json_path = folder / f"{FILES[schema]}.csv", folder / f"{FILES[schema]}.json"
-    df.to_csv(csv_path, index=False)
+    write_atomic(csv_path, df.to_csv(index=False))
     _write_json(json_path, {"schema": schema, "schema_version": SCHEMA_VERSION, **(extra or {}),
-                            "columns": {c.name: c.doc for c in SCHEMAS[schema]}, "rows": _records(df)})
+                            "columns": {c.name: c.doc for c in SCHEMAS[schema]}, "rows": records(df)})
     return csv_path, json_path
 
 
@@ -206,12 +211,12 @@ class ResultsWriter:
         self.json_path = self.folder / f"{FILES[schema]}.json"
         self.rows: list[dict[str, Any]] = []
         if self.json_path.exists() or self.csv_path.exists():
-            self.rows = _records(load(self.folder, schema))
+            self.rows = records(load(self.folder, schema))
 
     def add(self, row: dict[str, Any]) -> None:
         df = frame([row], self.schema)
         df.to_csv(self.csv_path, mode="a", header=not self.csv_path.exists(), index=False)
-        self.rows += _records(df)
+        self.rows += records(df)
         _write_json(self.json_path, {"schema": self.schema, "schema_version": SCHEMA_VERSION,
                                      "columns": {c.name: c.doc for c in SCHEMAS[self.schema]}, "rows": self.rows})
 

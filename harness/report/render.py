@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from normbench import __version__
+from normbench.files import write_atomic
 from normbench.report import shape, svg
 from normbench.report.sources import ResultSet, load_result_sets
 from normbench.results import ResultsError
@@ -34,9 +35,9 @@ def _environment() -> Any:
 
 
 def _embedded(sets: list[ResultSet]) -> list[dict[str, Any]]:
-    from normbench.results import _records
+    from normbench.results import records
 
-    return [{"label": rs.label, "throughput": _records(rs.throughput[list(EMBEDDED_COLUMNS)]),
+    return [{"label": rs.label, "throughput": records(rs.throughput[list(EMBEDDED_COLUMNS)]),
              "conformance_counts": rs.conformance.groupby(["backend", "outcome"]).size().reset_index(name="n")
              .to_dict("records")} for rs in sets]
 
@@ -71,9 +72,7 @@ def write_report(sources: list[str | os.PathLike], out: str | os.PathLike, basel
     path = Path(out)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(html, encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, html)
     except OSError as exc:
         raise ResultsError(f"cannot write the report to {path}: {exc}") from None
     return path

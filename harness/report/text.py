@@ -1,4 +1,4 @@
-"""Short text summaries of throughput results: a progress line per case and a table per run.
+"""Plain-text output: a table of rows, and throughput summaries (a progress line per case, a table per run).
 
 >>> row = {"backend": "numpy", "direction": "forward", "dtype": "float32", "shape": "64x256", "verdict": "ok",
 ...        "gbps": 2.5, "pct_of_ceiling": 12.5, "ceiling_gbps": 20.0, "n": 10, "rel_spread": 0.04,
@@ -31,7 +31,15 @@ def progress_line(row: dict[str, Any], index: int, total: int) -> str:
             f"(median {_seconds(row['median_s'])}, n={row['n']}, IQR {100 * row['rel_spread']:.0f}%{wide})")
 
 
-def _text_table(rows: list[list[str]]) -> str:
+def table(rows: list[list[str]]) -> str:
+    """Rows of cells (the first one the header) as plain text: each column padded to its
+    widest cell, two spaces between columns, no trailing spaces.
+
+    >>> print(table([["backend", "ok"], ["numpy", "yes"], ["torch", "no: not installed"]]))
+    backend  ok
+    numpy    yes
+    torch    no: not installed
+    """
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -47,7 +55,7 @@ def throughput_table(rows: Any) -> str:
     if df.empty:
         return "no throughput case ran"
     order = {d: i for i, d in enumerate(DIRECTIONS)}
-    table = [["backend", "direction", "dtype", "ok", "GB/s median (range)", "% of ceiling (range)", "wide", "not ok"]]
+    cells = [["backend", "direction", "dtype", "ok", "GB/s median (range)", "% of ceiling (range)", "wide", "not ok"]]
     keys = sorted(df.groupby(["backend", "direction", "dtype"]).groups, key=lambda k: (k[0], order.get(k[1], 9), k[2]))
     for backend, direction, dtype in keys:
         part = df[(df.backend == backend) & (df.direction == direction) & (df.dtype == dtype)]
@@ -58,9 +66,9 @@ def throughput_table(rows: Any) -> str:
         else:
             speed = f"{ok.gbps.median():.3g} ({ok.gbps.min():.3g}-{ok.gbps.max():.3g})"
             pct = f"{ok.pct_of_ceiling.median():.1f} ({ok.pct_of_ceiling.min():.1f}-{ok.pct_of_ceiling.max():.1f})"
-        table.append([backend, direction, dtype, f"{len(ok)}/{len(part)}", speed, pct,
+        cells.append([backend, direction, dtype, f"{len(ok)}/{len(part)}", speed, pct,
                       str(int(ok.wide_spread.sum())), bad or "-"])
-    return _text_table(table)
+    return table(cells)
 
 
 def ceiling_lines(ceilings: Iterable[Any]) -> list[str]:
