@@ -64,6 +64,18 @@ def test_user_arrays_are_validated():
     assert inputs.case.affine == "w" and inputs.case.dtype == "float32"
 
 
+def test_case_lists_is_the_one_registry():
+    """Every module-level list of cases is in CASE_LISTS under its own name (so ALL_FAMILIES and
+    the report's family lookup see it), and every list the report maps a suite to is one of them."""
+    from normbench.report.shape import SUITE_CASES
+
+    lists = {name: value for name, value in vars(cases).items()
+             if isinstance(value, list) and value and all(isinstance(c, cases.Case) for c in value)}
+    assert {n: id(v) for n, v in lists.items()} == {n: id(v) for n, v in cases.CASE_LISTS.items()}
+    assert {name for names in SUITE_CASES.values() for name in names} <= set(cases.CASE_LISTS)
+    assert cases.ALL_FAMILIES == tuple(dict.fromkeys(c.family for v in cases.CASE_LISTS.values() for c in v))
+
+
 def test_backward_cases_cover_what_the_gradient_bugs_need():
     bw = cases.BACKWARD_CASES
     ids = [c.id for c in bw]

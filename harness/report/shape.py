@@ -143,15 +143,14 @@ SUITE_CASES: dict[str, tuple[str, ...]] = {
 
 
 def _family_lookup() -> dict[tuple[str, str], str]:
-    """(suite, case id) -> family from the case lists of :mod:`normbench.cases` (``""`` suite: any list).
+    """(suite, case id) -> family from the case lists of :data:`normbench.cases.CASE_LISTS` (``""`` suite:
+    any list).
 
     Ids from another normbench version that no list knows fall back to the test's name.
     """
-    from normbench import cases
+    from normbench.cases import CASE_LISTS as lists
 
     found: dict[tuple[str, str], str] = {}
-    lists = {name: value for name, value in vars(cases).items()
-             if isinstance(value, (list, tuple)) and value and all(isinstance(c, cases.Case) for c in value)}
     for value in lists.values():
         found.update({("", c.id): c.family for c in value})
     for suite, names in SUITE_CASES.items():
