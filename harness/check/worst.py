@@ -36,6 +36,21 @@ def ratios(error, bound) -> np.ndarray:
     return np.where(np.isfinite(error), r, np.inf)
 
 
+def multiple(ratio: float) -> str:
+    """A ratio to a bound as ``"5x"``, with enough digits that one just above 1 never
+    reads as 1 (a failure at 1.002x the bound says 1.002x, not 1x).
+
+    >>> multiple(5.0), multiple(1.002), multiple(1.0000004), multiple(2.5e6), multiple(0.4)
+    ('5x', '1.002x', '1.0000004x', '2.5e+06x', '0.4x')
+    """
+    text = f"{ratio:.3g}"
+    digits = 3
+    while ratio > 1 and float(text) <= 1 and digits < 17:
+        digits += 1
+        text = f"{ratio:.{digits}g}"
+    return f"{text}x"
+
+
 @dataclass(frozen=True)
 class Worst:
     """The worst element of a comparison: its index, value, reference and bound, and
@@ -65,7 +80,7 @@ class Worst:
 
     def excess(self) -> str:
         """``"> bound 0.1 (5x)"``: the bound and the error's multiple of it."""
-        return f"> bound {self.bound:.3g} ({self.ratio:.3g}x)"
+        return f"> bound {self.bound:.3g} ({multiple(self.ratio)})"
 
     def out_of_bound(self, noun: str = "elements") -> str:
         """``"1 of 3 elements out of bound"``."""

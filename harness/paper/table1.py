@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from normbench import cases
+from normbench.check.worst import multiple
 from normbench.paper import invariances, recurrent
 from normbench.paper.invariances import FAR, METHOD_TITLES, METHODS, TRANSFORMATIONS, Deviation
 from normbench.paper.layer import INPUT_DIM, make_layer
@@ -116,7 +117,7 @@ def render_table(cells: dict[tuple[str, str], Cell], rows: dict[str, Row], seed:
     out.append(f"All {len(cells)} cells agree with the paper." if not bad else
                f"{len(bad)} of {len(cells)} cells DISAGREE with the paper: " + "; ".join(
                    f"{METHOD_TITLES[c.method]} / {TRANSFORMATIONS[c.key].title}: paper {c.paper}, measured {c.verdict} "
-                   f"({c.ratio:.3g}x the bound)" for c in bad))
+                   f"({multiple(c.ratio)} the bound)" for c in bad))
     return "\n".join(out)
 
 
