@@ -58,8 +58,9 @@ def _line(part: pd.DataFrame, backend: str, label: str) -> Line:
                                  for r in rows.itertuples()])
 
 
-def _panel_table(part: pd.DataFrame) -> dict[str, Any]:
-    """Shapes as columns, (backend, result set) as rows, cells 'GB/s (pct%)'."""
+def _panel_table(part: pd.DataFrame, entries: list, families: dict[tuple[str, str], str]) -> dict[str, Any]:
+    """Shapes as columns, (backend, result set) as rows, cells 'GB/s (pct%)' (a row that is not a speed:
+    its verdict, class "xfail" when it is a declared known deviation, else "bad")."""
     shapes = [s for _, s in sorted({(int(h), s) for h, s in zip(part.hidden, part["shape"])})]
     body = []
     for (label, backend), group in part.groupby(["result_set", "backend"], sort=True):
@@ -70,7 +71,7 @@ def _panel_table(part: pd.DataFrame) -> dict[str, Any]:
             if r is None:
                 cells.append(("-", ""))
             elif r.verdict != "ok":
-                cells.append((r.verdict, "bad"))
+                cells.append((r.verdict, "xfail" if known_deviation(r, entries, families) else "bad"))
             else:
                 cells.append((f"{r.gbps:.3g} ({r.pct_of_ceiling:.0f}%)", "wide" if r.wide_spread else ""))
         body.append({"backend": backend, "result_set": label, "cells": cells})
@@ -86,6 +87,7 @@ def throughput_panels(sets: list[ResultSet]) -> list[Panel]:
         return []
     df = pd.concat(frames, ignore_index=True)
     order = {d: i for i, d in enumerate(DIRECTIONS)}
+    entries, families = _deviation_entries(), _family_lookup()
     panels = []
     keys = sorted(set(zip(df.direction, df.dtype)), key=lambda k: (order.get(k[0], 9), k[0], k[1]))
     for direction, dtype in keys:
@@ -96,7 +98,7 @@ def throughput_panels(sets: list[ResultSet]) -> list[Panel]:
         ceilings = [(label, float(g.ceiling_gbps.median())) for label, g in part.groupby("result_set", sort=False)
                     if g.ceiling_gbps.notna().any()]
         panels.append(Panel(direction, dtype, BYTE_MODELS.get(direction, direction), lines, ceilings,
-                            _panel_table(part)))
+                            _panel_table(part, entries, families)))
     return panels
 
 
@@ -126,13 +128,46 @@ def speedups(rs: ResultSet, baseline: str) -> dict[str, Any]:
 
 
 def throughput_problems(rs: ResultSet) -> dict[str, Any]:
-    """Rows that are not a speed (wrong, above ceiling, error) and backends with no correct row at all."""
+    """Rows that are not a speed (wrong, above ceiling, error) and backends with no correct row at all.
+
+    A row whose failure is a declared known deviation says so: ``known`` is "known deviation: reason"
+    (:func:`known_deviation`), else "".
+    """
     df = rs.throughput
     bad = df[df.verdict != "ok"]
     only_errors = sorted(set(df.backend) - set(_ok(df).backend))
+    entries, families = _deviation_entries(), _family_lookup()
     listed = [{"backend": r.backend, "case": f"{r.direction} {r.dtype} {r.shape}", "verdict": r.verdict,
-               "message": r.message} for r in bad.head(MAX_LISTED).itertuples()]
+               "message": r.message, "known": known_deviation(r, entries, families)}
+              for r in bad.head(MAX_LISTED).itertuples()]
     return {"rows": listed, "more": max(len(bad) - MAX_LISTED, 0), "only_errors": only_errors}
+
+
+def _deviation_entries() -> list:
+    """The known deviations shipped with the suites (``suites/known_deviations.txt``)."""
+    from normbench import deviations
+
+    return deviations.load()
+
+
+def known_deviation(row: Any, entries: list, families: dict[tuple[str, str], str] | None = None) -> str:
+    """``known deviation: reason`` when a declared entry explains this not-a-speed throughput row, else "".
+
+    The throughput suite fails such a test with "verdict: message" and the pytest plugin turns it into
+    an xfailed known deviation when an entry matches the backend, device, test id
+    (``test_throughput[backend-case-direction]``) and that message; the run's rows do not keep the
+    outcome, so the same match is made here, with the entries of ``suites/known_deviations.txt``.
+    Entries a backend declares in its class or a run gave with ``--normbench-deviations`` are not seen.
+    """
+    from normbench import deviations
+
+    if row.verdict == "ok" or not entries:
+        return ""
+    family = (families if families is not None else _family_lookup()).get(("", row.case_id), "")
+    subject = deviations.Subject(row.backend, row.device, f"test_throughput[{row.backend}-{row.case_id}-{row.direction}]",
+                                 row.case_id, family)
+    found = deviations.find(entries, subject, f"{row.verdict}: {row.message}", check_failure=False)
+    return f"known deviation: {found.reason}" if found else ""
 
 
 #: the case lists each suite draws from, preferred when a case id appears in several lists
@@ -160,21 +195,31 @@ def _family_lookup() -> dict[tuple[str, str], str]:
 
 
 def conformance_matrix(rs: ResultSet) -> dict[str, Any]:
-    """Backend x (suite, family): counts per outcome, and a cell class (pass, fail, xfail, skip, none)."""
+    """(suite, family) x backend: counts per outcome, and a cell class (pass, fail, xfail, skip, none).
+
+    Families are the rows and backends the columns: a full run has some two dozen (suite, family)
+    pairs and a handful of backends, so the table grows down the page and stays as wide as a few
+    backends, on a screen and in print. ``rows`` are ``{"suite", "span", "family", "cells"}`` (``span``: rows of the suite,
+    on its first row only, else 0); ``total`` is one cell per backend over every suite.
+    """
     df = rs.conformance
     if df.empty:
-        return {"columns": [], "rows": []}
+        return {"backends": [], "total": [], "rows": []}
     families = _family_lookup()
     df = df.assign(family=[families.get((s, c)) or families.get(("", c), t)
                             for s, c, t in zip(df.suite, df.case, df.test)])
-    columns = sorted(set(zip(df.suite, df.family)))
+    backends = sorted(set(df.backend))
+    counts = {key: Counter(g.outcome) for key, g in df.groupby(["suite", "family", "backend"])}
+    suite_order = {suite: i for i, suite in enumerate(SUITE_CASES)}  # forward, backward, invariances, others
+    keys = sorted(set(zip(df.suite, df.family)), key=lambda k: (suite_order.get(k[0], len(suite_order)), k))
     rows = []
-    for backend, group in df.groupby("backend", sort=True):
-        counts = {key: Counter(g.outcome) for key, g in group.groupby(["suite", "family"])}
-        cells = [_cell(counts.get(key, Counter())) for key in columns]
-        total = Counter(group.outcome)
-        rows.append({"backend": backend, "cells": cells, "total": _cell(total)})
-    return {"columns": columns, "rows": rows}
+    for i, (suite, family) in enumerate(keys):
+        first = i == 0 or keys[i - 1][0] != suite
+        rows.append({"suite": suite.removeprefix("test_").removesuffix(".py"), "family": family,
+                     "span": sum(1 for k in keys if k[0] == suite) if first else 0,
+                     "cells": [_cell(counts.get((suite, family, b), Counter())) for b in backends]})
+    total = [_cell(Counter(df[df.backend == b].outcome)) for b in backends]
+    return {"backends": backends, "total": total, "rows": rows}
 
 
 def _cell(c: Counter) -> dict[str, Any]:
@@ -217,7 +262,10 @@ def environment_items(rs: ResultSet) -> list[tuple[str, str]]:
     items = [("run", env.get("run_id", "")), ("host", env.get("host", "")), ("started", env.get("started", "")),
              ("command", env.get("command", "")), ("devices measured", ", ".join(devices)),
              ("CPU", env.get("cpu_model", "")), ("GPUs", gpus), ("ceiling (measured copy bandwidth)", "; ".join(ceilings)),
-             ("backends", ", ".join(backends)), ("seed", ", ".join(map(str, seeds))),
+             ("backends", ", ".join(backends)),
+             ("not timed", "; ".join(f"{k}: {v}" for k, v in (env.get("not_timed") or {}).items())),
+             ("backends skipped", "; ".join(f"{k}: {v}" for k, v in (env.get("skipped_backends") or {}).items())),
+             ("seed", ", ".join(map(str, seeds))),
              ("normbench", f"{env.get('normbench', '')} {env.get('git_commit', '')}".strip()),
              ("python", env.get("python", "")), ("platform", env.get("platform", "")), ("libraries", libraries),
              ("threads", ", ".join(f"{k}={v}" for k, v in env.get("threads", {}).items()))]
@@ -230,8 +278,40 @@ def byte_models(sets: list[ResultSet]) -> list[tuple[str, str, str]]:
     return [(d, BYTE_MODELS[d], BYTE_MODEL_FORMULAS[BYTE_MODELS[d]]) for d in DIRECTIONS if d in measured]
 
 
+def _apart(part: pd.DataFrame, fast: str, slow: str) -> tuple[int, int]:
+    """(shapes where ``fast``'s interquartile range of times lies wholly below ``slow``'s, shapes both
+    measured): apart means ``fast``'s q3 time is below ``slow``'s q1 time, the noise cannot swap them."""
+    a = part[part.backend == fast].drop_duplicates("shape", keep="last").set_index("shape")
+    b = part[part.backend == slow].drop_duplicates("shape", keep="last").set_index("shape")
+    shared = a.index.intersection(b.index)
+    return int((a.q3_s[shared] < b.q1_s[shared]).sum()), len(shared)
+
+
+def _clearly_faster(part: pd.DataFrame, fast: str, slow: str) -> bool:
+    """Apart on every shape both measured (and they share one)."""
+    apart, shared = _apart(part, fast, slow)
+    return shared > 0 and apart == shared
+
+
+def _trust(conf: pd.DataFrame, backend: str) -> tuple[str, bool]:
+    mine = conf[conf.backend == backend]
+    bad = int(mine.outcome.isin(["failed", "error", "xpassed"]).sum())
+    text = ("not checked in this set" if mine.empty else f"{bad} conformance failures" if bad else
+            f"conformance passed ({int((mine.outcome == 'passed').sum())} tests, "
+            f"{int((mine.outcome == 'xfailed').sum())} known deviations)")
+    return text, not mine.empty and not bad
+
+
 def at_a_glance(rs: ResultSet) -> list[dict[str, Any]]:
-    """Per direction x dtype: the fastest backend (median GB/s over shapes) and whether its conformance passed."""
+    """Per direction x dtype: the fastest backend, when it is faster beyond the noise, and whether its
+    conformance passed.
+
+    Backends are ranked by their median GB/s over shapes. The best is named (``clear_winner``) only when, on
+    every shape it shares with each other backend, its interquartile range of times lies wholly below
+    the other's (:func:`_apart`); otherwise ``clear_winner`` is False and ``tied`` names the best and the
+    backends it is not apart from: no clear winner. Medians with wide spreads (IQR above 10 %) make
+    overlapping ranges, so a run's noise cannot name a winner that the next run would swap.
+    """
     ok = _ok(rs.throughput)
     conf = rs.conformance
     order = {d: i for i, d in enumerate(DIRECTIONS)}
@@ -239,14 +319,16 @@ def at_a_glance(rs: ResultSet) -> list[dict[str, Any]]:
     for (direction, dtype), part in sorted(ok.groupby(["direction", "dtype"]), key=lambda k: (order.get(k[0][0], 9), k[0])):
         medians = part.groupby("backend").gbps.median().sort_values(ascending=False)
         best = str(medians.index[0])
-        mine = conf[conf.backend == best]
-        bad = int(mine.outcome.isin(["failed", "error", "xpassed"]).sum())
-        trust = ("not checked in this set" if mine.empty else f"{bad} conformance failures" if bad else
-                 f"conformance passed ({int((mine.outcome == 'passed').sum())} tests, "
-                 f"{int((mine.outcome == 'xfailed').sum())} known deviations)")
+        others = [str(b) for b in medians.index[1:]]
+        tied = [b for b in others if not _clearly_faster(part, best, b)]
+        named = [best, *tied]
+        trusts = [_trust(conf, b) for b in named]
+        trust = trusts[0][0] if len(named) == 1 else "; ".join(f"{b}: {t}" for b, (t, _) in zip(named, trusts))
+        apart, shared = _apart(part, best, others[0]) if others else (0, 0)
         pct = part[part.backend == best].pct_of_ceiling.median()
         out.append({"direction": direction, "dtype": dtype, "best": best, "gbps": float(medians.iloc[0]),
-                    "pct": float(pct), "runner_up": str(medians.index[1]) if len(medians) > 1 else "",
-                    "ratio": float(medians.iloc[0] / medians.iloc[1]) if len(medians) > 1 else None,
-                    "trust": trust, "trusted": not mine.empty and not bad})
+                    "pct": float(pct), "runner_up": others[0] if others else "",
+                    "ratio": float(medians.iloc[0] / medians.iloc[1]) if others else None,
+                    "clear_winner": not tied, "tied": named if tied else [], "apart": apart, "shared": shared,
+                    "trust": trust, "trusted": all(ok_ for _, ok_ in trusts)})
     return out
