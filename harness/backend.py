@@ -9,9 +9,10 @@ reporting belong to the harness, so a backend stays a page of code.
 Required: ``name``, :meth:`asarray`, :meth:`to_numpy`, :meth:`layer_norm`.
 Optional: :meth:`layer_norm_backward` (set ``has_backward = False`` if absent),
 :meth:`layer_norm_statistics`, :meth:`synchronize`, :meth:`warmup`,
-:meth:`availability`, :meth:`library_version`, the ``device`` and
-``max_elements`` attributes, and ``known_deviations`` (failures it is known to have,
-with the reasons).
+:meth:`availability`, :meth:`library_version`, the ``device``, ``max_elements``
+and ``timing_note`` attributes, and ``known_deviations`` (failures it is known to have,
+with the reasons). :func:`device_label` writes a ``device`` string in the form
+normbench shows and records everywhere.
 
 Example, a complete backend (register it in your ``pyproject.toml`` under
 ``[project.entry-points."normbench.backends"]`` as ``mine = "my_pkg:Mine"``)::
@@ -52,6 +53,21 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from normbench.dtypes import DTYPES
+
+
+def device_label(kind: str, index: int | None = None, name: str = "") -> str:
+    """A backend's ``device`` in the one form normbench shows and records: ``"cpu"`` for the
+    host CPU (one ceiling and one sweep, however the framework numbers it), and kind, index
+    and model for an accelerator, ``"cuda:0 (NVIDIA H100 80GB HBM3)"``.
+
+    >>> device_label("cpu", 0, "cpu"), device_label("cuda", 1, "NVIDIA H200"), device_label("cuda")
+    ('cpu', 'cuda:1 (NVIDIA H200)', 'cuda')
+    """
+    kind = kind.strip().lower()
+    if kind == "cpu":
+        return "cpu"
+    where = kind if index is None else f"{kind}:{index}"
+    return f"{where} ({name})" if name else where
 
 
 @dataclass(frozen=True)
@@ -102,12 +118,20 @@ class Backend(abc.ABC):
     install_hint: ClassVar[str] = ""
     #: where it can compute, for ``normbench list`` before it is created (e.g. "cuda or cpu")
     devices: ClassVar[str] = "cpu"
-    #: where this instance computes; set in ``__init__`` once known (e.g. "cuda:0 (NVIDIA H100)")
+    #: where this instance computes; set in ``__init__`` once known, with :func:`device_label`
+    #: (``"cpu"``, ``"cuda:0 (NVIDIA H100)"``): ``normbench list --probe``, the run's header and the
+    #: results all show this string
     device: str = "cpu"
     #: the most elements (rows x hidden) of one case this instance can afford where it runs;
     #: larger cases are skipped with a reason naming this attribute. None: no limit. Set it in
     #: ``__init__`` when it depends on the device (the Triton backend caps its CPU interpreter).
     max_elements: int | None = None
+    #: why this instance's timings would mean nothing where it runs, or None (they mean something).
+    #: Set it in ``__init__`` when it depends on the device, e.g. the Triton backend under its CPU
+    #: interpreter: "Triton interpreter on CPU: timings are meaningless". The conformance suites
+    #: run as usual; the throughput suite skips every case of this backend with this reason, and
+    #: ``normbench run`` names it, with the reason, in its header, its summary and the report.
+    timing_note: str | None = None
     #: failures this backend is known to have, each with the reason: ``{"test pattern": "reason"}``
     #: or ``{"test pattern | message regex": "reason"}``; a test pattern is a glob over the test id
     #: (with or without the backend's name), the case id or the case family. They are reported as

@@ -6,9 +6,12 @@
     normbench run [--impl all]        the main job: every suite on every available backend,
                                       results in reports/<run-id>/ (with report.html), and a summary
     normbench table1 [--impl NAME]    the paper's Table 1 (and §3.1) measured, beside the paper's
-    normbench report RESULTS... [-o report.html]   the HTML report of one or more runs
+    normbench report RESULTS... [-o FILE]   the HTML report of one or more runs (default: into the first run's folder)
 
 Every user error prints one line ``normbench: error: ...`` with the fix and exits 2.
+Slow steps (creating a backend imports its framework) print a progress line to stderr
+first; ``normbench run`` prints what it will do (backends, suites, seeds, folder, how many
+tests and cases, what is skipped and why) before it starts.
 """
 
 from __future__ import annotations
@@ -20,8 +23,13 @@ from collections.abc import Sequence
 
 from normbench import __version__, options
 from normbench.exceptions import NormbenchError, UnknownBackend
-from normbench.registry import ALL, get_registry
+from normbench.registry import ALL, describe, get_registry
 from normbench.suites import DIRECTORY as SUITES_DIRECTORY
+
+
+def progress(message: str) -> None:
+    """One line on stderr, at once: what a slow step is doing (stdout keeps the results)."""
+    print(f"normbench: {message}", file=sys.stderr, flush=True)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -40,6 +48,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         device = cls.devices
         status = "yes" if available else f"no: {available.reason}"
         if args.probe and available:
+            progress(f"probing {name} (creating it imports its framework)...")
             try:
                 device = registry.create(name).device
             except NormbenchError as exc:
@@ -61,10 +70,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     normalized = args.normalized_shape or args.shape[-1:]
     case = cases.Case("check", args.shape, normalized, args.dtype, args.dist, args.eps, args.affine,
                       args.param_dtype, args.layout)
+    progress(f"creating backend {args.impl} (imports its framework)...")
     backend = get_registry().select(args.impl).backends[0]
     reason = conformance.skip_reason(backend, case)
     if reason:
         raise NormbenchError(f"cannot check {case.id}: {reason}")
+    progress(f"checking {case.id} (seed {args.seed}) on {describe(backend)} against the float64 oracle...")
     try:
         conformance.check_forward(backend, cases.make_inputs(case, args.seed))
     except conformance.ConformanceError as exc:
@@ -74,10 +85,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
+def _pytest_args(args: argparse.Namespace, extra: Sequence[str], workers: bool = True) -> list[str]:
     out = [str(SUITES_DIRECTORY), "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning",
            *_selection_args(args)]
-    if args.workers != "0":
+    if workers and args.workers != "0":
         out += ["-n", args.workers]
     return out + list(extra)
 
@@ -93,12 +104,19 @@ def cmd_test(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return int(pytest.main(_pytest_args(args, extra)))
 
 
+def _conformance_args(args: argparse.Namespace, extra: Sequence[str], workers: bool = True) -> list[str]:
+    """pytest arguments for the conformance suites: every suite file but the throughput one."""
+    ignore = f"--ignore={SUITES_DIRECTORY / 'test_throughput.py'}"
+    return _pytest_args(args, ["-q", "--no-header", ignore, *extra], workers)
+
+
 def _throughput_args(args: argparse.Namespace, run_id: str) -> list[str]:
-    """pytest arguments for the throughput suite: one process, the run's folder, the filters."""
+    """pytest arguments for the throughput suite: one process, the run's folder, the filters; quiet,
+    so that its progress lines are all it writes per case (no ``[ nn%]``: the classic console style)."""
     out = [str(SUITES_DIRECTORY / "test_throughput.py"), "-p", "no:cacheprovider", "-W",
            "ignore::pytest.PytestAssertRewriteWarning", *_selection_args(args), "-n", "0",
            f"--normbench-out={args.out}", f"--normbench-run-id={run_id}", f"--normbench-cache={args.cache}",
-           "-q", "--no-header", "--benchmark-quiet"]
+           "-q", "--no-header", "--benchmark-quiet", "-o", "console_output_style=classic"]
     for name in ("direction", "dtype", "shape"):
         value = getattr(args, name)
         if value:
@@ -112,28 +130,85 @@ def _exit_code(codes: list[int]) -> int:
     return failing[0] if failing else (5 if codes and all(c == 5 for c in codes) else 0)
 
 
+def _skipped_lines(selection) -> list[str]:
+    """The backends left out (with the reason) and those not timed (with their timing_note)."""
+    lines = [f"skipped: {name}: {reason}" for name, reason in selection.skipped]
+    return lines + [f"not timed: {b.name}: {b.timing_note} (the conformance suites ran on it)"
+                    for b in selection.backends if b.timing_note]
+
+
+def _header(args: argparse.Namespace, run_id: str, folder, extra: Sequence[str]):
+    """Print what the run will do before it does it, and return the backends (a Selection):
+    folder, seeds, each backend as it is created (version and device), the skipped ones and why,
+    and how many conformance tests and throughput cases the suites collect."""
+    from normbench.runner import collect
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    say(f"normbench run {run_id}")
+    say(f"  output:      {folder}/" + (" (report.html too)" if args.report else ""))
+    say(f"  seeds:       {options.format_seeds(args.seed)}" + (" (throughput: the first)" if len(args.seed) > 1 else ""))
+    say(f"  suites:      {', '.join(args.suites)}")
+    say(f"  backends:    --impl={args.impl or ALL}, creating each (imports its framework)...")
+
+    shown = set()
+
+    def created(name: str, result) -> None:
+        shown.add(name)
+        if isinstance(result, str):
+            say(f"    {name}: skipped: {result}")
+        else:
+            say(f"    {describe(result)}" + (f"; not timed: {result.timing_note}" if result.timing_note else ""))
+
+    selection = get_registry().select(args.impl or ALL, progress=created)
+    for name, reason in selection.skipped:
+        if name not in shown:  # a plugin problem, found before any backend was created
+            say(f"    {name}: skipped: {reason}")
+    for message in selection.warnings:
+        say(f"  warning: {message}")
+    if "conformance" in args.suites:
+        found = collect(_conformance_args(args, extra, workers=False), selection)
+        skips = f", {sum(found.skips.values())} more collected to skip (the summary says why)" if found.skips else ""
+        workers = "one process" if args.workers == "0" else f"-n {args.workers}"
+        say(f"  conformance: {found.runs} tests{skips}; {workers}")
+    if "throughput" in args.suites:
+        found = collect(_throughput_args(args, run_id) + list(extra), selection)
+        timed = [b.name for b in selection.backends if not b.timing_note]
+        untimed = [b.name for b in selection.backends if b.timing_note]
+        say(f"  throughput:  {found.runs} case{'s' if found.runs != 1 else ''} on {', '.join(timed) or 'no backend'}, "
+            f"one at a time" + (f" ({', '.join(untimed)}: not timed, see above)" if untimed else ""))
+    return selection
+
+
 def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     from pathlib import Path
 
     from normbench import results
-    from normbench.environment import environment, new_run_id, write_environment
+    from normbench.environment import backends_record, environment, new_run_id, write_environment
     from normbench.runner import outcome_rows, run_pytest, summary
 
     run_id = args.run_id or new_run_id()
     folder = Path(args.out) / run_id
-    write_environment(folder, environment(run_id, ["normbench", *args.argv]))
+    selection = _header(args, run_id, folder, extra)
+    env = environment(run_id, ["normbench", *args.argv])
+    env.update(backends_record(selection))
+    write_environment(folder, env)
     codes, report = [], []
     if "conformance" in args.suites:
-        ignore = f"--ignore={SUITES_DIRECTORY / 'test_throughput.py'}"
-        code, outcomes = run_pytest(_pytest_args(args, ["-q", "--no-header", ignore, *extra]))
+        print("\nnormbench: conformance suites", flush=True)
+        code, outcomes = run_pytest(_conformance_args(args, extra), selection)
         results.save(folder, results.frame(outcome_rows(outcomes, run_id), results.CONFORMANCE), results.CONFORMANCE)
         codes.append(code)
         report.append("normbench conformance summary\n" + summary(outcomes))
     if "throughput" in args.suites and INTERRUPTED not in codes:  # Ctrl-C stops the run, keeping what is written
         print(f"\nnormbench: throughput suite, results in {folder}/", flush=True)
-        code, _ = run_pytest(_throughput_args(args, run_id) + list(extra))
+        code, _ = run_pytest(_throughput_args(args, run_id) + list(extra), selection)
         codes.append(code)
         report.append(_throughput_report(folder))
+    skipped = _skipped_lines(selection)
+    if skipped:
+        report.append("\n".join(skipped))
     print("\n" + "\n\n".join(report) + f"\n\nresults: {folder}/")
     if args.report:
         _run_report(folder, args.baseline)
@@ -192,6 +267,7 @@ def cmd_table1(args: argparse.Namespace) -> int:
             raise NormbenchError(f"--{flag}={value} needs --impl: without it the layer-norm row is the float64 oracle "
                                  f"(with eps 0)")
     if args.impl:
+        progress(f"creating backend {args.impl} (imports its framework)...")
         backend = _one_backend(args.impl)
         dtype = args.dtype or ("float32" if "float32" in backend.dtypes else backend.dtypes[0])
         if dtype not in backend.dtypes:
@@ -199,11 +275,13 @@ def cmd_table1(args: argparse.Namespace) -> int:
                                  f"choose one of those")
         row_norm = BackendRowLayerNorm(backend, dtype)
         rows["layer"] = table1.layer_norm_row(row_norm, 1e-5 if args.eps is None else args.eps)
+    progress(f"measuring Table 1 ({len(rows)} rows, layer norm: {row_norm.label}, seed {args.seed})...")
     cells = table1.measure_table(rows, args.seed)
-    print(table1.render_table(cells, rows, args.seed))
+    print(table1.render_table(cells, rows, args.seed), flush=True)
     ok = all(cell.agrees for cell in cells.values())
     held = None
     if not args.no_recurrent:
+        progress("measuring §3.1: an RNN and an LSTM, with and without layer norm, their weights re-scaled...")
         text, held = table1.render_recurrent(table1.run_recurrent(row_norm, row_norm.dtype, args.seed), row_norm.label, 0.0)
         print(f"\n{text}")
         ok = ok and held
@@ -283,15 +361,23 @@ def _add_report(sub) -> None:
     p.add_argument("results", nargs="+", metavar="RESULTS",
                    help="run folders (reports/<run-id>) or their throughput/conformance .json/.csv, environment.json "
                         "or table1.json files; several render side by side")
-    p.add_argument("-o", "--output", default="report.html", metavar="FILE", help="Default: %(default)r")
+    p.add_argument("-o", "--output", default=None, metavar="FILE",
+                   help="Default: report.html in the first run folder (beside the results), or in the folder "
+                        "of the first file given")
     p.add_argument("--baseline", default="torch", metavar="NAME",
                    help="the backend speedups are measured against. Default: %(default)r")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from normbench.report import write_report
 
-    path = write_report(args.results, args.output, args.baseline)
+    output = args.output
+    if output is None:  # beside the results, never into the current folder (a checkout's source tree)
+        first = Path(args.results[0])
+        output = (first if first.is_dir() else first.parent) / "report.html"
+    path = write_report(args.results, output, args.baseline)
     print(f"report: {path}")
     return 0
 

@@ -99,9 +99,27 @@ def environment(run_id: str, command: Sequence[str] | None = None) -> dict[str, 
     }
 
 
+def backends_record(selection: Any) -> dict[str, Any]:
+    """The run's backends as plain data for ``environment.json`` (a :class:`normbench.registry.Selection`):
+    ``backends`` (name -> library version and device), ``skipped_backends`` (name -> why it did not
+    run) and ``not_timed`` (name -> its ``timing_note``: it ran the conformance suites only).
+
+    >>> from types import SimpleNamespace as B
+    >>> triton = B(name="triton", device="interpreter", timing_note="interpreted", library_version=lambda: "3.0")
+    >>> backends_record(B(backends=[triton], skipped=[("flax", "flax is not installed")]))["not_timed"]
+    {'triton': 'interpreted'}
+    """
+    return {
+        "backends": {b.name: {"version": b.library_version(), "device": b.device} for b in selection.backends},
+        "skipped_backends": dict(selection.skipped),
+        "not_timed": {b.name: b.timing_note for b in selection.backends if getattr(b, "timing_note", None)},
+    }
+
+
 def write_environment(folder: str | os.PathLike, env: dict[str, Any]) -> Path:
     """Write ``environment.json``, keeping what an earlier session of the run wrote
-    (its command and start time) and merging the ceilings."""
+    (its command and start time, and whatever this session does not say) and merging
+    the ceilings."""
     path = Path(folder) / "environment.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     merged = dict(env)
@@ -110,7 +128,7 @@ def write_environment(folder: str | os.PathLike, env: dict[str, Any]) -> Path:
             old = json.loads(path.read_text())
         except ValueError:
             old = {}
-        merged = {**env, **{k: old[k] for k in ("started", "command", "cwd") if k in old}}
+        merged = {**old, **env, **{k: old[k] for k in ("started", "command", "cwd") if k in old}}
         merged["ceilings"] = {**old.get("ceilings", {}), **env.get("ceilings", {})}
         if old.get("command") and old.get("command") != env.get("command"):
             merged["sessions"] = list(dict.fromkeys([*old.get("sessions", []), env["command"]]))

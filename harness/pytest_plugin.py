@@ -36,12 +36,11 @@ import pytest
 
 from normbench import __version__, deviations, options
 from normbench.exceptions import NormbenchError
-from normbench.registry import ALL, Selection, get_registry
+from normbench.registry import ALL, Selection, describe, get_registry
+from normbench.runner import SELECTION
 
 #: throughput options, the sweep, results and progress live in their own module
 pytest_plugins = ["normbench.pytest_throughput"]
-
-SELECTION = pytest.StashKey[Selection]()
 KNOWN_DEVIATIONS = pytest.StashKey[list]()
 TALLY = pytest.StashKey[deviations.Tally]()
 
@@ -91,16 +90,11 @@ def selection(config: pytest.Config) -> Selection:
     return config.stash[SELECTION]
 
 
-def _describe(backend) -> str:
-    version = type(backend).library_version()
-    return f"{backend.name} ({version + ', ' if version else ''}{backend.device})"
-
-
 def _header(config: pytest.Config) -> list[str]:
     sel = config.stash[SELECTION]
     seeds = config.getoption("normbench_seed")
     seed = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}..{seeds[-1]} ({len(seeds)} seeds)"
-    shown = ", ".join(_describe(b) for b in sel.backends) or "none"
+    shown = ", ".join(describe(b) for b in sel.backends) or "none"
     lines = [f"normbench {__version__}: backends {shown}; seed {seed}"]
     lines += [f"normbench: skipped {name}: {reason}" for name, reason in sel.skipped]
     lines += [f"normbench: warning: {message}" for message in sel.warnings]

@@ -15,7 +15,13 @@ Default selection: ``pytest suites/`` runs the conformance suites only. Tests
 marked ``throughput`` are deselected unless ``-m`` is given (``-m throughput``
 runs them, ``-m "not throughput"`` says so explicitly) or they are all that was
 collected (``pytest suites/test_throughput.py``). Under pytest-xdist workers
-they skip: timing needs the machine to itself.
+they skip: timing needs the machine to itself. A backend whose ``timing_note``
+says its timings would mean nothing where it runs (the Triton interpreter on CPU)
+has every case skipped with that note (:func:`not_timed_reason`).
+
+With ``-q`` the sweep writes one progress line per case and nothing else per test:
+no ``.``/``x``/``s`` letters (and ``normbench run`` turns off pytest's ``[ nn%]``
+with ``-o console_output_style=classic``), so the lines stay clean.
 
 Rows go to ``<--normbench-out>/<run-id>/`` as they are measured
 (:mod:`normbench.results`), with ``environment.json``.
@@ -32,6 +38,7 @@ import pytest
 
 from normbench import options
 from normbench.perf.sweep import Filters
+from normbench.runner import SELECTION
 
 if TYPE_CHECKING:
     from normbench.backend import Backend
@@ -69,6 +76,13 @@ def filters(config: pytest.Config) -> Filters:
                    config.getoption("normbench_shape"))
 
 
+def not_timed_reason(backend: Backend) -> str | None:
+    """The skip reason of every throughput case of a backend whose ``timing_note`` says its
+    timings would mean nothing where it runs; None for a backend that is timed."""
+    note = getattr(backend, "timing_note", None)
+    return f"not timed: {note}" if note else None
+
+
 def sweep_params(config: pytest.Config, backends: list) -> list:
     """pytest params (backend, case, direction) of the sweep for each backend,
     case by case (every backend and direction of a case in a row, so they share
@@ -78,8 +92,9 @@ def sweep_params(config: pytest.Config, backends: list) -> list:
     worker = hasattr(config, "workerinput")
     params = []
     for backend in backends:
+        untimed = not_timed_reason(backend)
         for case, direction in filters(config).pairs(backend.device):
-            reason = XDIST_REASON if worker else skip_reason(backend, case, backward=direction != "forward")
+            reason = XDIST_REASON if worker else untimed or skip_reason(backend, case, backward=direction != "forward")
             marks = [getattr(pytest.mark, f"family_{case.family}")] + ([pytest.mark.skip(reason=reason)] if reason else [])
             params.append(pytest.param(backend, case, direction, id=f"{backend.name}-{case.id}-{direction}", marks=marks))
     order = {case: i for i, case in enumerate(dict.fromkeys(p.values[1] for p in params))}
@@ -118,7 +133,7 @@ class ThroughputSession:
 
     def measure(self, backend: Backend, case: Case, direction: str) -> Measurement:
         """Measure one case (:meth:`normbench.perf.throughput.ThroughputRunner.measure`) and write its row at once."""
-        from normbench.environment import environment, write_environment
+        from normbench.environment import backends_record, environment, write_environment
         from normbench.results import ResultsWriter
 
         known = set(self.runner.ceilings)
@@ -130,6 +145,8 @@ class ThroughputSession:
         if set(self.runner.ceilings) != known or len(self.rows) == 1:
             env = environment(self.run_id, sys.argv)
             env["ceilings"] = {k: c.as_dict() for k, c in self.runner.ceilings.items()}
+            if SELECTION in self.config.stash:
+                env.update(backends_record(self.config.stash[SELECTION]))
             write_environment(self.folder, env)
         return measurement
 
@@ -164,15 +181,22 @@ def _row(report: pytest.TestReport) -> dict | None:
     return next((value for key, value in report.user_properties if key == ROW), None)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
-    # -q: a passed case's progress line replaces its dot
-    if report.when == "call" and report.passed and config.getoption("verbose") < 0 and _row(report) is not None:
-        return "passed", "", ""
-    return None
+    # -q: a throughput test writes its progress line (a measured case, or one that failed
+    # without a row), never a letter: ".", "x", "s" or "F" would land in front of those lines
+    if config.getoption("verbose") >= 0 or "throughput" not in getattr(report, "keywords", {}):
+        return None
+    if hasattr(report, "wasxfail"):
+        return ("xfailed" if report.skipped else "xpassed"), "", ""
+    if report.failed and report.when != "call":
+        return "error", "", ""
+    return report.outcome if report.when == "call" or not report.passed else "", "", ""
 
 
 class Progress:
-    """Writes a progress line per measured case with -q or -v (the default output keeps its dots)."""
+    """Writes a progress line per measured case with -q or -v (the default output keeps its dots),
+    and one per case that failed without being measured (an exception, not a verdict)."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -180,15 +204,25 @@ class Progress:
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        row = _row(report) if report.when == "call" else None
-        if row is None or self.config.getoption("verbose") == 0:
+        if report.when != "call" or self.config.getoption("verbose") == 0:
+            return
+        row = _row(report)
+        unmeasured = row is None and report.failed and "throughput" in report.keywords
+        if row is None and not unmeasured:
             return
         from normbench.report.text import progress_line
 
         self.seen += 1
+        total = self.config.stash.get(COUNT, 0)
+        if row is not None:
+            line = progress_line(row, self.seen, total)
+        else:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            first = (getattr(crash, "message", "") or str(report.longrepr)).splitlines()[:1]
+            line = f"[{self.seen}/{total or '?'}] {report.nodeid.rpartition('::')[2]}: ERROR: {first[0] if first else ''}"
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            reporter.write_line(progress_line(row, self.seen, self.config.stash.get(COUNT, 0)))
+            reporter.write_line(line)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from normbench import deviations
@@ -182,13 +183,16 @@ class Registry:
                 f"start: {type(exc).__name__}: {exc}. Fix: check its framework's installation and device, or "
                 f"report it to {self.plugin(name).distribution}'s authors") from exc
 
-    def select(self, spec: str) -> Selection:
+    def select(self, spec: str, progress: Callable[[str, Backend | str], None] | None = None) -> Selection:
         """Resolve a backend selection (``--impl`` of the CLI, ``--normbench-impl`` of pytest):
         ``"torch"``, ``"numpy,torch"`` or ``"all"``.
 
         A named backend that cannot run raises; with ``all`` it is skipped and
-        listed in :attr:`Selection.skipped` with its reason.
+        listed in :attr:`Selection.skipped` with its reason. ``progress(name, result)``,
+        if given, is called as each backend is created (creating one imports its framework,
+        seconds): with the backend, or with the reason it was skipped.
         """
+        report = progress or (lambda name, result: None)
         names = [n.strip() for n in spec.split(",") if n.strip()]
         if not names:
             raise UnknownBackend(f"the backend list is empty; choose from: {', '.join(self.names)} (or {ALL!r})")
@@ -200,12 +204,23 @@ class Registry:
                     selection.backends.append(self.create(name))
                 except NormbenchError as exc:
                     selection.skipped.append((name, str(exc)))
+                    report(name, str(exc))
+                else:
+                    report(name, selection.backends[-1])
             return selection
         for name in dict.fromkeys(names):
             if name == ALL:
                 raise UnknownBackend(f"{ALL!r} cannot be combined with other names")
             selection.backends.append(self.create(name))
+            report(name, selection.backends[-1])
         return selection
+
+
+def describe(backend: Backend) -> str:
+    """``torch (2.13.0+cpu, cpu)``: name, library version and device (:attr:`Backend.device`, the
+    string ``normbench list --probe`` shows and the results record), as run headers show a backend."""
+    version = type(backend).library_version()
+    return f"{backend.name} ({version + ', ' if version else ''}{backend.device})"
 
 
 @functools.lru_cache(maxsize=1)

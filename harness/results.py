@@ -106,7 +106,8 @@ CONFORMANCE_COLUMNS: tuple[Column, ...] = (
     Column("suite", "str", "the suite file, e.g. test_forward.py"),
     Column("test", "str", "the test function"),
     Column("case", "str", "the case id (the test id without the backend)"),
-    Column("nodeid", "str", "the pytest node id"),
+    Column("nodeid", "str", "the pytest node id relative to the suites, `suites/test_forward.py::test_forward[...]`, "
+                            "whether they ran from a checkout or an installation"),
     Column("outcome", "str", "passed, failed, skipped, error, or xfailed/xpassed (a known deviation)"),
     Column("message", "str", "the failure's first line or the skip reason"),
 )

@@ -1,18 +1,29 @@
 """Run the installed suites through pytest and collect one outcome per test.
 
 Used by ``normbench run`` and ``normbench test``; works from a checkout and from
-an installed wheel (the suites ship as the ``normbench.suites`` package).
+an installed wheel (the suites ship as the ``normbench.suites`` package). Node ids
+are recorded relative to the suites (``suites/test_forward.py::test_forward[...]``),
+the same from a checkout and from ``site-packages``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from normbench import deviations
+from normbench.registry import Selection
+from normbench.suites import DIRECTORY as SUITES_DIRECTORY
+
+#: the backends of a pytest session (``--normbench-impl``); the plugin makes it, unless
+#: :func:`run_pytest` was given one already made (``normbench run`` makes it first, to print it)
+SELECTION = pytest.StashKey[Selection]()
 
 _ID = re.compile(r"^(?P<file>[^:]+)::(?P<test>[^\[]+)\[(?P<backend>[a-z][a-z0-9_-]*?)-(?P<rest>.*)\]$")
 
@@ -33,11 +44,38 @@ class Outcome:
     explains: str = ""
 
 
+def suite_nodeid(nodeid: str, rootpath: Path, file: str | None = None) -> str:
+    """``nodeid`` relative to the suites folder's parent, ``suites/test_forward.py::...``,
+    wherever the suites are installed and whatever pytest's rootdir; other node ids unchanged.
+    ``file`` is the test's file relative to ``rootpath`` (a report's ``location[0]``, which
+    says ``../`` where the node id, for a file outside the rootdir, says nothing); by
+    default the node id's own path.
+
+    >>> suite_nodeid(f"{SUITES_DIRECTORY.parent.name}/suites/test_forward.py::t[a]", SUITES_DIRECTORY.parents[1])
+    'suites/test_forward.py::t[a]'
+    >>> suite_nodeid("::t[a]", SUITES_DIRECTORY / "elsewhere", "../test_forward.py")
+    'suites/test_forward.py::t[a]'
+    >>> suite_nodeid("tests/test_cli.py::test_list", SUITES_DIRECTORY.parent / "elsewhere")
+    'tests/test_cli.py::test_list'
+    """
+    path, sep, rest = nodeid.partition("::")
+    path = path if file is None else file
+    try:
+        inside = (rootpath / path).resolve().relative_to(SUITES_DIRECTORY)
+    except (ValueError, OSError):
+        return nodeid
+    return f"suites/{inside.as_posix()}{sep}{rest}"
+
+
 @dataclass
 class Collector:
     """A pytest plugin object recording every test's outcome (works under xdist)."""
 
     outcomes: list[Outcome] = field(default_factory=list)
+    rootpath: Path = field(default_factory=Path.cwd)
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        self.rootpath = config.rootpath
 
     def pytest_runtest_logreport(self, report) -> None:
         failed_setup = report.when == "setup" and not report.passed
@@ -45,7 +83,8 @@ class Collector:
             return
         record = getattr(report, "normbench_deviations", None) or {}
         outcome = report.outcome if report.when == "call" else ("skipped" if report.skipped else "error")
-        match = _ID.match(report.nodeid.split("/")[-1])
+        nodeid = suite_nodeid(report.nodeid, self.rootpath, report.location[0] if report.location else None)
+        match = _ID.match(nodeid.split("/")[-1])
         props = dict(report.user_properties)
         backend = props.get("normbench_backend") or (match["backend"] if match else "")
         case = props.get("normbench_case") or (match["rest"] if match else "")
@@ -57,16 +96,62 @@ class Collector:
             message = str(report.longrepr[2]).removeprefix("Skipped: ")
         elif report.failed:
             message = getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message or ""
-        self.outcomes.append(Outcome(report.nodeid, backend, match["test"] if match else report.nodeid, outcome,
+        self.outcomes.append(Outcome(nodeid, backend, match["test"] if match else nodeid, outcome,
                                      str(message), case, tuple(record.get("covers", {}).items()),
                                      record.get("explains") or ""))
 
 
-def run_pytest(args: list[str]) -> tuple[int, list[Outcome]]:
-    """``pytest.main(args)`` with a :class:`Collector`; returns (exit code, outcomes)."""
+@dataclass
+class GivenSelection:
+    """A pytest plugin object handing the session a :class:`Selection` made beforehand, so that the
+    backends a run prints are the ones it runs (and are created once)."""
+
+    selection: Selection
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_configure(self, config: pytest.Config) -> None:
+        config.stash[SELECTION] = self.selection
+
+
+def run_pytest(args: list[str], selection: Selection | None = None) -> tuple[int, list[Outcome]]:
+    """``pytest.main(args)`` with a :class:`Collector` (and ``selection``, if given, as the
+    session's backends); returns (exit code, outcomes)."""
     collector = Collector()
-    code = pytest.main(args, plugins=[collector])
+    plugins: list[object] = [collector] + ([GivenSelection(selection)] if selection is not None else [])
+    code = pytest.main(args, plugins=plugins)
     return int(code), collector.outcomes
+
+
+@dataclass
+class Collected:
+    """What a pytest session would run (:func:`collect`): the tests, and those marked to skip, by reason."""
+
+    tests: int = 0
+    skips: Counter = field(default_factory=Counter)
+    code: int = 0
+    output: str = ""
+
+    @property
+    def runs(self) -> int:
+        return self.tests - sum(self.skips.values())
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.tests = len(session.items)
+        for item in session.items:
+            marker = item.get_closest_marker("skip")
+            if marker is not None:
+                self.skips[str(marker.kwargs.get("reason", marker.args[0] if marker.args else ""))] += 1
+
+
+def collect(args: list[str], selection: Selection | None = None) -> Collected:
+    """Collect ``args`` (``--collect-only``, quietly, in this process) and count the tests."""
+    collected = Collected()
+    plugins: list[object] = [collected] + ([GivenSelection(selection)] if selection is not None else [])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        collected.code = int(pytest.main([*args, "--collect-only", "-q"], plugins=plugins))
+    collected.output = out.getvalue()
+    return collected
 
 
 def deviation_tally(outcomes: list[Outcome]) -> deviations.Tally:

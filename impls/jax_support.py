@@ -6,7 +6,8 @@ and gives its forward as a function JAX can trace (:meth:`JaxBackendBase.make_fo
 the base does the rest:
 
 * **device**: the first device JAX sees (a GPU if jaxlib has one, else the CPU),
-  named in ``device``; :meth:`~JaxBackendBase.asarray` copies a host array there
+  named in ``device`` as every backend names it (``"cpu"``, ``"cuda:0 (NVIDIA H100 80GB HBM3)"``:
+  :func:`normbench.backend.device_label`); :meth:`~JaxBackendBase.asarray` copies a host array there
   (JAX arrays have no strides: the host layout is not kept).
 * **float64 without touching anyone's global configuration**: JAX truncates
   float64 to float32 unless x64 is enabled, and ``jax.config.update("jax_enable_x64",
@@ -68,6 +69,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from normbench import Backend
+from normbench.backend import device_label
 
 #: results held for :meth:`JaxBackendBase.synchronize`; beyond this many, the oldest are
 #: waited for at once (the device still has the rest queued, so throughput is unaffected)
@@ -113,7 +115,9 @@ class JaxBackendBase(Backend):
 
         self.jax = jax
         self.jax_device = jax.devices()[0]
-        self.device = f"{self.jax_device.platform}:{self.jax_device.id} ({self.jax_device.device_kind})"
+        # JAX names a CUDA device "gpu"; normbench's device strings (ceilings, sweeps, deviations) say "cuda"
+        kind = "cuda" if self.jax_device.platform == "gpu" else self.jax_device.platform
+        self.device = device_label(kind, self.jax_device.id, self.jax_device.device_kind)
         self._x64 = scoped_x64(jax)
         if self._x64 is None:
             self.dtypes = tuple(d for d in self.dtypes if d != "float64")

@@ -7,6 +7,7 @@ never when this module is imported.
 from __future__ import annotations
 
 from normbench import Backend
+from normbench.backend import device_label
 from normbench.impls.torch_arrays import from_host, to_host
 
 
@@ -24,10 +25,10 @@ class TorchBackend(Backend):
         self.torch = torch
         if torch.cuda.is_available():
             self._device = torch.device("cuda", torch.cuda.current_device())
-            self.device = f"cuda:{self._device.index} ({torch.cuda.get_device_name(self._device)})"
+            self.device = device_label("cuda", self._device.index, torch.cuda.get_device_name(self._device))
         else:
             self._device = torch.device("cpu")
-            self.device = "cpu"
+            self.device = device_label("cpu")
 
     def asarray(self, host):
         """Keeps host's layout: strides, storage offset and stride-0 broadcasts."""

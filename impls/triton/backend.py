@@ -9,6 +9,8 @@ cases it takes at ``INTERPRETER_MAX_ELEMENTS`` (every case of the suites today, 
 to 65537 x 8; a GPU-sized case such as a 2**31-element index-overflow case
 would take hours), ``NORMBENCH_TRITON_MAX_ELEMENTS`` overrides it (0: no cap),
 and larger cases are skipped with that reason. Compiled on CUDA there is no cap.
+Under the interpreter its ``timing_note`` says timings would mean nothing there, so the
+throughput suite skips it with that reason while the conformance suites run.
 
 Importing this module imports neither torch nor triton: ``normbench list``
 reads the class attributes. They load when the backend is created.
@@ -19,11 +21,14 @@ from __future__ import annotations
 import os
 
 from normbench import Backend
+from normbench.backend import device_label
 from normbench.impls import torch_arrays
 from normbench.impls.triton.runtime import INTERPRETER_DEVICE, ensure_mode
 
 #: the environment variable that sets max_elements under the interpreter (0: no cap)
 MAX_ELEMENTS_ENV = "NORMBENCH_TRITON_MAX_ELEMENTS"
+#: why the throughput suite does not time the interpreter (``Backend.timing_note``)
+TIMING_NOTE = "Triton interpreter on CPU: timings are meaningless"
 #: the default cap under the interpreter (about 5 s for a forward of that size on one core)
 INTERPRETER_MAX_ELEMENTS = 1 << 20
 
@@ -60,12 +65,13 @@ class TritonBackend(Backend):
             self._device = torch.device("cpu")
             self.device = INTERPRETER_DEVICE
             self.max_elements = _interpreter_max_elements()
+            self.timing_note = TIMING_NOTE
             return
         if not torch.cuda.is_available():
             raise RuntimeError(f"the Triton kernels are set to compile ({self.mode.reason}) but no CUDA device "
                                f"is present; unset TRITON_INTERPRET to run them in the interpreter on CPU")
         self._device = torch.device("cuda", torch.cuda.current_device())
-        self.device = f"cuda:{self._device.index} ({torch.cuda.get_device_name(self._device)})"
+        self.device = device_label("cuda", self._device.index, torch.cuda.get_device_name(self._device))
 
     def asarray(self, host):
         """Keeps host's layout: strides, storage offset and stride-0 broadcasts."""
