@@ -10,6 +10,7 @@ modules. ``importlib.metadata`` finds its entry points once the folder is on
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,11 @@ import pytest
 
 import normbench
 from tests.plugins import PluginFolder
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover (not POSIX: each xdist worker computes for itself)
+    fcntl = None
 
 pytest_plugins = ["pytester"]
 
@@ -80,3 +86,27 @@ def install_plugins() -> Iterator[Callable[[PluginFolder], PluginFolder]]:
 def installed_plugins(plugin_folder, install_plugins) -> PluginFolder:
     """An empty :class:`PluginFolder` under tmp_path, installed in this process (:func:`install_plugins`)."""
     return install_plugins(plugin_folder)
+
+
+@pytest.fixture(scope="session")
+def once_per_run(tmp_path_factory, worker_id) -> Callable[[str, Callable[[], object]], object]:
+    """``once_per_run(key, compute)``: ``compute()`` once per pytest run, even under pytest-xdist
+    (each worker has its own module- and session-scoped fixtures, so an expensive one, a whole
+    suite in a subprocess, would otherwise run on every worker that gets one of its tests).
+    The first worker to ask computes it under a lock and stores it as JSON; the others read
+    that. ``compute`` must return JSON data."""
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if worker_id != "master" else root  # the workers' basetemps share this run's folder
+
+    def get(key: str, compute: Callable[[], object]) -> object:
+        stored = root / f"once-{key}.json"
+        with open(root / f"once-{key}.lock", "w") as lock:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            if stored.exists():
+                return json.loads(stored.read_text())
+            data = compute()
+            stored.write_text(json.dumps(data))
+            return data
+
+    return get

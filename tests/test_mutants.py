@@ -1,45 +1,68 @@
-"""Never miss, never cry wolf: every forward mutant fails the forward suite,
-and its correct control passes it.
+"""Never miss, never cry wolf: every forward mutant fails the forward suite, every
+backward mutant fails the backward suite, and the correct control passes both.
 
-All mutants run in one ``pytest suites/test_forward.py --impl=...`` subprocess,
+Each suite runs once, in one ``pytest suites/test_<direction>.py --normbench-impl=...``
+subprocess over the control and all the mutants of that direction (``tests/mutants.py``),
 registered through a throw-away dist-info entry point, as a plugin would be.
 """
 
 import subprocess
+from collections import Counter, defaultdict
 
 import pytest
 
 from normbench.suites import DIRECTORY as SUITES
 from tests import mutants
-from tests.plugins import ROOT, outcomes_by_backend, pytest_command, subprocess_env, write_dist_info
+from tests.plugins import ROOT, outcomes_by_backend, pytest_command
 
+pytestmark = pytest.mark.e2e
 CONTROL = mutants.Fp32Kernel.name
+#: direction -> its mutants, and how many of its suite's tests the control must pass, more than
+DIRECTIONS = {
+    "forward": (mutants.FORWARD_MUTANTS, 200),
+    "backward": (mutants.BACKWARD_MUTANTS, 250),
+}
+MUTANTS = [pytest.param(direction, mutant, id=f"{direction}-{mutant.name}")
+           for direction, (classes, _) in DIRECTIONS.items() for mutant in classes]
 
 
 @pytest.fixture(scope="module")
-def forward_outcomes(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("mutant-plugins")
-    classes = [mutants.Fp32Kernel, *mutants.FORWARD_MUTANTS]
-    write_dist_info(folder, {c.name: f"tests.mutants:{c.__name__}" for c in classes}, dist="normbench-mutants")
-    xml = folder / "forward.xml"
+def direction(request) -> str:
+    """The suite under test, ``forward`` or ``backward`` (parametrized indirectly)."""
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def outcomes(direction, make_plugins, once_per_run) -> dict[str, Counter]:
+    """Per backend, the outcomes of the control and every mutant of ``direction`` on its suite, seed 0
+    (computed once per run, whichever xdist workers its tests land on)."""
+    classes = [mutants.Fp32Kernel, *DIRECTIONS[direction][0]]
     names = [c.name for c in classes]
-    proc = subprocess.run(
-        pytest_command(str(SUITES / "test_forward.py"), f"--impl={','.join(names)}", "-q", "-n", "2",
-                       f"--junitxml={xml}", "--normbench-seed=0"),
-        cwd=ROOT, env=subprocess_env(folder), capture_output=True, text=True, timeout=1200)
-    output = proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert proc.returncode in (0, 1), f"the suite did not run (exit {proc.returncode}):\n{output}"
-    return outcomes_by_backend(xml, names)
+
+    def run() -> dict[str, Counter]:
+        plugins = make_plugins({c.name: f"tests.mutants:{c.__name__}" for c in classes}, dist="normbench-mutants")
+        xml = plugins.path / f"{direction}.xml"
+        proc = subprocess.run(
+            pytest_command(str(SUITES / f"test_{direction}.py"), f"--normbench-impl={','.join(names)}", "-q", "-n", "2",
+                           f"--junitxml={xml}", "--normbench-seed=0"),
+            cwd=ROOT, env=plugins.env, capture_output=True, text=True, timeout=1200)
+        output = proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert proc.returncode in (0, 1), f"the {direction} suite did not run (exit {proc.returncode}):\n{output}"
+        return outcomes_by_backend(xml, names)
+
+    stored = once_per_run(f"{direction}-mutants", run)
+    return defaultdict(Counter, {name: Counter(counts) for name, counts in stored.items()})
 
 
-def test_control_passes(forward_outcomes):
-    control = forward_outcomes[CONTROL]
-    assert control["failed"] == 0, f"the correct fp32 control failed: {dict(control)}"
-    assert control["passed"] > 200
+@pytest.mark.parametrize("direction", DIRECTIONS, indirect=True)
+def test_control_passes(outcomes, direction):
+    control = outcomes[CONTROL]
+    assert control["failed"] == 0, f"the correct fp32 control failed the {direction} suite: {dict(control)}"
+    assert control["passed"] > DIRECTIONS[direction][1]
 
 
-@pytest.mark.parametrize("mutant", mutants.FORWARD_MUTANTS, ids=lambda c: c.name)
-def test_mutant_fails(forward_outcomes, mutant):
-    result = forward_outcomes[mutant.name]
+@pytest.mark.parametrize("direction, mutant", MUTANTS, indirect=["direction"])
+def test_mutant_fails(outcomes, direction, mutant):
+    result = outcomes[mutant.name]
     assert result["passed"] + result["failed"] > 0, f"{mutant.name} did not run"
-    assert result["failed"] > 0, f"{mutant.name} ({mutant.__doc__.strip()}) passed the forward suite"
+    assert result["failed"] > 0, f"{mutant.name} ({mutant.__doc__.strip()}) passed the {direction} suite"
