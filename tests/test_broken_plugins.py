@@ -103,6 +103,7 @@ def test_normbench_list(env):
         assert "no: broken plugin (see below)" in rows[name], rows[name]
 
 
+@pytest.mark.e2e
 def test_pytest_impl_all_header(env):
     out = subprocess.run(pytest_command(str(SUITES / "test_forward.py"), "--impl=all", "--collect-only",
                                         "-k", "float32-rows5-hidden1000-offset3 and (numpy or acme-good)"),
@@ -115,6 +116,7 @@ def test_pytest_impl_all_header(env):
     assert "test_forward[acme-good-float32-rows5-hidden1000-offset3]>" in out.stdout
 
 
+@pytest.mark.e2e
 def test_normbench_test_runs_the_others_and_names_a_broken_one(env):
     run = [sys.executable, "-m", "normbench.cli", "test", "-n", "0"]
     out = subprocess.run([*run, "--impl=numpy,acme-good", "-k", "test_forward and float32-rows5-hidden1000-offset3"],

@@ -65,6 +65,7 @@ def test_bad_input_gets_one_clear_message(args, message):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.e2e
 def test_run_prints_a_summary(tmp_path):
     out = normbench("run", "--impl=numpy", "-n", "0", f"--out={tmp_path}", "--run-id=r1", "-m", "family_multidim")
     assert out.returncode == 0, out.stdout[-2000:]
@@ -75,6 +76,7 @@ def test_run_prints_a_summary(tmp_path):
     assert {"test_forward", "test_backward"} <= set(conformance.test) and conformance.case.str.len().min() > 0
 
 
+@pytest.mark.e2e
 def test_run_runs_both_suites_into_one_results_folder(tmp_path):
     """One conformance family and one throughput case (3 samples, a small ceiling buffer)."""
     out = normbench("run", "--impl=numpy", "-n", "0", f"--out={tmp_path}", "--run-id=r1", "--shape=256x16384",

@@ -144,6 +144,7 @@ def test_every_shipped_entry_names_existing_tests():
         assert any(entry.covers(s) for s in subjects), f"{entry.source} matches no test ({entry.test}); remove or fix it"
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_a_known_deviation_is_xfailed_and_strict_fails_it():
     args = [str(SUITES / "test_backward.py"), "--impl=torch", "-q", "-rx",

@@ -89,6 +89,7 @@ def _run(backend: str, tests: list[str], junit: Path, *args: str) -> tuple[subpr
     return out, results
 
 
+@pytest.mark.e2e
 def test_strict_reports_the_finding_as_failures_and_by_how_much(tmp_path):
     out, results = _run("flax", [*ONE_PASS, HALF_DX], tmp_path / "junit.xml", "--normbench-strict")
     assert out.returncode == 1, out.stdout[-3000:]
@@ -98,6 +99,7 @@ def test_strict_reports_the_finding_as_failures_and_by_how_much(tmp_path):
         assert "ConformanceError" in message and ratio(message) >= at_least, message
 
 
+@pytest.mark.e2e
 def test_without_strict_the_finding_is_known_deviations_and_nothing_else(tmp_path):
     out, results = _run("flax", [*ONE_PASS, HALF_DX], tmp_path / "junit.xml")
     assert out.returncode == 0, out.stdout[-3000:]
@@ -107,6 +109,7 @@ def test_without_strict_the_finding_is_known_deviations_and_nothing_else(tmp_pat
     assert "did not occur" not in out.stdout.split("normbench known deviations")[1]
 
 
+@pytest.mark.e2e
 def test_the_stable_variant_passes_the_same_cases_except_the_half_precision_dx(tmp_path):
     out, results = _run("flax-stable", [*ONE_PASS, HALF_DX], tmp_path / "junit.xml")
     assert out.returncode == 0, out.stdout[-3000:]

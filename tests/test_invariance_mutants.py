@@ -7,13 +7,14 @@ registered through a throw-away dist-info entry point, as a plugin would be.
 
 import subprocess
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
 from normbench.suites import DIRECTORY as SUITES
 from tests import invariance_mutants as im
 from tests import mutants
-from tests.plugins import ROOT, outcomes_by_backend, pytest_command, subprocess_env, write_dist_info
+from tests.plugins import ROOT, outcomes_by_backend, pytest_command
 
 SUITE = SUITES / "test_invariances.py"
 #: mutant -> the suite's tests that must catch it
@@ -35,19 +36,23 @@ CLASSES = [mutants.Fp32Kernel, *CAUGHT_BY]
 
 
 @pytest.fixture(scope="module")
-def junit(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("invariance-mutants")
-    modules = {c: "tests.invariance_mutants" if c.__module__.endswith("invariance_mutants") else "tests.mutants"
-               for c in CLASSES}
-    write_dist_info(folder, {c.name: f"{modules[c]}:{c.__name__}" for c in CLASSES}, dist="normbench-inv-mutants")
-    xml = folder / "invariances.xml"
-    proc = subprocess.run(
-        pytest_command(str(SUITE), f"--impl={','.join(c.name for c in CLASSES)}", "-q", "-n", "2",
-                       f"--junitxml={xml}", "--normbench-seed=0"),
-        cwd=ROOT, env=subprocess_env(folder), capture_output=True, text=True, timeout=1200)
-    output = proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert proc.returncode in (0, 1), f"the suite did not run (exit {proc.returncode}):\n{output}"
-    return xml
+def junit(make_plugins, once_per_run) -> Path:
+    """The JUnit XML of the invariance suite on the control and the mutants, seed 0 (once per run)."""
+
+    def run() -> str:
+        modules = {c: "tests.invariance_mutants" if c.__module__.endswith("invariance_mutants") else "tests.mutants"
+                   for c in CLASSES}
+        plugins = make_plugins({c.name: f"{modules[c]}:{c.__name__}" for c in CLASSES}, dist="normbench-inv-mutants")
+        xml = plugins.path / "invariances.xml"
+        proc = subprocess.run(
+            pytest_command(str(SUITE), f"--impl={','.join(c.name for c in CLASSES)}", "-q", "-n", "2",
+                           f"--junitxml={xml}", "--normbench-seed=0"),
+            cwd=ROOT, env=plugins.env, capture_output=True, text=True, timeout=1200)
+        output = proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert proc.returncode in (0, 1), f"the suite did not run (exit {proc.returncode}):\n{output}"
+        return str(xml)
+
+    return Path(once_per_run("invariance-mutants", run))
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +60,14 @@ def outcomes(junit):
     return outcomes_by_backend(junit, [c.name for c in CLASSES])
 
 
+@pytest.mark.e2e
 def test_control_passes(outcomes):
     control = outcomes[mutants.Fp32Kernel.name]
     assert control["failed"] == 0, f"the correct fp32 control failed: {dict(control)}"
     assert control["passed"] >= 70  # 75: every case in float32, float16, bfloat16
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("mutant", CAUGHT_BY, ids=lambda c: c.name)
 def test_mutant_is_caught_by_its_checks(outcomes, mutant):
     result = outcomes[mutant.name]
@@ -74,6 +81,7 @@ def test_every_check_catches_a_mutant():
     assert tests == set().union(*CAUGHT_BY.values()), "a check no mutant proves can fail, or a stale name"
 
 
+@pytest.mark.e2e
 def test_no_backward_skips_the_gradient_checks_with_the_reason(junit):
     skipped = [case for case in ET.parse(junit).iter("testcase")
                if "[mutant-batch-axis-float32-" in case.get("name", "") and "gradient" in case.get("name", "")]

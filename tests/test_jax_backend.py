@@ -67,6 +67,7 @@ def test_synchronize_waits_for_every_result():
     assert all(o.is_ready() for o in outs) and not b._pending
 
 
+@pytest.mark.e2e
 def test_list_shows_version_and_device():
     out = subprocess.run([sys.executable, "-m", "normbench.cli", "list", "--probe"], cwd=ROOT, capture_output=True,
                          text=True, timeout=600)

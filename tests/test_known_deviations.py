@@ -113,6 +113,7 @@ def test_a_users_deviations_file(plugins, tmp_path):
     assert f"known deviation in 2 of 3 tests: {mine}:2" in out.stdout
 
 
+@pytest.mark.e2e
 def test_the_tally_survives_xdist(plugins):
     out = run(plugins, "--impl=declared", "-n", "2", *only(OFFSET1E3, NORMAL))
     assert out.returncode == 0 and counts(out.stdout) == {"passed": 1, "xfailed": 1}, out.stdout[-3000:]
@@ -134,6 +135,7 @@ def test_a_bad_deviations_file_names_the_line(plugins, tmp_path):
     assert out.returncode == 4 and f"{bad}:1: expected 'backend | device glob | test pattern" in out.stderr
 
 
+@pytest.mark.e2e
 def test_normbench_run_counts_lists_and_saves_them(plugins, tmp_path):
     out = subprocess.run([sys.executable, "-m", "normbench.cli", "run", "--impl=declared", "-n", "0", "--suites=conformance",
                           f"--out={tmp_path}", "--run-id=r1", "--no-report", *only(OFFSET1E3, NORMAL)], cwd=ROOT,

@@ -66,6 +66,7 @@ def test_broken_named_plugin_names_its_distribution(plugins):
     assert "fake-plugins" in out.stderr and "failed to import" in out.stderr
 
 
+@pytest.mark.e2e
 def test_all_skips_and_lists_what_cannot_run(plugins):
     out = run(plugins, FORWARD, "--impl=all", "--collect-only", "-k", "hidden1000-offset3 and not torch")
     assert out.returncode == 0, out.stdout + out.stderr
@@ -107,6 +108,7 @@ def test_unsupported_dtypes_are_skipped_with_the_reason(plugins):
     assert "backend 'mutant-eps-fixed' does not support float64" in out.stdout
 
 
+@pytest.mark.e2e
 def test_suites_run_under_xdist(plugins):
     out = run(plugins, FORWARD, "--impl=numpy", "-q", "-n", "2", "-m", "family_rank or family_multidim")
     assert out.returncode == 0, out.stdout[-2000:]

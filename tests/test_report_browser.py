@@ -26,9 +26,10 @@ from normbench.report import load_result_sets, render_html
 from tests.report_data import HOSTILE, write_run
 
 CHROMIUM = os.environ.get("NORMBENCH_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(not CHROMIUM, reason="no chromium: install Debian's chromium, set NORMBENCH_CHROMIUM, "
-                                                     "or run NORMBENCH_INSTALL_CHROMIUM=1 tox -e core (tox installs it "
-                                                     "with apt, as root; CI does this)")
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(not CHROMIUM, reason="no chromium: install Debian's chromium, set NORMBENCH_CHROMIUM, "
+                                                      "or run NORMBENCH_INSTALL_CHROMIUM=1 tox -e core (tox installs it "
+                                                      "with apt, as root; CI does this)")]
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars")
 

@@ -55,6 +55,7 @@ def test_an_unknown_filter_is_a_usage_error_listing_the_valid_values(plugins, op
     assert out.returncode == 4 and message in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.e2e
 def test_a_case_is_measured_written_and_handed_to_pytest_benchmark(plugins, tmp_path):
     out = run(plugins, THROUGHPUT, "--impl=numpy", *ONE_CASE, f"--normbench-out={tmp_path}", "--normbench-run-id=r1",
               f"--benchmark-json={tmp_path / 'bench.json'}", "-q")

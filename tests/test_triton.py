@@ -235,6 +235,7 @@ def test_unavailable_without_triton_names_the_install(monkeypatch):
     assert available.reason == "triton is not installed; pip install 'normbench[triton]'"
 
 
+@pytest.mark.e2e
 def test_kernels_compile_for_a_gpu(tmp_path):
     """The interpreter cannot show what only the compiler rejects: compile a few configurations
     for sm_90 (row in registers and looped, half and double) in a fresh process."""
