@@ -64,7 +64,8 @@ def install_plugins() -> Iterator[Callable[[PluginFolder], PluginFolder]]:
     """``install_plugins(folder)``: put a :class:`PluginFolder` on this process's ``sys.path``, so
     its distributions' entry points are installed for ``importlib.metadata`` (``normbench.refresh()``
     shows them in the global registry). After the test sys.path is restored, the modules
-    imported from the folders are forgotten and the global registry is refreshed without them."""
+    imported from the folders are forgotten and the global registry is refreshed without them
+    (checked: none of their backends is left, and numpy still is)."""
     folders: list[PluginFolder] = []
 
     def install(folder: PluginFolder) -> PluginFolder:
@@ -79,7 +80,10 @@ def install_plugins() -> Iterator[Callable[[PluginFolder], PluginFolder]]:
             if Path(getattr(module, "__file__", None) or "/").is_relative_to(folder.path):
                 del sys.modules[name]
     importlib.invalidate_caches()
-    normbench.refresh()
+    restored = normbench.refresh()
+    fakes = {dist for folder in folders for dist in folder.distributions}
+    assert not [n for n in restored.names if restored.plugin(n).distribution in fakes], "a fake plugin outlived its test"
+    assert "numpy" in restored.names
 
 
 @pytest.fixture

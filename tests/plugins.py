@@ -2,7 +2,10 @@
 
 Writes ``<dist>-0.0.0.dist-info`` with an ``entry_points.txt`` under a folder
 (the pandas plotting-backend test trick); put that folder on ``sys.path`` or
-``PYTHONPATH`` and ``importlib.metadata`` finds the entry points.
+``PYTHONPATH`` and ``importlib.metadata`` finds the entry points. A test gets such
+a folder, a :class:`PluginFolder`, from the fixtures of tests/conftest.py:
+``make_plugins`` (any scope, for subprocesses), ``plugin_folder``, and
+``installed_plugins`` / ``install_plugins`` (on this process's sys.path).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ class PluginFolder:
         self.path = path
         #: the modules written here, by name
         self.modules: list[str] = []
+        #: the distributions written here, by name
+        self.distributions: list[str] = []
 
     def module(self, name: str, source: str) -> str:
         """Write the module ``name`` (dots make packages) with ``source``; returns ``name``."""
@@ -53,6 +58,7 @@ class PluginFolder:
                      group: str = "normbench.backends") -> str:
         """A fake installed distribution ``dist`` registering ``entry_points`` (name -> "module:attr")."""
         write_dist_info(self.path, entry_points, dist=dist, group=group)
+        self.distributions.append(dist)
         importlib.invalidate_caches()
         return dist
 

@@ -12,7 +12,7 @@ import pytest
 
 from normbench import __version__
 from normbench.suites import DIRECTORY as SUITES
-from tests.plugins import ROOT, counts, pytest_command, subprocess_env, write_dist_info
+from tests.plugins import ROOT, counts, pytest_command
 
 BROKEN = '''
 from normbench import Backend
@@ -68,15 +68,14 @@ CLASH = "backend name 'acme-good' is claimed by several distributions: acme-clon
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("broken")
-    (folder / "broken_plugins.py").write_text(BROKEN)
+def env(make_plugins):
     targets = {"import-fails": "no_such_module_for_normbench:Backend", "raises-availability": "RaisesInAvailability",
                "not-a-backend": "NotABackend", "Bad Name": "Good", "abstract": "Abstract", "bad-dtypes": "BadDtypes",
                "bad-deviations": "BadDeviations", "acme-good": "Good"}
-    write_dist_info(folder, {n: t if ":" in t else f"broken_plugins:{t}" for n, t in targets.items()}, dist=DIST)
-    write_dist_info(folder, {"acme-good": "broken_plugins:Clone", "numpy": "broken_plugins:Good"}, dist="acme-clone")
-    return subprocess_env(folder)
+    plugins = make_plugins({n: t if ":" in t else f"broken_plugins:{t}" for n, t in targets.items()}, dist=DIST,
+                           modules={"broken_plugins": BROKEN})
+    plugins.distribution({"acme-good": "broken_plugins:Clone", "numpy": "broken_plugins:Good"}, dist="acme-clone")
+    return plugins.env
 
 
 def lines_about(text: str, name: str) -> list[str]:

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from normbench import results
-from tests.plugins import ROOT, subprocess_env, write_dist_info
+from tests.plugins import ROOT
 
 
 def normbench(*args, env=None):
@@ -23,9 +23,9 @@ def test_list_shows_the_builtin_backends():
     assert any(r.startswith("numpy ") and " yes " in r for r in rows)
 
 
-def test_list_reports_a_broken_plugin_and_keeps_the_others(tmp_path):
-    write_dist_info(tmp_path, {"broken": "no_such_module:Backend", "Bad Name": "x:y"}, dist="acme-kernels")
-    out = normbench("list", env=subprocess_env(tmp_path))
+def test_list_reports_a_broken_plugin_and_keeps_the_others(plugin_folder):
+    plugin_folder.distribution({"broken": "no_such_module:Backend", "Bad Name": "x:y"}, dist="acme-kernels")
+    out = normbench("list", env=plugin_folder.env)
     assert out.returncode == 0
     assert "problem: backend 'broken' from distribution acme-kernels 0.0.0" in out.stdout
     assert "backend name 'Bad Name' from distribution acme-kernels is not valid" in out.stdout
@@ -37,9 +37,9 @@ def test_check_passes_a_correct_backend():
     assert out.returncode == 0 and out.stdout.startswith("PASS numpy bfloat16-rows64-hidden1000-offset1e3")
 
 
-def test_check_fails_a_wrong_backend_with_a_diagnosis(tmp_path):
-    write_dist_info(tmp_path, {"mutant-bessel": "tests.mutants:BesselCorrection"})
-    out = normbench("check", "--impl=mutant-bessel", "--shape=8x4", env=subprocess_env(tmp_path))
+def test_check_fails_a_wrong_backend_with_a_diagnosis(plugin_folder):
+    plugin_folder.distribution({"mutant-bessel": "tests.mutants:BesselCorrection"})
+    out = normbench("check", "--impl=mutant-bessel", "--shape=8x4", env=plugin_folder.env)
     assert out.returncode == 1
     assert out.stdout.startswith("FAIL mutant-bessel float32-rows8-hidden4-normal (seed 0): y[")
     assert "> bound" in out.stdout

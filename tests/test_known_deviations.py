@@ -16,7 +16,7 @@ import pytest
 from normbench import results
 from normbench.runner import Outcome, summary
 from normbench.suites import DIRECTORY as SUITES
-from tests.plugins import ROOT, counts, pytest_command, subprocess_env, write_dist_info
+from tests.plugins import ROOT, counts, pytest_command
 
 FORWARD = str(SUITES / "test_forward.py")
 OFFSET1E3 = "float32-rows8-hidden1000-offset1e3"
@@ -47,16 +47,14 @@ class Crashes(Fp32Kernel):
 
 
 @pytest.fixture(scope="module")
-def plugins(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("deviations")
-    (folder / "declaring_plugin.py").write_text(DECLARING)
-    write_dist_info(folder, {"declared": "declaring_plugin:Declared", "crashes": "declaring_plugin:Crashes",
-                             "mutant-one-pass-variance": "tests.mutants:OnePassVariance"}, dist="declaring-plugins")
-    return folder
+def plugins(make_plugins):
+    return make_plugins({"declared": "declaring_plugin:Declared", "crashes": "declaring_plugin:Crashes",
+                         "mutant-one-pass-variance": "tests.mutants:OnePassVariance"}, dist="declaring-plugins",
+                        modules={"declaring_plugin": DECLARING})
 
 
 def run(plugins, *args):
-    return subprocess.run(pytest_command(FORWARD, *args), cwd=ROOT, env=subprocess_env(plugins),
+    return subprocess.run(pytest_command(FORWARD, *args), cwd=ROOT, env=plugins.env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -139,7 +137,7 @@ def test_a_bad_deviations_file_names_the_line(plugins, tmp_path):
 def test_normbench_run_counts_lists_and_saves_them(plugins, tmp_path):
     out = subprocess.run([sys.executable, "-m", "normbench.cli", "run", "--impl=declared", "-n", "0", "--suites=conformance",
                           f"--out={tmp_path}", "--run-id=r1", "--no-report", *only(OFFSET1E3, NORMAL)], cwd=ROOT,
-                         env=subprocess_env(plugins), capture_output=True, text=True, timeout=600)
+                         env=plugins.env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:]
     table = out.stdout.split("normbench conformance summary")[1]
     row = next(line for line in table.splitlines() if line.startswith("declared "))

@@ -6,7 +6,7 @@ import pytest
 
 from normbench import __version__
 from normbench.suites import DIRECTORY as SUITES
-from tests.plugins import ROOT, pytest_command, subprocess_env, write_dist_info
+from tests.plugins import ROOT, pytest_command
 
 FORWARD = str(SUITES / "test_forward.py")
 BACKWARD = str(SUITES / "test_backward.py")
@@ -33,17 +33,15 @@ class ForwardOnly(Fp32Kernel):
 
 
 @pytest.fixture(scope="module")
-def plugins(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("plugins")
-    (folder / "fake_backends_plugin.py").write_text(FAKES)
-    write_dist_info(folder, {"needs-gpu": "fake_backends_plugin:NeedsGpu", "broken": "no_such_module:Backend",
-                             "mutant-eps-fixed": "tests.mutants:EpsNotPropagated",
-                             "forward-only": "fake_backends_plugin:ForwardOnly"}, dist="fake-plugins")
-    return folder
+def plugins(make_plugins):
+    return make_plugins({"needs-gpu": "fake_backends_plugin:NeedsGpu", "broken": "no_such_module:Backend",
+                         "mutant-eps-fixed": "tests.mutants:EpsNotPropagated",
+                         "forward-only": "fake_backends_plugin:ForwardOnly"}, dist="fake-plugins",
+                        modules={"fake_backends_plugin": FAKES})
 
 
 def run(plugins, *args, timeout=600):
-    return subprocess.run(pytest_command(*args), cwd=ROOT, env=subprocess_env(plugins),
+    return subprocess.run(pytest_command(*args), cwd=ROOT, env=plugins.env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -1,6 +1,7 @@
 """normbench.registry with fake plugins, installed the pandas way: a
 ``<name>-0.0.0.dist-info`` folder (METADATA, entry_points.txt) and the plugin's
-module under a temporary folder prepended to sys.path. Nothing is pip-installed.
+module under a temporary folder prepended to sys.path (the ``installed_plugins``
+fixture of tests/conftest.py). Nothing is pip-installed.
 
 Every broken plugin must become a message that names its distribution and the
 fix, and must never stop the built-in ``numpy`` backend from loading.
@@ -21,6 +22,7 @@ import normbench
 from normbench import Availability, BackendUnavailable, PluginError, UnknownBackend
 from normbench.check import oracle
 from normbench.registry import GROUP, Registry
+from tests.plugins import PluginFolder
 
 _counter = itertools.count()
 
@@ -55,20 +57,15 @@ class {cls}(Backend):
 
 
 class FakePlugins:
-    """Writes fake distributions and modules under ``root`` (already on sys.path)."""
+    """Fake distributions and modules, uniquely named, in an installed :class:`PluginFolder`."""
 
-    def __init__(self, root):
-        self.root = root
+    def __init__(self, folder: PluginFolder) -> None:
+        self.folder = folder
         self.tag = f"nbfake{next(_counter)}_{id(self) % 10_000}"
-        self.modules: list[str] = []
 
     def module(self, source: str) -> str:
         """A new uniquely named module with ``source``; returns its name."""
-        name = f"{self.tag}_mod{len(self.modules)}"
-        (self.root / f"{name}.py").write_text(textwrap.dedent(source))
-        self.modules.append(name)
-        importlib.invalidate_caches()
-        return name
+        return self.folder.module(f"{self.tag}_mod{len(self.folder.modules)}", source)
 
     def backend_module(self, cls: str, name: str, extra: str = "") -> str:
         """A module holding a working backend class ``cls`` named ``name``, plus ``extra`` methods."""
@@ -76,13 +73,7 @@ class FakePlugins:
 
     def distribution(self, dist: str, entry_points: dict[str, str]) -> str:
         """A fake installed distribution ``dist`` registering ``entry_points`` (name -> target)."""
-        info = self.root / f"{dist}-0.0.0.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.0.0\n")
-        lines = "".join(f"{name} = {target}\n" for name, target in entry_points.items())
-        (info / "entry_points.txt").write_text(f"[{GROUP}]\n{lines}")
-        importlib.invalidate_caches()
-        return dist
+        return self.folder.distribution(entry_points, dist=dist, group=GROUP)
 
     def dist_name(self, what: str) -> str:
         return f"{self.tag}_{what}"
@@ -95,20 +86,10 @@ class FakePlugins:
 
 
 @pytest.fixture
-def fake(tmp_path):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(tmp_path))
-        plugins = FakePlugins(tmp_path)
-        try:
-            yield plugins
-        finally:
-            for name in plugins.modules:
-                sys.modules.pop(name, None)
-    # sys.path is restored: forget the fakes in the cached global registry too
-    importlib.invalidate_caches()
-    restored = normbench.refresh()
-    assert not [n for n in restored.names if n.startswith(plugins.tag)]
-    assert "numpy" in restored.names
+def fake(installed_plugins):
+    """Fake plugins on sys.path for this test; afterwards the global registry has forgotten them
+    and numpy still works (tests/conftest.py checks)."""
+    return FakePlugins(installed_plugins)
 
 
 def assert_numpy_still_works(registry: Registry) -> None:

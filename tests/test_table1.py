@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.plugins import ROOT, subprocess_env, write_dist_info
+from tests.plugins import ROOT
 
 FAKES = '''
 from normbench import Availability
@@ -22,12 +22,10 @@ class NeedsGpu(Fp32Kernel):
 
 
 @pytest.fixture(scope="module")
-def plugins(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("table1-plugins")
-    (folder / "fake_table1_plugin.py").write_text(FAKES)
-    write_dist_info(folder, {"needs-gpu": "fake_table1_plugin:NeedsGpu", "mutant-control": "tests.mutants:Fp32Kernel",
-                             "mutant-batch-axis": "tests.invariance_mutants:BatchAxis"}, dist="table1-plugins")
-    return folder
+def plugins(make_plugins):
+    return make_plugins({"needs-gpu": "fake_table1_plugin:NeedsGpu", "mutant-control": "tests.mutants:Fp32Kernel",
+                         "mutant-batch-axis": "tests.invariance_mutants:BatchAxis"}, dist="table1-plugins",
+                        modules={"fake_table1_plugin": FAKES})
 
 
 def table1(*args, env=None):
@@ -48,7 +46,7 @@ def test_the_oracles_reproduce_the_paper_and_import_no_framework():
 
 
 def test_a_backend_measures_the_layer_norm_row(plugins):
-    out = table1("--impl=mutant-control", "--dtype=bfloat16", env=subprocess_env(plugins))
+    out = table1("--impl=mutant-control", "--dtype=bfloat16", env=plugins.env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Layer norm: mutant-control (bfloat16), bfloat16, eps 1e-05" in out.stdout
     assert "All 18 cells agree with the paper." in out.stdout
@@ -56,7 +54,7 @@ def test_a_backend_measures_the_layer_norm_row(plugins):
 
 def test_a_wrong_backend_disagrees_and_fails(plugins):
     """The batch-axis mutant is batch norm: the layer-norm row turns into batch norm's."""
-    out = table1("--impl=mutant-batch-axis", "--no-recurrent", env=subprocess_env(plugins))
+    out = table1("--impl=mutant-batch-axis", "--no-recurrent", env=plugins.env)
     assert out.returncode == 1
     assert "cells DISAGREE with the paper" in out.stdout and "!!" in out.stdout
     assert "Layer norm / Dataset re-centering: paper No, measured Invariant" in out.stdout
@@ -74,7 +72,7 @@ def test_a_wrong_backend_disagrees_and_fails(plugins):
 def test_bad_input_is_a_usage_error(plugins, args, message):
     """``*`` in ``message`` stands for the built-in backends listed before the test's own
     (jax, ... as installed), so the test does not depend on which extras are present."""
-    out = table1(*args, env=subprocess_env(plugins))
+    out = table1(*args, env=plugins.env)
     assert out.returncode == 2, out.stdout + out.stderr
     assert re.search(re.escape(message).replace(r"\*", "(?:[a-z0-9_-]+, )*"), out.stderr), out.stderr
     assert "Traceback" not in out.stderr

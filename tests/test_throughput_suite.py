@@ -12,7 +12,7 @@ import pytest
 
 from normbench import results
 from normbench.suites import DIRECTORY
-from tests.plugins import ROOT, pytest_command, subprocess_env, write_dist_info
+from tests.plugins import ROOT, pytest_command
 
 SUITES = str(DIRECTORY)
 THROUGHPUT = str(DIRECTORY / "test_throughput.py")
@@ -21,14 +21,12 @@ ONE_CASE = ["--normbench-shape=256x16384", "--normbench-dtype=float32", "--normb
 
 
 @pytest.fixture(scope="module")
-def plugins(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("plugins")
-    write_dist_info(folder, {"zeros": "tests.synthetic:Zeros"}, dist="fake-plugins")
-    return folder
+def plugins(make_plugins):
+    return make_plugins({"zeros": "tests.synthetic:Zeros"}, dist="fake-plugins")
 
 
 def run(plugins, *args, timeout=600):
-    return subprocess.run(pytest_command(*args), cwd=ROOT, env=subprocess_env(plugins),
+    return subprocess.run(pytest_command(*args), cwd=ROOT, env=plugins.env,
                           capture_output=True, text=True, timeout=timeout)
 
 
