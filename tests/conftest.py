@@ -9,8 +9,10 @@ modules. ``importlib.metadata`` finds its entry points once the folder is on
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import normbench
-from tests.plugins import PluginFolder
+from tests.plugins import ROOT, PluginFolder
 
 try:
     import fcntl
@@ -114,3 +116,38 @@ def once_per_run(tmp_path_factory, worker_id) -> Callable[[str, Callable[[], obj
             return data
 
     return get
+
+
+class Runner:
+    """pytest, or a command, in a subprocess through pytester, from the checkout's root with the
+    checkout (and a :class:`PluginFolder`, if given) on PYTHONPATH; each returns a ``pytest.RunResult``:
+    ``ret``, ``stdout``/``stderr`` (``.str()``, ``.lines``, ``fnmatch_lines``), ``parseoutcomes()``,
+    ``assert_outcomes(passed=..., xfailed=...)`` (every outcome not named must be 0)."""
+
+    def __init__(self, pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.pytester, self.monkeypatch = pytester, monkeypatch
+
+    def pytest(self, *args: str, plugins: PluginFolder | None = None, timeout: float = 600) -> pytest.RunResult:
+        """``pytest *args`` (pytester adds a --basetemp of its own)."""
+        with self._plugins_on_path(plugins):
+            return self.pytester.runpytest_subprocess(*args, timeout=timeout)
+
+    def command(self, *args: str, plugins: PluginFolder | None = None, timeout: float = 600) -> pytest.RunResult:
+        """``python -m *args``, e.g. ``command("normbench.cli", "test", ...)``."""
+        with self._plugins_on_path(plugins):
+            return self.pytester.run(sys.executable, "-m", *args, timeout=timeout)
+
+    @contextlib.contextmanager
+    def _plugins_on_path(self, plugins: PluginFolder | None) -> Iterator[None]:
+        with self.monkeypatch.context() as mp:
+            if plugins is not None:
+                mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(plugins.path), os.environ.get("PYTHONPATH")])))
+            yield
+
+
+@pytest.fixture
+def runner(pytester, monkeypatch) -> Runner:
+    """A :class:`Runner`: pytest or a command in a subprocess, its outcomes parsed by pytest itself."""
+    monkeypatch.chdir(ROOT)  # pytester puts the current directory first on PYTHONPATH: the checkout, for tests.*
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    return Runner(pytester, monkeypatch)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
 from pathlib import Path
+
+import pytest
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -82,9 +83,11 @@ def pytest_command(*args: str) -> list[str]:
 
 
 def counts(stdout: str) -> dict[str, int]:
-    """pytest's last line as counts, e.g. ``{"passed": 1, "xfailed": 1}`` (deselected left out)."""
-    return {word: int(n) for n, word in re.findall(r"(\d+) (\w+)", stdout.strip().splitlines()[-1])
-            if word != "deselected" and not word.startswith("second")}
+    """The outcomes on pytest's summary line, parsed by pytest itself, e.g. ``{"passed": 1, "xfailed": 1}``
+    (deselected left out), for a pytest run that pytester does not start: one in a real installed
+    environment (a fresh venv, a user's project). Elsewhere use the ``runner`` fixture's ``assert_outcomes``."""
+    nouns = pytest.RunResult.parse_summary_nouns(stdout.splitlines())
+    return {word: n for word, n in nouns.items() if word != "deselected"}
 
 
 def outcomes_by_backend(junit_xml: Path, backends: list[str]) -> dict[str, Counter]:

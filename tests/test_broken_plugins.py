@@ -12,7 +12,7 @@ import pytest
 
 from normbench import __version__
 from normbench.suites import DIRECTORY as SUITES
-from tests.plugins import ROOT, counts, pytest_command
+from tests.plugins import ROOT, pytest_command
 
 BROKEN = '''
 from normbench import Backend
@@ -68,13 +68,18 @@ CLASH = "backend name 'acme-good' is claimed by several distributions: acme-clon
 
 
 @pytest.fixture(scope="module")
-def env(make_plugins):
+def plugins(make_plugins):
     targets = {"import-fails": "no_such_module_for_normbench:Backend", "raises-availability": "RaisesInAvailability",
                "not-a-backend": "NotABackend", "Bad Name": "Good", "abstract": "Abstract", "bad-dtypes": "BadDtypes",
                "bad-deviations": "BadDeviations", "acme-good": "Good"}
     plugins = make_plugins({n: t if ":" in t else f"broken_plugins:{t}" for n, t in targets.items()}, dist=DIST,
                            modules={"broken_plugins": BROKEN})
     plugins.distribution({"acme-good": "broken_plugins:Clone", "numpy": "broken_plugins:Good"}, dist="acme-clone")
+    return plugins
+
+
+@pytest.fixture(scope="module")
+def env(plugins):
     return plugins.env
 
 
@@ -116,12 +121,13 @@ def test_pytest_impl_all_header(env):
 
 
 @pytest.mark.e2e
-def test_normbench_test_runs_the_others_and_names_a_broken_one(env):
+def test_normbench_test_runs_the_others_and_names_a_broken_one(plugins, env, runner):
+    result = runner.command("normbench.cli", "test", "-n", "0", "--impl=numpy,acme-good",
+                            "-k", "test_forward and float32-rows5-hidden1000-offset3", plugins=plugins, timeout=300)
+    assert result.ret == 0, result.stdout.str()[-3000:]
+    result.assert_outcomes(passed=2)
+    assert "normbench: warning: " + CLASH in result.stdout.str()
     run = [sys.executable, "-m", "normbench.cli", "test", "-n", "0"]
-    out = subprocess.run([*run, "--impl=numpy,acme-good", "-k", "test_forward and float32-rows5-hidden1000-offset3"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and counts(out.stdout) == {"passed": 2}, out.stdout[-3000:]
-    assert "normbench: warning: " + CLASH in out.stdout
     for name in ("import-fails", "not-a-backend", "abstract", "bad-dtypes", "bad-deviations", "raises-availability"):
         out = subprocess.run([*run, f"--impl={name}", "--collect-only"], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=300)

@@ -4,7 +4,6 @@ the matching rules, the tally, that every shipped entry still names existing tes
 --normbench-strict as failed. tests/test_known_deviations.py runs them through pytest."""
 
 import importlib.util
-import subprocess
 
 import pytest
 
@@ -14,7 +13,6 @@ from normbench.exceptions import NormbenchError, PluginError
 from normbench.suites import DIRECTORY as SUITES
 from suites.test_backward import IDENTITY_CASES
 from suites.test_forward import ISOLATION_CASES
-from tests.plugins import ROOT, pytest_command, subprocess_env
 
 TESTS = {"test_forward": cases.FORWARD_CASES, "test_rows_independent": ISOLATION_CASES,
          "test_backward": cases.BACKWARD_CASES, "test_backward_identities": IDENTITY_CASES,
@@ -146,13 +144,11 @@ def test_every_shipped_entry_names_existing_tests():
 
 @pytest.mark.e2e
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
-def test_a_known_deviation_is_xfailed_and_strict_fails_it():
+def test_a_known_deviation_is_xfailed_and_strict_fails_it(runner):
     args = [str(SUITES / "test_backward.py"), "--impl=torch", "-q", "-rx",
             "-k", "test_backward and bfloat16-rows1025-hidden33-offset3"]
-    out = subprocess.run(pytest_command(*args), cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
-                         timeout=600)
-    assert "1 xfailed" in out.stdout, out.stdout[-2000:]
-    assert "known deviation (suites/known_deviations.txt:" in out.stdout
-    strict = subprocess.run(pytest_command(*args, "--normbench-strict"), cwd=ROOT, env=subprocess_env(),
-                            capture_output=True, text=True, timeout=600)
-    assert strict.returncode == 1 and "1 failed" in strict.stdout and "dbias[" in strict.stdout
+    result = runner.pytest(*args)
+    assert result.parseoutcomes().get("xfailed") == 1, result.stdout.str()[-2000:]
+    assert "known deviation (suites/known_deviations.txt:" in result.stdout.str()
+    strict = runner.pytest(*args, "--normbench-strict")
+    assert strict.ret == 1 and strict.parseoutcomes().get("failed") == 1 and "dbias[" in strict.stdout.str()

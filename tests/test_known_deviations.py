@@ -16,7 +16,7 @@ import pytest
 from normbench import results
 from normbench.runner import Outcome, summary
 from normbench.suites import DIRECTORY as SUITES
-from tests.plugins import ROOT, counts, pytest_command
+from tests.plugins import ROOT
 
 FORWARD = str(SUITES / "test_forward.py")
 OFFSET1E3 = "float32-rows8-hidden1000-offset1e3"
@@ -53,84 +53,93 @@ def plugins(make_plugins):
                         modules={"declaring_plugin": DECLARING})
 
 
-def run(plugins, *args):
-    return subprocess.run(pytest_command(FORWARD, *args), cwd=ROOT, env=plugins.env,
-                          capture_output=True, text=True, timeout=600)
+@pytest.fixture
+def run(plugins, runner):
+    """``run(*args)``: pytest on the forward suite in a subprocess, with these plugins: a ``pytest.RunResult``."""
+    return lambda *args: runner.pytest(FORWARD, *args, plugins=plugins)
 
 
 def only(*case_ids: str) -> list[str]:
     return ["-k", " or ".join(f"test_forward and {c}" for c in case_ids)]
 
 
-def test_declared_failures_are_known_deviations_and_a_stale_one_is_listed(plugins):
-    out = run(plugins, "--impl=declared", "-rx", "-v", *only(OFFSET1E3, NORMAL))
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert counts(out.stdout) == {"passed": 1, "xfailed": 1}
-    assert "normbench: known deviations declared: 2 in declared.known_deviations" in out.stdout
+def test_declared_failures_are_known_deviations_and_a_stale_one_is_listed(run):
+    result = run("--impl=declared", "-rx", "-v", *only(OFFSET1E3, NORMAL))
+    out = result.stdout.str()
+    assert result.ret == 0, out[-3000:]
+    result.assert_outcomes(passed=1, xfailed=1)
+    assert "normbench: known deviations declared: 2 in declared.known_deviations" in out
     source = 'declared.known_deviations["*-offset1e3 | \\): y\\["]'
     assert f"XFAIL suites/test_forward.py::test_forward[declared-{OFFSET1E3}] - known deviation ({source}): " \
-           "one-pass variance at a mean of 1e3 sigma" in out.stdout
-    summary_section = out.stdout.split("normbench known deviations")[1]
+           "one-pass variance at a mean of 1e3 sigma" in out
+    summary_section = out.split("normbench known deviations")[1]
     assert f"known deviation in 1 of 1 tests: {source}" in summary_section
     assert ("declared deviation did not occur in the 1 tests it covers (remove it?): "
             f'declared.known_deviations["{NORMAL}"]') in summary_section
 
 
-def test_strict_fails_the_deviations_and_the_stale_declaration(plugins):
-    out = run(plugins, "--impl=declared", "--normbench-strict", *only(OFFSET1E3))
-    assert out.returncode == 1 and counts(out.stdout) == {"failed": 1}, out.stdout[-3000:]
-    assert "(--normbench-strict: reported as failures)" in out.stdout
-    assert "> bound" in out.stdout
-    stale = run(plugins, "--impl=declared", "--normbench-strict", *only(NORMAL))
-    assert stale.returncode == 1 and counts(stale.stdout) == {"passed": 1}, stale.stdout[-3000:]
-    assert "declared deviation did not occur" in stale.stdout
+def test_strict_fails_the_deviations_and_the_stale_declaration(run):
+    result = run("--impl=declared", "--normbench-strict", *only(OFFSET1E3))
+    out = result.stdout.str()
+    assert result.ret == 1, out[-3000:]
+    result.assert_outcomes(failed=1)
+    assert "(--normbench-strict: reported as failures)" in out
+    assert "> bound" in out
+    stale = run("--impl=declared", "--normbench-strict", *only(NORMAL))
+    assert stale.ret == 1, stale.stdout.str()[-3000:]
+    stale.assert_outcomes(passed=1)
+    assert "declared deviation did not occur" in stale.stdout.str()
 
 
-def test_an_undeclared_failure_still_fails(plugins):
-    out = run(plugins, "--impl=declared", *only(OFFSET1E3, OFFSET1E4))
-    assert out.returncode == 1
-    assert counts(out.stdout) == {"failed": 1, "xfailed": 1}, out.stdout[-3000:]
-    assert f"FAILED suites/test_forward.py::test_forward[declared-{OFFSET1E4}]" in out.stdout
+def test_an_undeclared_failure_still_fails(run):
+    result = run("--impl=declared", *only(OFFSET1E3, OFFSET1E4))
+    assert result.ret == 1
+    result.assert_outcomes(failed=1, xfailed=1)
+    assert f"FAILED suites/test_forward.py::test_forward[declared-{OFFSET1E4}]" in result.stdout.str()
 
 
-def test_a_crash_is_never_a_declared_deviation_without_a_regex(plugins):
-    out = run(plugins, "--impl=crashes", *only(OFFSET1E3))
-    assert out.returncode == 1 and counts(out.stdout) == {"failed": 1}, out.stdout[-3000:]
-    assert "RuntimeError: kernel crashed" in out.stdout
+def test_a_crash_is_never_a_declared_deviation_without_a_regex(run):
+    result = run("--impl=crashes", *only(OFFSET1E3))
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    result.assert_outcomes(failed=1)
+    assert "RuntimeError: kernel crashed" in result.stdout.str()
 
 
-def test_a_users_deviations_file(plugins, tmp_path):
+def test_a_users_deviations_file(run, tmp_path):
     mine = tmp_path / "mine.txt"
     mine.write_text("# my findings\nmutant-one-pass-variance | * | dist | \\): y\\[ | we know: one-pass variance\n")
-    out = run(plugins, "--impl=mutant-one-pass-variance", f"--normbench-deviations={mine}", "-rx",
-              *only(OFFSET1E3, OFFSET1E4, NORMAL))
-    assert out.returncode == 0, out.stdout[-3000:]
-    assert counts(out.stdout) == {"passed": 1, "xfailed": 2}
-    assert f"normbench: known deviations declared: 1 in {mine}" in out.stdout
-    assert f"known deviation ({mine}:2): we know: one-pass variance" in out.stdout
-    assert f"known deviation in 2 of 3 tests: {mine}:2" in out.stdout
+    result = run("--impl=mutant-one-pass-variance", f"--normbench-deviations={mine}", "-rx",
+                 *only(OFFSET1E3, OFFSET1E4, NORMAL))
+    out = result.stdout.str()
+    assert result.ret == 0, out[-3000:]
+    result.assert_outcomes(passed=1, xfailed=2)
+    assert f"normbench: known deviations declared: 1 in {mine}" in out
+    assert f"known deviation ({mine}:2): we know: one-pass variance" in out
+    assert f"known deviation in 2 of 3 tests: {mine}:2" in out
 
 
 @pytest.mark.e2e
-def test_the_tally_survives_xdist(plugins):
-    out = run(plugins, "--impl=declared", "-n", "2", *only(OFFSET1E3, NORMAL))
-    assert out.returncode == 0 and counts(out.stdout) == {"passed": 1, "xfailed": 1}, out.stdout[-3000:]
-    assert "known deviation in 1 of 1 tests" in out.stdout and "declared deviation did not occur" in out.stdout
+def test_the_tally_survives_xdist(run):
+    result = run("--impl=declared", "-n", "2", *only(OFFSET1E3, NORMAL))
+    out = result.stdout.str()
+    assert result.ret == 0, out[-3000:]
+    result.assert_outcomes(passed=1, xfailed=1)
+    assert "known deviation in 1 of 1 tests" in out and "declared deviation did not occur" in out
 
 
 @pytest.mark.parametrize("value, message", [
     ("nope.txt", "Could not parse value: 'nope.txt'. Give an existing known-deviations file."),
 ])
-def test_a_bad_deviations_option_is_a_usage_error(plugins, value, message):
-    out = run(plugins, "--impl=numpy", f"--normbench-deviations={value}", "--collect-only", "-q")
-    assert out.returncode == 4 and message in out.stderr
+def test_a_bad_deviations_option_is_a_usage_error(run, value, message):
+    result = run("--impl=numpy", f"--normbench-deviations={value}", "--collect-only", "-q")
+    assert result.ret == 4 and message in result.stderr.str()
 
 
-def test_a_bad_deviations_file_names_the_line(plugins, tmp_path):
+def test_a_bad_deviations_file_names_the_line(run, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_text("numpy | cpu | only three\n")
-    out = run(plugins, "--impl=numpy", f"--normbench-deviations={bad}", "--collect-only", "-q")
-    assert out.returncode == 4 and f"{bad}:1: expected 'backend | device glob | test pattern" in out.stderr
+    result = run("--impl=numpy", f"--normbench-deviations={bad}", "--collect-only", "-q")
+    assert result.ret == 4 and f"{bad}:1: expected 'backend | device glob | test pattern" in result.stderr.str()
 
 
 @pytest.mark.e2e
