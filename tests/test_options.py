@@ -13,6 +13,7 @@ import pytest
 from normbench import options
 from normbench.perf.roofline import DIRECTIONS
 from normbench.suites import DIRECTORY as SUITES
+from tests.plugins import counts
 
 FORWARD = str(SUITES / "test_forward.py")
 ONE_CASE = "float32-rows5-hidden1000-offset3"
@@ -172,7 +173,7 @@ def project_with_impl(tmp_path):
 @pytest.mark.e2e
 def test_a_projects_own_impl_option_works_with_normbench_installed(project_with_impl):
     out = pytest_run("--impl=fast", "-q", cwd=project_with_impl)
-    assert out.returncode == 0 and "1 passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.returncode == 0 and counts(out.stdout) == {"passed": 1}, out.stdout[-2000:] + out.stderr[-2000:]
 
 
 @pytest.mark.e2e
@@ -180,7 +181,7 @@ def test_a_projects_own_impl_and_normbenchs_suites_in_one_session(project_with_i
     """The suites' alias stands back where --impl is taken; --normbench-impl selects the backends."""
     out = pytest_run("test_mine.py", "--pyargs", "normbench.suites.test_forward", "--impl=fast",
                      "--normbench-impl=numpy", "-q", "-k", f"test_mine or {ONE_CASE}", cwd=project_with_impl)
-    assert out.returncode == 0 and "2 passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.returncode == 0 and counts(out.stdout) == {"passed": 2}, out.stdout[-2000:] + out.stderr[-2000:]
 
 
 @pytest.mark.e2e
