@@ -11,8 +11,8 @@ from normbench import cases, deviations
 from normbench.deviations import Subject
 from normbench.exceptions import NormbenchError, PluginError
 from normbench.suites import DIRECTORY as SUITES
-from suites.test_backward import IDENTITY_CASES
-from suites.test_forward import ISOLATION_CASES
+from normbench.suites.test_backward import IDENTITY_CASES
+from normbench.suites.test_forward import ISOLATION_CASES
 
 TESTS = {"test_forward": cases.FORWARD_CASES, "test_rows_independent": ISOLATION_CASES,
          "test_backward": cases.BACKWARD_CASES, "test_backward_identities": IDENTITY_CASES,
