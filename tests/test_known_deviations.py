@@ -8,6 +8,7 @@ The backend is the one-pass-variance mutant (a real bug: fails on rows with a la
 mean), registered through a throw-away dist-info like any plugin.
 """
 
+import os
 import subprocess
 import sys
 
@@ -19,6 +20,8 @@ from normbench.suites import DIRECTORY as SUITES
 from tests.plugins import ROOT
 
 FORWARD = str(SUITES / "test_forward.py")
+#: its node id prefix: the path from the rootdir (a checkout's suites/, or site-packages in an installed env)
+FORWARD_NODE = os.path.relpath(FORWARD, ROOT)
 OFFSET1E3 = "float32-rows8-hidden1000-offset1e3"
 OFFSET1E4 = "float32-rows8-hidden1000-offset1e4"
 NORMAL = "float32-rows8-hidden1000-normal"
@@ -70,7 +73,7 @@ def test_declared_failures_are_known_deviations_and_a_stale_one_is_listed(run):
     result.assert_outcomes(passed=1, xfailed=1)
     assert "normbench: known deviations declared: 2 in declared.known_deviations" in out
     source = 'declared.known_deviations["*-offset1e3 | \\): y\\["]'
-    assert f"XFAIL suites/test_forward.py::test_forward[declared-{OFFSET1E3}] - known deviation ({source}): " \
+    assert f"XFAIL {FORWARD_NODE}::test_forward[declared-{OFFSET1E3}] - known deviation ({source}): " \
            "one-pass variance at a mean of 1e3 sigma" in out
     summary_section = out.split("normbench known deviations")[1]
     assert f"known deviation in 1 of 1 tests: {source}" in summary_section
@@ -95,7 +98,7 @@ def test_an_undeclared_failure_still_fails(run):
     result = run("--impl=declared", *only(OFFSET1E3, OFFSET1E4))
     assert result.ret == 1
     result.assert_outcomes(failed=1, xfailed=1)
-    assert f"FAILED suites/test_forward.py::test_forward[declared-{OFFSET1E4}]" in result.stdout.str()
+    assert f"FAILED {FORWARD_NODE}::test_forward[declared-{OFFSET1E4}]" in result.stdout.str()
 
 
 def test_a_crash_is_never_a_declared_deviation_without_a_regex(run):

@@ -1,5 +1,6 @@
 """The pytest plugin, run as users run it: in a subprocess, on the real suites."""
 
+import os
 import subprocess
 
 import pytest
@@ -96,7 +97,8 @@ def test_a_failure_says_how_to_reproduce_it(plugins):
               "--normbench-seed=7")
     assert out.returncode == 1
     assert "rstd[" in out.stdout or "y[" in out.stdout
-    assert ("pytest '" + "suites/test_forward.py::test_forward[mutant-eps-fixed-float32-rows8-hidden64-sigmasqrteps-"
+    node = os.path.relpath(FORWARD, ROOT)  # from the rootdir: suites/ in a checkout, site-packages when installed
+    assert (f"pytest '{node}::test_forward[mutant-eps-fixed-float32-rows8-hidden64-sigmasqrteps-"
             "eps0.5]' --impl=mutant-eps-fixed --normbench-seed=7") in out.stdout
 
 
