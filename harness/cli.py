@@ -171,7 +171,12 @@ def _header(args: argparse.Namespace, run_id: str, folder, extra: Sequence[str])
         found = collect(_conformance_args(args, extra, workers=False), selection)
         skips = f", {sum(found.skips.values())} more collected to skip (the summary says why)" if found.skips else ""
         workers = "one process" if args.workers == "0" else f"-n {args.workers}"
-        say(f"  conformance: {found.runs} tests{skips}; {workers}")
+        if found.code not in (0, 5):  # the run's own session reports the problem in full
+            last = found.output.strip().splitlines()[-1:]
+            say(f"  conformance: could not be collected (pytest exit {found.code}): "
+                + (last[0] if last else "pytest's message is above"))
+        else:
+            say(f"  conformance: {found.runs} tests{skips}; {workers}")
     if "throughput" in args.suites:
         found = collect(_throughput_args(args, run_id) + list(extra), selection)
         timed = [b.name for b in selection.backends if not b.timing_note]

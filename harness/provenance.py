@@ -21,6 +21,7 @@ the virtualenv:
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import subprocess
@@ -91,8 +92,9 @@ def from_direct_url(record: dict | None, package_file: Path) -> Source:
     return Source("local folder" if dir_info is not None else "archive", url)
 
 
+@functools.cache
 def source(package_file: Path | None = None) -> Source:
-    """Where the imported normbench came from (see the module doc)."""
+    """Where the imported normbench came from (see the module doc); read once per process."""
     if package_file is None:
         import normbench
 

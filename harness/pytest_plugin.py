@@ -93,7 +93,7 @@ def selection(config: pytest.Config) -> Selection:
 def _header(config: pytest.Config) -> list[str]:
     sel = config.stash[SELECTION]
     seeds = config.getoption("normbench_seed")
-    seed = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}..{seeds[-1]} ({len(seeds)} seeds)"
+    seed = options.format_seeds(seeds) + (f" ({len(seeds)} seeds)" if len(seeds) > 1 else "")
     shown = ", ".join(describe(b) for b in sel.backends) or "none"
     lines = [f"normbench {__version__}: backends {shown}; seed {seed}"]
     lines += [f"normbench: skipped {name}: {reason}" for name, reason in sel.skipped]

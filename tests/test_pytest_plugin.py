@@ -81,7 +81,9 @@ def test_bad_seed_is_a_usage_error(plugins):
 
 def test_ids_and_header_and_seed_ranges(plugins):
     out = run(plugins, FORWARD, "--impl=numpy", "--normbench-seed=4..5", "--collect-only", "-k", "hidden1000")
-    assert f"normbench {__version__}: backends numpy (" in out.stdout and "seed 4..5 (2 seeds)" in out.stdout
+    assert f"normbench {__version__}: backends numpy (" in out.stdout and "seed 4,5 (2 seeds)" in out.stdout
+    listed = run(plugins, FORWARD, "--impl=numpy", "--normbench-seed=1,4,9", "--collect-only", "-k", "hidden1000")
+    assert "seed 1,4,9 (3 seeds)" in listed.stdout  # the seeds that run, never a range that names others
     assert "test_forward[numpy-float16-rows5-hidden1000-offset3-seed5]>" in out.stdout
 
 

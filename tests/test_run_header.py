@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -221,3 +222,11 @@ def test_check_and_table1_say_what_they_are_doing_on_stderr():
     assert "normbench: creating backend numpy" in out.stderr and "normbench: checking float32-rows8-hidden4" in out.stderr
     out = normbench("table1", "--no-recurrent")
     assert out.returncode == 0 and "normbench: measuring Table 1" in out.stderr
+
+
+def test_a_suite_that_cannot_be_collected_is_said_so_in_the_header(tmp_path):
+    out = subprocess.run([str(Path(sys.executable).parent / "normbench"), "run", "--impl=numpy", "--suites=conformance",
+                          f"--out={tmp_path}", "--no-report", "-n", "0", f"--normbench-deviations={tmp_path / 'none.txt'}"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert "conformance: could not be collected (pytest exit 4)" in out.stdout, out.stdout[-2000:]
+    assert "conformance: 0 tests" not in out.stdout

@@ -28,6 +28,7 @@ from normbench.backend import Backend
 from normbench.cases import Case, make_dy, make_inputs
 from normbench.check import conformance, error_model, oracle
 from normbench.check.conformance import ConformanceError
+from normbench.check.worst import worst_violation
 
 
 @dataclass
@@ -111,7 +112,7 @@ class Verifier:
             return
         ref = self.reference
         rows = lambda a: np.reshape(np.asarray(a, dtype=np.float64), (-1, ref.case.hidden))
-        worst = conformance.worst_violation(rows(got), rows(want), rows(bound))
+        worst = worst_violation(rows(got), rows(want), rows(bound))
         if worst is not None:
             per_row = what in ("y", "dx")  # the row's mean and sigma explain y and dx, not column sums
             notes = () if what == "y" else conformance.gradient_notes(ref.inputs)
