@@ -39,8 +39,9 @@ from normbench.exceptions import NormbenchError
 from normbench.registry import ALL, Selection, describe, get_registry
 from normbench.runner import SELECTION
 
-#: throughput options, the sweep, results and progress live in their own module
-pytest_plugins = ["normbench.pytest_throughput"]
+#: throughput options, the sweep, results and progress live in their own module; crash and hang
+#: isolation in another
+pytest_plugins = ["normbench.pytest_throughput", "normbench.isolation"]
 KNOWN_DEVIATIONS = pytest.StashKey[list]()
 TALLY = pytest.StashKey[deviations.Tally]()
 

@@ -12,6 +12,7 @@ import contextlib
 import io
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +32,8 @@ _ID = re.compile(r"^(?P<file>[^:]+)::(?P<test>[^\[]+)\[(?P<backend>[a-z][a-z0-9_
 @dataclass(frozen=True)
 class Outcome:
     """One test's result: ``outcome`` is passed, failed, skipped, error, xfailed (a known
-    deviation: ``message`` is "known deviation (source): reason") or xpassed."""
+    deviation: ``message`` is "known deviation (source): reason"), xpassed, or one of
+    :data:`CRASHED`, :data:`TIMEOUT` and :data:`NOT_RUN` (see :class:`Collector`)."""
 
     nodeid: str
     backend: str
@@ -42,6 +44,12 @@ class Outcome:
     #: the known deviations that cover this test (source -> reason), and the source of the one explaining it
     covers: tuple[tuple[str, str], ...] = ()
     explains: str = ""
+
+
+def backend_of(nodeid: str) -> str:
+    """The backend in a suite test's node id (``...::test_forward[torch-float32-...]`` -> ``torch``), or ''."""
+    match = _ID.match(nodeid.split("/")[-1])
+    return match["backend"] if match else ""
 
 
 def suite_nodeid(nodeid: str, rootpath: Path, file: str | None = None) -> str:
@@ -67,38 +75,91 @@ def suite_nodeid(nodeid: str, rootpath: Path, file: str | None = None) -> str:
     return f"suites/{inside.as_posix()}{sep}{rest}"
 
 
+#: outcomes that are not a verdict on the backend's numbers: the test process died, or ran out of time, or
+#: the test never ran (the run was interrupted, or its backend was stopped after crashing too often)
+CRASHED, TIMEOUT, NOT_RUN = "crashed", "timeout", "not run"
+#: pytest-timeout's failure message (its signal method): a test that ran out of time
+TIMEOUT_MESSAGE = re.compile(r"^(Failed: )?Timeout \(>[0-9.]+s\) from pytest-timeout")
+
+
 @dataclass
 class Collector:
-    """A pytest plugin object recording every test's outcome (works under xdist)."""
+    """A pytest plugin object recording every test's outcome (works under xdist, in the controller).
+
+    Each outcome is handed to ``sink`` as it arrives (``normbench run`` writes it to the run
+    folder at once, so a killed run keeps every finished test). Besides pytest's outcomes it
+    records ``crashed`` (an xdist worker died running the test), ``timeout`` (pytest-timeout
+    stopped it) and ``not run``: at the end of the session every collected test that produced
+    no outcome (an interrupted run, a backend stopped after crashing) is recorded as not run,
+    so that a test which did not run is never counted as passed.
+    """
 
     outcomes: list[Outcome] = field(default_factory=list)
     rootpath: Path = field(default_factory=Path.cwd)
+    sink: Callable[[Outcome], None] | None = None
+    #: the collected tests' node ids (pytest's own, relative to the rootdir), and those that reported
+    expected: set[str] = field(default_factory=set)
+    reported: set[str] = field(default_factory=set)
+    #: why the session ended early, if it did (set by ``normbench run`` on a signal, or by pytest)
+    interrupted: str = ""
 
     def pytest_configure(self, config: pytest.Config) -> None:
         self.rootpath = config.rootpath
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if not hasattr(session.config, "workerinput"):
+            self.expected.update(item.nodeid for item in session.items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        self.expected.update(ids)
+
     def pytest_runtest_logreport(self, report) -> None:
+        crashed = report.when not in ("setup", "call", "teardown")  # xdist's report for a test whose worker died
         failed_setup = report.when == "setup" and not report.passed
-        if not (report.when == "call" or failed_setup):
+        if not (report.when == "call" or failed_setup or crashed):
             return
+        self.reported.add(report.nodeid)
         record = getattr(report, "normbench_deviations", None) or {}
         outcome = report.outcome if report.when == "call" else ("skipped" if report.skipped else "error")
         nodeid = suite_nodeid(report.nodeid, self.rootpath, report.location[0] if report.location else None)
-        match = _ID.match(nodeid.split("/")[-1])
-        props = dict(report.user_properties)
-        backend = props.get("normbench_backend") or (match["backend"] if match else "")
-        case = props.get("normbench_case") or (match["rest"] if match else "")
         message = ""
-        if hasattr(report, "wasxfail"):  # a known deviation: expected (xfailed) or unexpectedly passing (xpassed)
+        if crashed:
+            outcome = CRASHED
+            message = (f"{report.longrepr}: the test process died (a segfault, an abort, os._exit, or a hang ended "
+                       f"by --timeout-method=thread)")
+        elif hasattr(report, "wasxfail"):  # a known deviation: expected (xfailed) or unexpectedly passing (xpassed)
             outcome = "xfailed" if report.skipped else "xpassed"
             message = str(report.wasxfail)
         elif report.skipped and isinstance(report.longrepr, tuple):
             message = str(report.longrepr[2]).removeprefix("Skipped: ")
+            outcome = NOT_RUN if message.startswith(f"{NOT_RUN}:") else outcome
         elif report.failed:
             message = getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message or ""
-        self.outcomes.append(Outcome(nodeid, backend, match["test"] if match else nodeid, outcome,
-                                     str(message), case, tuple(record.get("covers", {}).items()),
-                                     record.get("explains") or ""))
+            outcome = TIMEOUT if TIMEOUT_MESSAGE.match(str(message)) else outcome
+        self._add(nodeid, outcome, str(message), dict(report.user_properties), record)
+
+    def _add(self, nodeid: str, outcome: str, message: str, props: dict, record: dict) -> None:
+        match = _ID.match(nodeid.split("/")[-1])
+        backend = props.get("normbench_backend") or (match["backend"] if match else "")
+        case = props.get("normbench_case") or (match["rest"] if match else "")
+        result = Outcome(nodeid, backend, match["test"] if match else nodeid, outcome, message, case,
+                         tuple(record.get("covers", {}).items()), record.get("explains") or "")
+        self.outcomes.append(result)
+        if self.sink is not None:
+            self.sink(result)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if hasattr(session.config, "workerinput"):
+            return
+        if exitstatus == pytest.ExitCode.INTERRUPTED and not self.interrupted:
+            self.interrupted = "KeyboardInterrupt"
+        why = (f"the run was interrupted ({self.interrupted})" if self.interrupted
+               else "the session ended before it (see pytest's output: e.g. xdist's 'maximum crashed workers')")
+        for raw in sorted(self.expected - self.reported):
+            self._add(suite_nodeid(raw, self.rootpath), NOT_RUN, f"{NOT_RUN}: {why}", {}, {})
+        self.reported |= self.expected
 
 
 @dataclass
@@ -113,10 +174,11 @@ class GivenSelection:
         config.stash[SELECTION] = self.selection
 
 
-def run_pytest(args: list[str], selection: Selection | None = None) -> tuple[int, list[Outcome]]:
+def run_pytest(args: list[str], selection: Selection | None = None,
+               collector: Collector | None = None) -> tuple[int, list[Outcome]]:
     """``pytest.main(args)`` with a :class:`Collector` (and ``selection``, if given, as the
     session's backends); returns (exit code, outcomes)."""
-    collector = Collector()
+    collector = collector or Collector()
     plugins: list[object] = [collector] + ([GivenSelection(selection)] if selection is not None else [])
     code = pytest.main(args, plugins=plugins)
     return int(code), collector.outcomes
@@ -162,28 +224,42 @@ def deviation_tally(outcomes: list[Outcome]) -> deviations.Tally:
     return tally
 
 
-def summary(outcomes: list[Outcome], max_failures: int = 5) -> str:
-    """A table per backend: passed, failed, known deviations, skipped; then the first
-    failures of each, the known deviations that occurred and those that did not."""
+def summary(outcomes: list[Outcome], max_failures: int = 5, interrupted: str = "") -> str:
+    """A table per backend: passed, failed, known deviations, skipped, crashed or timed out,
+    not run; then the first failures of each, the known deviations that occurred and those
+    that did not. A backend with tests that did not run is INCOMPLETE, never PASS."""
     backends = sorted({o.backend for o in outcomes if o.backend})
     if not backends:
-        return "no suite test ran"
+        return "no suite test ran" + (f" (the run was interrupted: {interrupted})" if interrupted else "")
     counts = {b: Counter(o.outcome for o in outcomes if o.backend == b) for b in backends}
     width = max(len(b) for b in backends + ["backend"])
-    lines = [f"{'backend':<{width}}  {'passed':>7} {'failed':>7} {'known dev.':>10} {'skipped':>7}  verdict"]
+    lines = [f"{'backend':<{width}}  {'passed':>7} {'failed':>7} {'known dev.':>10} {'skipped':>7} "
+             f"{'crashed':>7} {'not run':>7}  verdict"]
     for b in backends:
         c = counts[b]
         bad = c["failed"] + c["error"] + c["xpassed"]
-        verdict = "PASS" if bad == 0 and c["passed"] else ("FAIL" if bad else "nothing ran")
-        if verdict == "PASS" and c["xfailed"]:
-            verdict = "PASS, with known deviations"
-        lines.append(f"{b:<{width}}  {c['passed']:>7} {bad:>7} {c['xfailed']:>10} {c['skipped']:>7}  {verdict}")
+        died = c[CRASHED] + c[TIMEOUT]
+        if bad or died:
+            verdict = "FAIL" + (f" ({c[CRASHED]} crashed, {c[TIMEOUT]} timed out)" if died else "")
+        elif c[NOT_RUN]:
+            verdict = "INCOMPLETE: some tests did not run"
+        elif c["passed"]:
+            verdict = "PASS, with known deviations" if c["xfailed"] else "PASS"
+        else:
+            verdict = "nothing ran"
+        lines.append(f"{b:<{width}}  {c['passed']:>7} {bad:>7} {c['xfailed']:>10} {c['skipped']:>7} "
+                     f"{died:>7} {c[NOT_RUN]:>7}  {verdict}")
+    if interrupted:
+        lines.append(f"\nINTERRUPTED ({interrupted}): the verdicts above cover only the tests that ran")
     for b in backends:
-        failures = [o for o in outcomes if o.backend == b and o.outcome in ("failed", "error")]
+        failures = [o for o in outcomes if o.backend == b and o.outcome in ("failed", "error", CRASHED, TIMEOUT)]
         if failures:
             lines.append(f"\n{b}: {len(failures)} failing; first {min(len(failures), max_failures)}:")
-            lines += [f"  {o.nodeid}\n    {o.message.splitlines()[0] if o.message else ''}"
-                      for o in failures[:max_failures]]
+            lines += [f"  {o.nodeid}\n    {o.outcome.upper() + ': ' if o.outcome in (CRASHED, TIMEOUT) else ''}"
+                      f"{o.message.splitlines()[0] if o.message else ''}" for o in failures[:max_failures]]
+        stopped = next((o for o in outcomes if o.backend == b and o.outcome == NOT_RUN), None)
+        if stopped is not None:
+            lines.append(f"\n{b}: {counts[b][NOT_RUN]} tests did not run; {stopped.message}")
     declared = deviation_tally(outcomes).lines()
     if declared:
         lines += ["\nknown deviations (declared failures, shown so they stay visible):"]

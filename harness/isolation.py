@@ -1,0 +1,207 @@
+"""A backend that crashes, hangs or raises ``KeyboardInterrupt`` is a result, not the end of the run.
+
+Part of the pytest plugin (``normbench.pytest_plugin`` loads it), for normbench's suite tests
+(those parametrized over ``backend``):
+
+* **Crashes.** Under pytest-xdist a test whose worker process dies (a segfault, an abort,
+  ``os._exit``) is reported by xdist and recorded by :class:`normbench.runner.Collector` as
+  ``crashed``; xdist starts a new worker and the run goes on. After :data:`CRASH_LIMIT`
+  crashes of one backend the workers stop running that backend's remaining tests: they are
+  skipped as ``not run``, with the reason, so one broken backend cannot exhaust xdist's
+  worker restarts and silently end the other backends' tests. ``normbench run`` always runs
+  the suites in worker processes (``-n 1`` at least); a plain ``pytest`` without ``-n`` runs
+  the tests in its own process, which a crash ends.
+* **Hangs.** Every suite test gets a time limit (``--normbench-timeout``, default
+  :data:`DEFAULT_TIMEOUT` s; 0 for none), enforced by pytest-timeout; a test that runs out of
+  time is recorded as ``timeout``. pytest-timeout's own settings (``--timeout``, the ini
+  value or ``PYTEST_TIMEOUT``) win where given. pytest-timeout's default method (a signal)
+  stops a test that hangs in Python code; a hang inside native code that never returns to
+  Python needs ``--timeout-method=thread``, which ends the worker process: the test is then
+  recorded as crashed.
+* **KeyboardInterrupt raised by a backend** (not by a signal this process received) fails
+  that test with a message instead of ending the run. ``SystemExit`` from a test is already
+  a failure in pytest.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from normbench.runner import TIMEOUT_MESSAGE, backend_of
+
+#: crashes of one backend after which its remaining tests are not run
+CRASH_LIMIT = 3
+#: seconds a suite test may take (a large case under the Triton interpreter takes well under a minute)
+DEFAULT_TIMEOUT = 300.0
+#: the signals this process received (so a KeyboardInterrupt a backend raises can be told from Ctrl-C)
+_RECEIVED: list[int] = []
+_QUARANTINE = "normbench_quarantine"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("normbench")
+    group.addoption("--normbench-timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                    help="Time limit of each suite test; a test that runs longer is recorded as 'timeout' "
+                         "(pytest-timeout; its --timeout, where given, wins). 0: no limit. Default: %(default)r.")
+
+
+def _seconds(text: str) -> float:
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds; e.g. 300, or 0 for no limit") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds >= 0 (0: no limit)")
+    return value
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        try:
+            signal.signal(signal.SIGINT, _note_sigint)
+            config.add_cleanup(lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+        except ValueError:  # not the main thread: leave the signals alone
+            pass
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        if workerinput.get(_QUARANTINE):
+            config.stash[QUARANTINE] = Quarantine(Path(workerinput[_QUARANTINE]))
+        return
+    folder = Path(tempfile.mkdtemp(prefix="normbench-quarantine-"))
+    config.stash[QUARANTINE] = Quarantine(folder / "backends")
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    config.pluginmanager.register(CrashWatch(config.stash[QUARANTINE]), "normbench-crash-watch")
+
+
+def _note_sigint(signum, frame):
+    _RECEIVED.append(signum)
+    raise KeyboardInterrupt
+
+
+def received_signal() -> bool:
+    """Whether this process received SIGINT (or ``normbench run`` a SIGTERM) since it started."""
+    return bool(_RECEIVED)
+
+
+def note_signal(signum: int) -> None:
+    """Record that a signal ended the run (``normbench run`` turns SIGTERM into KeyboardInterrupt)."""
+    _RECEIVED.append(signum)
+
+
+class Quarantine:
+    """The backends whose tests the workers no longer run: a file the controller appends to
+    (one name per line) and each worker reads before a test, when it changed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.crashes: Counter[str] = Counter()
+        self.first: dict[str, str] = {}
+        self._seen: tuple[float, set[str]] = (-1.0, set())
+
+    def crashed(self, backend: str, nodeid: str) -> None:
+        """``nodeid`` of ``backend`` crashed the test process or ran out of time."""
+        self.crashes[backend] += 1
+        self.first.setdefault(backend, nodeid)
+        if self.crashes[backend] == CRASH_LIMIT:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(f"{backend}\t{self.first[backend]}\n")
+
+    def reason(self, backend: str) -> str | None:
+        try:
+            mtime = self.path.stat().st_mtime
+        except OSError:
+            return None
+        if mtime != self._seen[0]:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+            self._seen = (mtime, {line.split("\t")[0] for line in lines})
+        if backend not in self._seen[1]:
+            return None
+        return (f"not run: backend {backend!r} crashed the test process or ran out of time {CRASH_LIMIT} times; "
+                f"normbench stopped running its tests (those are recorded as 'crashed' or 'timeout')")
+
+
+QUARANTINE = pytest.StashKey[Quarantine]()
+
+
+class CrashWatch:
+    """In the controller (the xdist controller, or a run without xdist): counts each backend's
+    crashed and timed-out tests and quarantines it at :data:`CRASH_LIMIT`."""
+
+    def __init__(self, quarantine: Quarantine) -> None:
+        self.quarantine = quarantine
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        """xdist: tell each new worker where the quarantine file is."""
+        node.workerinput[_QUARANTINE] = str(self.quarantine.path)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report, sched) -> None:
+        """xdist: a worker died running ``crashitem``."""
+        self._count(crashitem)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        crash = getattr(report.longrepr, "reprcrash", None)
+        if report.when == "call" and report.failed and crash is not None and TIMEOUT_MESSAGE.match(crash.message):
+            self._count(report.nodeid)
+
+    def _count(self, nodeid: str) -> None:
+        backend = backend_of(nodeid)
+        if backend:
+            self.quarantine.crashed(backend, nodeid)
+
+
+def _backend(item: pytest.Item):
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("backend") if callspec is not None else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    limit = config.getoption("normbench_timeout")
+    if not limit or not config.pluginmanager.hasplugin("timeout") or _timeout_given(config):
+        return
+    mark = pytest.mark.timeout(limit)
+    for item in items:
+        if _backend(item) is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(mark)
+
+
+def _timeout_given(config: pytest.Config) -> bool:
+    """Whether the user set pytest-timeout's own timeout (command line, ini file or environment)."""
+    return (config.getoption("timeout", None) is not None or bool(config.getini("timeout"))
+            or bool(os.environ.get("PYTEST_TIMEOUT")))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    backend = _backend(item)
+    quarantine = item.config.stash.get(QUARANTINE, None)
+    if backend is not None and quarantine is not None:
+        reason = quarantine.reason(backend.name)
+        if reason:
+            pytest.skip(reason)
+
+
+class BackendInterrupt(Exception):
+    """A backend raised KeyboardInterrupt without a signal: a result for that test, not the end of the run."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    try:
+        return (yield)
+    except KeyboardInterrupt:
+        if received_signal() or _backend(item) is None:
+            raise
+        raise BackendInterrupt(f"backend {_backend(item).name!r} raised KeyboardInterrupt (no Ctrl-C or signal "
+                               f"was received): recorded as this test's failure; the run goes on") from None
