@@ -34,14 +34,13 @@ from pathlib import Path
 
 import pytest
 
+from normbench.interrupts import note_sigint, received_signal
 from normbench.runner import TIMEOUT_MESSAGE, backend_of
 
 #: crashes of one backend after which its remaining tests are not run
 CRASH_LIMIT = 3
 #: seconds a suite test may take (a large case under the Triton interpreter takes well under a minute)
 DEFAULT_TIMEOUT = 300.0
-#: the signals this process received (so a KeyboardInterrupt a backend raises can be told from Ctrl-C)
-_RECEIVED: list[int] = []
 _QUARANTINE = "normbench_quarantine"
 
 
@@ -68,7 +67,7 @@ def _seconds(text: str) -> float:
 def pytest_configure(config: pytest.Config) -> None:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         try:
-            signal.signal(signal.SIGINT, _note_sigint)
+            signal.signal(signal.SIGINT, note_sigint)
             config.add_cleanup(lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
         except ValueError:  # not the main thread: leave the signals alone
             pass
@@ -81,21 +80,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[QUARANTINE] = Quarantine(folder / "backends")
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
     config.pluginmanager.register(CrashWatch(config.stash[QUARANTINE]), "normbench-crash-watch")
-
-
-def _note_sigint(signum, frame):
-    _RECEIVED.append(signum)
-    raise KeyboardInterrupt
-
-
-def received_signal() -> bool:
-    """Whether this process received SIGINT (or ``normbench run`` a SIGTERM) since it started."""
-    return bool(_RECEIVED)
-
-
-def note_signal(signum: int) -> None:
-    """Record that a signal ended the run (``normbench run`` turns SIGTERM into KeyboardInterrupt)."""
-    _RECEIVED.append(signum)
 
 
 class Quarantine:

@@ -16,7 +16,8 @@ For one backend, case and direction, :meth:`ThroughputRunner.measure`
    ``above-ceiling``: a result faster than the device can move its bytes is
    an error (cached outputs, skipped work), never a speed.
 
-An exception from the backend is verdict ``error`` with its message. Only an
+An exception from the backend (``SystemExit``, and a ``KeyboardInterrupt`` that no signal
+caused, included) is verdict ``error`` with its message. Only an
 ``ok`` row carries ``gbps`` and ``pct_of_ceiling``.
 
 Example (numpy, one small case, a 64 MiB ceiling buffer)::
@@ -42,6 +43,7 @@ from normbench.backend import Backend
 from normbench.cases import Case, shape_name
 from normbench.check.conformance import ConformanceError
 from normbench.environment import device_name, now_utc
+from normbench.interrupts import backend_raised
 from normbench.perf.roofline import BYTE_MODELS, Ceiling, device_key, direction_bytes, last_level_cache, measure_ceiling
 from normbench.perf.timing import Timing, TimingOptions, make_timer, ready
 from normbench.perf.verify import Reference, Verifier
@@ -168,6 +170,10 @@ class ThroughputRunner:
             return Measurement({**row, "verdict": stage, "message": str(exc)})
         except Exception as exc:  # a backend may fail in any way; the run goes on
             return Measurement({**row, "verdict": "error", "message": _error(exc)})
+        except (SystemExit, KeyboardInterrupt) as exc:  # raised by the backend, not by a signal: still its result
+            if not backend_raised(exc):
+                raise
+            return Measurement({**row, "verdict": "error", "message": f"the backend raised {_error(exc)}"})
         return Measurement(self._judge(row, timing, ceiling, backend.device), timing)
 
     def _judge(self, row: dict[str, Any], timing: Timing, ceiling: Ceiling, device: str) -> dict[str, Any]:
