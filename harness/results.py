@@ -1,43 +1,70 @@
-"""Results on disk: a versioned schema, written incrementally, loaded and merged with pandas.
+"""Results on disk: a versioned schema, written incrementally, validated at load, merged with pandas.
 
-A run folder (``reports/<run-id>/``) holds:
+A run folder (``reports/<run-id>/``, one writer at a time: :mod:`normbench.run_folder`) holds:
 
 * ``throughput.csv`` and ``throughput.json``: one row per measured case (the
-  columns below). The CSV grows a row at a time and the JSON is rewritten
-  after every row, so an interrupted run keeps every row already measured.
+  columns below).
 * ``conformance.csv`` and ``conformance.json``: one row per conformance test
   of a ``normbench run`` (backend, test, case, outcome, message).
-* ``environment.json``: the machine, libraries, commit, command and the
-  measured ceilings (:mod:`normbench.environment`).
+* ``environment.json``: the machine, libraries, commit, command, the measured
+  ceilings and the run's status (:mod:`normbench.environment`).
+
+**Writing** (:class:`ResultsWriter`). The CSV is the journal: every row is
+appended as one complete line, handed to the operating system at once (a killed
+run keeps it) and fsynced at least every :attr:`ResultsWriter.SYNC_EVERY_S`
+seconds and at :meth:`~ResultsWriter.close`. A failed append is cut back, so the
+journal never ends in a torn line. The JSON is a snapshot, written whole
+(:func:`normbench.files.write_atomic`) at ``close()`` and in between at most
+every :attr:`ResultsWriter.JSON_EVERY_S` seconds, and never more often than
+1/20 of the time a rewrite takes: a run of thousands of rows spends a bounded
+share of its time on it (a rewrite after every row would be quadratic). A run
+that measured nothing still writes both files, with no rows. A write that fails
+(a full disk) raises one :class:`ResultsError` naming the file, the rows safely
+on disk and the fix; nothing half-written is left behind.
+
+**Reading** (:func:`load`). Every file is validated field by field against its
+schema: each column's kind and range (:class:`Column`, next to its doc), the
+rules a whole row obeys (:data:`ROW_RULES`), the schema version of the file
+and of every row; a missing, unknown or malformed field is one
+:class:`ResultsError` naming the file, the row and the field. An empty file
+(0 rows) is an empty frame with the schema's columns. A folder holding both
+files compares them: equal, the JSON is read; the CSV journal holding the JSON's
+rows and more (the run stopped before its last JSON snapshot), the CSV is read
+and a note says so; otherwise the folder is refused, saying which file holds
+what. A journal whose last line is incomplete (a run killed mid-write) is read
+without that line, with a note. Notes are in ``df.attrs["notes"]`` (:func:`notes`).
 
 Every JSON file is ``{"schema": ..., "schema_version": N, ..., "rows": [...]}``;
 every CSV row carries ``schema_version``. Never pickle. :func:`load` accepts a
-folder or either file, checks the schema, migrates an older version through
-:data:`MIGRATIONS` or refuses with the reason; :func:`merge` concatenates runs
-from any machines.
+folder or either file, migrates an older version through :data:`MIGRATIONS` or
+refuses it with the reason; :func:`merge` concatenates runs from any machines.
 
 Example::
 
     >>> import tempfile
     >>> folder = tempfile.mkdtemp()
-    >>> writer = ResultsWriter(folder, run_id="r1")
-    >>> writer.add(new_row(run_id="r1", backend="numpy", direction="forward", dtype="float32", verdict="ok"))
+    >>> with ResultsWriter(folder, run_id="r1") as writer:
+    ...     writer.add(new_row(run_id="r1", backend="numpy", direction="forward", dtype="float32", rows=4,
+    ...                        hidden=8, bytes=256, verdict="error", message="RuntimeError: out of memory"))
     >>> load(folder)[["backend", "direction", "verdict"]].to_dict("records")
-    [{'backend': 'numpy', 'direction': 'forward', 'verdict': 'ok'}]
+    [{'backend': 'numpy', 'direction': 'forward', 'verdict': 'error'}]
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from normbench.exceptions import NormbenchError
-from normbench.files import write_atomic
+from normbench.files import append_whole, write_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,15 +75,60 @@ CONFORMANCE = "normbench.conformance"
 
 
 class ResultsError(NormbenchError):
-    """A results file that is missing, not normbench's, or of a schema version this normbench cannot read."""
+    """A results file that is missing, malformed, not normbench's, of a schema version this normbench
+    cannot read, or that cannot be written; the message names the file and the fix."""
+
+
+#: no device moves a petabyte per second: a larger speed is a broken row
+MAX_GBPS = 1e6
+#: a correct row stays near its ceiling (normbench.perf.throughput.ABOVE_CEILING_MARGIN); far above is broken
+MAX_PERCENT = 1e6
+#: an int column's values fit in int64
+MAX_INT = 2**63 - 1
 
 
 @dataclass(frozen=True)
 class Column:
+    """One column of a schema: its name, kind and meaning, and the values it may hold.
+
+    ``low``/``high`` bound a number (``low_open``: strictly above ``low``); a float is
+    finite or empty (NaN in memory, ``null`` in JSON, an empty CSV field); an int is
+    never empty; a str may be anything.
+
+    >>> Column("hidden", "int", "N", low=1).rule()
+    'an integer >= 1'
+    >>> Column("gbps", "float", "GB/s", low=0.0, high=1e6).problem("Infinity")
+    'is not finite'
+    """
+
     name: str
     kind: str  # "str", "int", "float" or "bool"
     doc: str
+    low: float | None = None
+    low_open: bool = False
+    high: float | None = None
 
+    def rule(self) -> str:
+        """The allowed values, in words (for messages)."""
+        what = {"str": "a string", "int": "an integer", "float": "a finite number", "bool": "true or false"}[self.kind]
+        if self.low is not None:
+            what += f" {'>' if self.low_open else '>='} {self.low:g}"
+        if self.high is not None:
+            what += f"{',' if self.low is not None else ''} <= {self.high:g}"
+        return what + (", or empty" if self.kind == "float" else "")
+
+    def problem(self, value: Any) -> str | None:
+        """What is wrong with ``value`` (as parsed from JSON, read from a CSV field, or given
+        in memory), or None. Use :func:`parse_value` to get the value itself."""
+        try:
+            parse_value(self, value)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+
+SECONDS: dict[str, Any] = {"low": 0.0, "high": 1e6}
+SPEED: dict[str, Any] = {"low": 0.0, "high": MAX_GBPS}
 
 #: the throughput schema, version 1: one row per (backend, case, direction)
 THROUGHPUT_COLUMNS: tuple[Column, ...] = (
@@ -71,28 +143,30 @@ THROUGHPUT_COLUMNS: tuple[Column, ...] = (
     Column("direction", "str", "forward, backward or forward+backward"),
     Column("dtype", "str", "the dtype of x, y, dy and dx"),
     Column("param_dtype", "str", "the dtype of weight and bias"),
-    Column("rows", "int", "M, the number of rows"),
-    Column("hidden", "int", "N, the normalized size"),
+    Column("rows", "int", "M, the number of rows", low=1),
+    Column("hidden", "int", "N, the normalized size", low=1),
     Column("shape", "str", "x's shape, ROWSxHIDDEN"),
     Column("case_id", "str", "the normbench.cases id of the case"),
-    Column("seed", "int", "the seed of the inputs (normbench.cases.make_inputs)"),
+    Column("seed", "int", "the seed of the inputs (normbench.cases.make_inputs)", low=0),
     Column("byte_model", "str", "forward-inference, backward or forward-training+backward (normbench.perf.roofline)"),
-    Column("bytes", "int", "the bytes the byte model says the direction must move"),
+    Column("bytes", "int", "the bytes the byte model says the direction must move", low=1),
     Column("cache", "str", "cold (last-level cache flushed before every sample) or warm"),
     Column("timer", "str", "perf_counter_ns or cuda-events"),
-    Column("calls_per_sample", "int", "calls averaged in one sample (1 with a cold cache)"),
-    Column("n", "int", "the number of samples"),
-    Column("median_s", "float", "median seconds per call"),
-    Column("q1_s", "float", "first quartile, seconds"),
-    Column("q3_s", "float", "third quartile, seconds"),
-    Column("iqr_s", "float", "interquartile range, seconds"),
-    Column("min_s", "float", "fastest sample, seconds"),
-    Column("max_s", "float", "slowest sample, seconds"),
-    Column("rel_spread", "float", "IQR / median"),
+    Column("calls_per_sample", "int", "calls averaged in one sample (1 with a cold cache)", low=0),
+    Column("n", "int", "the number of samples", low=0),
+    Column("median_s", "float", "median seconds per call", **SECONDS),
+    Column("q1_s", "float", "first quartile, seconds", **SECONDS),
+    Column("q3_s", "float", "third quartile, seconds", **SECONDS),
+    Column("iqr_s", "float", "interquartile range, seconds", **SECONDS),
+    Column("min_s", "float", "fastest sample, seconds", **SECONDS),
+    Column("max_s", "float", "slowest sample, seconds", **SECONDS),
+    Column("rel_spread", "float", "IQR / median", low=0.0),
     Column("wide_spread", "bool", "rel_spread above normbench.perf.timing.WIDE_SPREAD: read the speed with care"),
-    Column("gbps", "float", "bytes / median / 1e9; empty unless verdict is ok"),
-    Column("ceiling_gbps", "float", "the device's copy bandwidth measured in this run"),
-    Column("pct_of_ceiling", "float", "100 * gbps / ceiling_gbps; empty unless verdict is ok"),
+    Column("gbps", "float", "bytes / median / 1e9; empty unless verdict is ok", **SPEED),
+    Column("ceiling_gbps", "float", "the device's copy bandwidth measured in this run", low=0.0,
+           low_open=True, high=MAX_GBPS),
+    Column("pct_of_ceiling", "float", "100 * gbps / ceiling_gbps; empty unless verdict is ok", low=0.0,
+           high=MAX_PERCENT),
     Column("fits_in_cache", "bool", "bytes <= the last-level cache: cold timing matters most here"),
     Column("verdict", "str", "ok, wrong-before, wrong-after, above-ceiling or error (normbench.perf.throughput)"),
     Column("message", "str", "why the verdict is not ok, and any note on an ok row"),
@@ -114,6 +188,23 @@ CONFORMANCE_COLUMNS: tuple[Column, ...] = (
 
 SCHEMAS: dict[str, tuple[Column, ...]] = {THROUGHPUT: THROUGHPUT_COLUMNS, CONFORMANCE: CONFORMANCE_COLUMNS}
 FILES: dict[str, str] = {THROUGHPUT: "throughput", CONFORMANCE: "conformance"}
+#: the names of the results files a run folder may hold (a folder holding one holds a run's results)
+RESULT_FILES: tuple[str, ...] = tuple(f"{name}.{ext}" for name in FILES.values() for ext in ("csv", "json"))
+
+
+def _ok_row_is_a_speed(row: dict[str, Any]) -> str | None:
+    if row["verdict"] != "ok":
+        return None
+    for name in ("gbps", "median_s", "ceiling_gbps", "pct_of_ceiling"):
+        if row[name] is None or not row[name] > 0:
+            return f"a row with verdict ok needs {name} > 0 (got {'empty' if row[name] is None else row[name]!r})"
+    return None
+
+
+#: schema -> checks of a whole row (its values already parsed: floats may be None): each returns what is wrong, or None
+ROW_RULES: dict[str, tuple[Callable[[dict[str, Any]], str | None], ...]] = {
+    THROUGHPUT: (_ok_row_is_a_speed,), CONFORMANCE: (),
+}
 
 #: (schema, version) -> a function turning a frame of that version into the next version.
 #: Version 1 is the first; a later version adds its step here, e.g.
@@ -121,6 +212,70 @@ FILES: dict[str, str] = {THROUGHPUT: "throughput", CONFORMANCE: "conformance"}
 MIGRATIONS: dict[tuple[str, int], Callable[[pd.DataFrame], pd.DataFrame]] = {}
 
 _EMPTY = {"str": "", "int": 0, "float": math.nan, "bool": False}
+_TRUE, _FALSE = ("true", "1"), ("false", "0")
+
+
+def parse_value(column: Column, value: Any) -> Any:
+    """``value`` as ``column``'s Python value (a float column's empty value is None), or ValueError saying why not.
+
+    Accepts what JSON gives (a bool is not a number), what a CSV field holds (a string:
+    ``"2048"``, ``"0.5"``, ``""`` for an empty float, ``"True"``), and NumPy scalars.
+
+    >>> parse_value(Column("n", "int", ""), "12")
+    12
+    >>> parse_value(Column("n", "int", ""), True)
+    Traceback (most recent call last):
+    ...
+    ValueError: is true, not an integer
+    """
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()  # NumPy scalars
+    kind = column.kind
+    if kind == "str":
+        if not isinstance(value, str):
+            raise ValueError(f"is {_shown(value)}, not a string")
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if kind == "bool":
+            if text.lower() in _TRUE + _FALSE:
+                return text.lower() in _TRUE
+            raise ValueError(f"is {value!r}, not true or false")
+        if kind == "float" and text == "":
+            return None
+        try:
+            value = int(text) if kind == "int" else float(text)
+        except ValueError:
+            raise ValueError(f"is {value!r}, not {'an integer' if kind == 'int' else 'a number'}") from None
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"is {_shown(value)}, not true or false")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and value is not None:
+        raise ValueError(f"is {_shown(value)}, not {'an integer' if kind == 'int' else 'a number'}")
+    if kind == "float" and (value is None or (isinstance(value, float) and math.isnan(value))):
+        return None
+    if value is None:
+        raise ValueError("is empty, not an integer")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("is not finite")
+    if kind == "int":
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"is {value!r}, not an integer")
+        value = int(value)
+        if abs(value) > MAX_INT:
+            raise ValueError(f"is {value}, beyond a 64-bit integer")
+    else:
+        value = float(value)
+    low, high = column.low, column.high
+    if low is not None and (value < low or column.low_open and value == low) or high is not None and value > high:
+        raise ValueError(f"is {value!r}, not {column.rule()}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (bool, type(None), int, float, str)) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def new_row(schema: str = THROUGHPUT, **values: Any) -> dict[str, Any]:
@@ -136,7 +291,8 @@ def new_row(schema: str = THROUGHPUT, **values: Any) -> dict[str, Any]:
 
 
 def frame(rows: Iterable[dict[str, Any]], schema: str = THROUGHPUT) -> pd.DataFrame:
-    """Rows as a DataFrame with the schema's columns, in order, with their dtypes."""
+    """Rows as a DataFrame with the schema's columns, in order, with their dtypes (not validated:
+    :func:`load` validates what it reads, :class:`ResultsWriter` what it writes)."""
     import pandas as pd
 
     columns = SCHEMAS[schema]
@@ -180,117 +336,391 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return [{k: _json_value(v) for k, v in r.items()} for r in df.to_dict("records")]
 
 
-def _write_json(path: Path, document: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(document, indent=1, allow_nan=False) + "\n")  # never a half-written file
+def notes(df: pd.DataFrame) -> list[str]:
+    """What :func:`load` noticed while reading ``df`` and a reader should be told (a journal's
+    incomplete last line left out, the CSV read because the JSON lagged behind); usually none."""
+    return list(df.attrs.get("notes", []))
+
+
+def _document(schema: str, rows: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> str:
+    return json.dumps({"schema": schema, "schema_version": SCHEMA_VERSION, **(extra or {}),
+                       "columns": {c.name: c.doc for c in SCHEMAS[schema]}, "rows": rows},
+                      indent=1, allow_nan=False) + "\n"
+
+
+def _csv_text(rows: list[dict[str, Any]], columns: tuple[Column, ...], header: bool) -> str:
+    """Rows (parsed values, floats None when empty) as CSV lines ending in ``\\n``; floats by ``repr`` (exact)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    if header:
+        writer.writerow([c.name for c in columns])
+    for row in rows:
+        writer.writerow(["" if row[c.name] is None else repr(row[c.name]) if c.kind == "float" else row[c.name]
+                         for c in columns])
+    return out.getvalue()
+
+
+def _fix_disk(exc: OSError) -> str:
+    import errno
+
+    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        return "free disk space (or give --out on another disk)"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "make the folder writable, or give --out a writable folder"
+    return "check the disk and the folder, then run again"
 
 
 def save(folder: str | os.PathLike, df: pd.DataFrame, schema: str = THROUGHPUT,
          extra: dict[str, Any] | None = None) -> tuple[Path, Path]:
-    """Write ``df`` as ``<folder>/<name>.csv`` and ``.json`` (replacing them); returns both paths."""
+    """Write ``df`` (validated like a loaded file) as ``<folder>/<name>.csv`` and ``.json``, each whole,
+    replacing them; returns both paths. ``df`` may have no rows."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    df = _coerce(df, SCHEMAS[schema])
-    csv_path, json_path = folder / f"{FILES[schema]}.csv", folder / f"{FILES[schema]}.json"
-    write_atomic(csv_path, df.to_csv(index=False))
-    _write_json(json_path, {"schema": schema, "schema_version": SCHEMA_VERSION, **(extra or {}),
-                            "columns": {c.name: c.doc for c in SCHEMAS[schema]}, "rows": records(df)})
+    name = FILES[schema]
+    csv_path, json_path = folder / f"{name}.csv", folder / f"{name}.json"
+    rows = _validated_rows(records(_coerce(df, SCHEMAS[schema])), schema, f"the {name} rows to save in {folder}",
+                           "this is a normbench bug: please report it")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(csv_path, _csv_text(rows, SCHEMAS[schema], header=True))
+        write_atomic(json_path, _document(schema, rows, extra))
+    except OSError as exc:
+        raise ResultsError(f"cannot write {len(rows)} {name} rows into {folder}: {exc.strerror or exc}. "
+                           f"Fix: {_fix_disk(exc)}") from None
     return csv_path, json_path
 
 
 class ResultsWriter:
-    """Appends rows to a run folder as they are measured (CSV appended, JSON rewritten).
+    """Writes a run's rows as they come: the CSV journal a line per row, the JSON snapshot now and then
+    (the module doc says when); :meth:`close` writes the final JSON. Rows already in the folder
+    (a second writer of the same run, e.g. a resumed session) are kept.
 
-    Rows already in the folder (the same run id, resumed) are kept.
+    A failed write raises one :class:`ResultsError` (file, rows safely on disk, fix); after it
+    every :meth:`add` raises the same error, so the caller should stop and print it once.
+
+    >>> import tempfile
+    >>> writer = ResultsWriter(tempfile.mkdtemp(), "r1", CONFORMANCE)
+    >>> writer.add(new_row(CONFORMANCE, run_id="r1", backend="numpy", test="test_forward", outcome="passed"))
+    >>> writer.close()
+    >>> len(load(writer.folder, CONFORMANCE)), writer.written
+    (1, 1)
     """
+
+    #: the longest time the JSON snapshot lags behind the journal while rows come
+    JSON_EVERY_S = 2.0
+    #: the longest time an appended row waits for fsync (the OS has it at once: a killed run keeps it)
+    SYNC_EVERY_S = 1.0
 
     def __init__(self, folder: str | os.PathLike, run_id: str, schema: str = THROUGHPUT) -> None:
         self.folder = Path(folder)
         self.run_id = run_id
         self.schema = schema
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.csv_path = self.folder / f"{FILES[schema]}.csv"
-        self.json_path = self.folder / f"{FILES[schema]}.json"
+        self.columns = SCHEMAS[schema]
+        name = FILES[schema]
+        self.csv_path = self.folder / f"{name}.csv"
+        self.json_path = self.folder / f"{name}.json"
         self.rows: list[dict[str, Any]] = []
-        if self.json_path.exists() or self.csv_path.exists():
+        self._failed: ResultsError | None = None
+        self._closed = False
+        self._json_rows = -1  # rows in the JSON on disk (-1: none written yet)
+        self._json_seconds = 0.0  # how long the last JSON rewrite took
+        self._last_json = self._last_sync = time.monotonic()
+        if self.csv_path.exists() or self.json_path.exists():
             self.rows = records(load(self.folder, schema))
+            self._try(lambda: write_atomic(self.csv_path, _csv_text(self.rows, self.columns, header=True)),
+                      self.csv_path)
+        else:
+            self._try(lambda: (self.folder.mkdir(parents=True, exist_ok=True),
+                               append_whole(self.csv_path, _csv_text([], self.columns, header=True))), self.csv_path)
+
+    @property
+    def written(self) -> int:
+        """Rows safely in the journal (the CSV)."""
+        return len(self.rows)
+
+    def _try(self, write: Callable[[], Any], path: Path, row: int | None = None) -> None:
+        try:
+            write()
+        except OSError as exc:
+            what = f"row {row} to {path}" if row is not None else str(path)
+            kept = (f"the {len(self.rows)} rows before it are safely in {self.csv_path}" if row is not None else
+                    f"the {len(self.rows)} rows written so far are safely in {self.csv_path}"
+                    if path != self.csv_path else f"{len(self.rows)} rows were written before")
+            self._failed = ResultsError(f"cannot write {what}: {exc.strerror or exc}; {kept}. "
+                                        f"Fix: {_fix_disk(exc)}, then run again")
+            raise self._failed from None
 
     def add(self, row: dict[str, Any]) -> None:
-        df = frame([row], self.schema)
-        df.to_csv(self.csv_path, mode="a", header=not self.csv_path.exists(), index=False)
-        self.rows += records(df)
-        _write_json(self.json_path, {"schema": self.schema, "schema_version": SCHEMA_VERSION,
-                                     "columns": {c.name: c.doc for c in SCHEMAS[self.schema]}, "rows": self.rows})
+        """Append one row (a dict of every column, as :func:`new_row` makes); a row that breaks
+        the schema is refused, with the field, before anything is written."""
+        if self._failed is not None:
+            raise self._failed
+        if self._closed:
+            raise ResultsError(f"{self.csv_path}: the writer is closed; open a new ResultsWriter to add rows")
+        (clean,) = _validated_rows([row], self.schema, f"the {FILES[self.schema]} row to write to {self.csv_path}",
+                                   "this is a normbench bug: please report it", first=len(self.rows) + 1)
+        now = time.monotonic()
+        sync = now - self._last_sync >= self.SYNC_EVERY_S
+        self._try(lambda: append_whole(self.csv_path, _csv_text([clean], self.columns, header=False), sync=sync),
+                  self.csv_path, row=len(self.rows) + 1)
+        if sync:
+            self._last_sync = now
+        self.rows.append(clean)
+        if now - self._last_json >= max(self.JSON_EVERY_S, 20 * self._json_seconds):
+            self.flush()
+
+    def flush(self) -> None:
+        """Rewrite the JSON snapshot now (whole), if rows came since the last one."""
+        if self._failed is not None:
+            raise self._failed
+        if self._json_rows == len(self.rows):
+            return
+        start = time.monotonic()
+        self._try(lambda: write_atomic(self.json_path, _document(self.schema, self.rows)), self.json_path)
+        self._json_rows, self._last_json = len(self.rows), time.monotonic()
+        self._json_seconds = self._last_json - start
+
+    def close(self) -> None:
+        """Write the final JSON and fsync the journal; idempotent. Raises the writer's failure, if any."""
+        if self._closed:
+            if self._failed is not None:
+                raise self._failed
+            return
+        self._closed = True
+        if self._failed is not None:
+            raise self._failed
+        self._try(lambda: append_whole(self.csv_path, b"", sync=True), self.csv_path)
+        self.flush()
+
+    def __enter__(self) -> ResultsWriter:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
 
 
-def _migrate(df: pd.DataFrame, schema: str, version: int, source: str) -> pd.DataFrame:
-    if version == SCHEMA_VERSION:
-        return df
+# -- reading ---------------------------------------------------------------------------------------
+
+
+def _readable(schema: str, version: int, source: str) -> None:
+    """Refuse a version this normbench cannot read: newer, or older without a migration path."""
     if version > SCHEMA_VERSION:
         raise ResultsError(f"{source} has {schema} schema version {version}, newer than this normbench reads "
                            f"({SCHEMA_VERSION}). Fix: upgrade normbench to read it")
-    while version < SCHEMA_VERSION:
-        step = MIGRATIONS.get((schema, version))
-        if step is None:
+    for step in range(version, SCHEMA_VERSION):
+        if (schema, step) not in MIGRATIONS:
             raise ResultsError(f"{source} has {schema} schema version {version}, which this normbench cannot "
                                f"migrate to version {SCHEMA_VERSION}. Fix: re-run the measurement, or load it with "
                                f"the normbench version that wrote it")
-        df, version = step(df), version + 1
+
+
+def _migrate(df: pd.DataFrame, schema: str, version: int, source: str) -> pd.DataFrame:
+    _readable(schema, version, source)
+    while version < SCHEMA_VERSION:
+        df, version = MIGRATIONS[(schema, version)](df), version + 1
     return df
+
+
+def _validated_rows(rows: list[Any], schema: str, source: str, fix: str, first: int = 1,
+                    lines: list[int] | None = None) -> list[dict[str, Any]]:
+    """Every row checked against ``schema`` (fields, kinds, ranges, :data:`ROW_RULES`) and parsed;
+    the first problem is a ResultsError naming ``source``, the row (1-based, from ``first``; or its
+    CSV line) and the field."""
+    columns = SCHEMAS[schema]
+    names = [c.name for c in columns]
+    out = []
+    for i, row in enumerate(rows):
+        where = f"{source}, {f'line {lines[i]}' if lines else f'row {first + i}'}"
+        if not isinstance(row, dict):
+            raise ResultsError(f"{where} is {_shown(row)}, not an object of fields. Fix: {fix}")
+        missing = [n for n in names if n not in row]
+        unknown = [str(n) for n in row if n not in names]
+        if missing or unknown:
+            said = "; ".join(part for part in (f"lacks the fields {', '.join(missing)}" if missing else "",
+                                               f"has fields not in {schema} version {SCHEMA_VERSION}: "
+                                               f"{', '.join(unknown)}" if unknown else "") if part)
+            raise ResultsError(f"{where} {said}. Fix: {fix}")
+        clean = {}
+        for c in columns:
+            try:
+                clean[c.name] = parse_value(c, row[c.name])
+            except ValueError as exc:
+                raise ResultsError(f"{where}: field {c.name} {exc} (it must be {c.rule()}). Fix: {fix}") from None
+        if clean["schema_version"] != SCHEMA_VERSION:
+            raise ResultsError(f"{where}: field schema_version is {clean['schema_version']}, but the file is "
+                               f"version {SCHEMA_VERSION}. Fix: {fix}")
+        for rule in ROW_RULES[schema]:
+            problem = rule(clean)
+            if problem:
+                raise ResultsError(f"{where}: {problem}. Fix: {fix}")
+        out.append(clean)
+    return out
+
+
+def _rows_frame(rows: list[dict[str, Any]], schema: str, found: list[str]) -> pd.DataFrame:
+    df = frame(rows, schema)
+    df.attrs["notes"] = found
+    return df
+
+
+_FIX_FILE = "correct or remove that row (the file was edited, damaged or not written by normbench), or re-run the measurement"
+
+
+def _version(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ResultsError(f"{where} is {_shown(value)}, not an integer; the file was not written by normbench. "
+                           f"Fix: point at a file normbench wrote")
+    return value
 
 
 def _load_json(path: Path, schema: str) -> pd.DataFrame:
     import pandas as pd
 
     try:
-        document = json.loads(path.read_text())
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ResultsError(f"cannot read {path}: its JSON is nested too deeply to be a normbench file. "
+                           f"Fix: point at a {FILES[schema]}.json normbench wrote") from None
     except (OSError, ValueError) as exc:
         raise ResultsError(f"cannot read {path}: {exc}") from None
     if not isinstance(document, dict) or document.get("schema") != schema or "rows" not in document:
         found = document.get("schema") if isinstance(document, dict) else type(document).__name__
         raise ResultsError(f"{path} is not a {schema} results file (its schema is {found!r}). "
                            f"Fix: point at a {FILES[schema]}.json or its run folder")
-    version = document.get("schema_version")
-    if not isinstance(version, int):
-        raise ResultsError(f"{path} has no integer schema_version (got {version!r}); it was not written by normbench")
-    return _migrate(pd.DataFrame(document["rows"]), schema, version, str(path))
+    if "schema_version" not in document:
+        raise ResultsError(f"{path} has no integer schema_version (got None); it was not written by normbench")
+    version = _version(document["schema_version"], f"{path}: schema_version")
+    _readable(schema, version, str(path))
+    rows = document["rows"]
+    if not isinstance(rows, list):
+        raise ResultsError(f"{path}: rows is {_shown(rows)}, not a list of rows. Fix: {_FIX_FILE}")
+    for i, row in enumerate(rows, 1):
+        if isinstance(row, dict) and "schema_version" in row:
+            if _version(row["schema_version"], f"{path}, row {i}: field schema_version") != version:
+                raise ResultsError(f"{path}, row {i}: field schema_version is {row['schema_version']}, but the file "
+                                   f"is version {version}. Fix: {_FIX_FILE}")
+    if version != SCHEMA_VERSION:
+        if not all(isinstance(r, dict) for r in rows):
+            raise ResultsError(f"{path}: rows must be objects of fields. Fix: {_FIX_FILE}")
+        rows = records(_migrate(pd.DataFrame(rows), schema, version, str(path)).assign(schema_version=SCHEMA_VERSION))
+    return _rows_frame(_validated_rows(rows, schema, str(path), _FIX_FILE), schema, [])
+
+
+def _csv_records(path: Path, text: str) -> tuple[list[list[str]], list[int], bool]:
+    """The CSV's records, the line each starts on, and whether an incomplete last record was left out."""
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+    reader = csv.reader(iter(lines), strict=True)
+    found, starts, torn, start = [], [], not text.endswith("\n"), 1
+    try:
+        for record in reader:
+            found.append(record)
+            starts.append(start)
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        if reader.line_num < len(lines):
+            raise ResultsError(f"cannot read {path}, line {start}: {exc}. Fix: {_FIX_FILE}") from None
+        torn = True  # the file ends inside a quoted field: its last record was cut
+    else:
+        if torn:
+            found.pop()
+            starts.pop()
+    return found, starts, torn
 
 
 def _load_csv(path: Path, schema: str) -> pd.DataFrame:
     import pandas as pd
 
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (OSError, ValueError) as exc:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
         raise ResultsError(f"cannot read {path}: {exc}") from None
-    if "schema_version" not in df.columns:
+    if not text:
+        raise ResultsError(f"cannot read {path}: it is empty (a normbench CSV has a header line even with no rows). "
+                           f"Fix: point at a {FILES[schema]}.csv normbench wrote")
+    records_, starts, torn = _csv_records(path, text)
+    if not records_:
+        raise ResultsError(f"cannot read {path}: its header line is incomplete. Fix: point at a {FILES[schema]}.csv "
+                           f"normbench wrote")
+    header, body, starts = records_[0], records_[1:], starts[1:]
+    if "schema_version" not in header:
         raise ResultsError(f"{path} has no schema_version column: not a normbench {schema} CSV")
-    versions = sorted(set(df["schema_version"]))
+    if len(set(header)) != len(header):
+        raise ResultsError(f"{path}: its header repeats a column. Fix: {_FIX_FILE}")
+    names = [c.name for c in SCHEMAS[schema]]
+    version_of_header = body[0][header.index("schema_version")] if body else str(SCHEMA_VERSION)
+    if version_of_header == str(SCHEMA_VERSION) and sorted(header) != sorted(names):
+        missing, unknown = [n for n in names if n not in header], [n for n in header if n not in names]
+        said = "; ".join(part for part in (f"lacks the columns {', '.join(missing)}" if missing else "",
+                                           f"has columns not in {schema} version {SCHEMA_VERSION}: {', '.join(unknown)}"
+                                           if unknown else "") if part)
+        raise ResultsError(f"{path}: its header {said}. Fix: {_FIX_FILE}")
+    for record, line in zip(body, starts):
+        if len(record) != len(header):
+            raise ResultsError(f"{path}, line {line} has {len(record)} fields, the header {len(header)}. Fix: {_FIX_FILE}")
+    rows = [dict(zip(header, record)) for record in body]
+    versions = sorted({r["schema_version"] for r in rows})
     if len(versions) > 1 or not all(v.isdigit() for v in versions):
         raise ResultsError(f"{path} mixes or garbles schema versions ({', '.join(versions)}). "
                            f"Fix: load each run's file separately and merge() them")
     version = int(versions[0]) if versions else SCHEMA_VERSION
-    df = df.replace({"": None})
-    return _migrate(df, schema, version, str(path))
+    if version != SCHEMA_VERSION:
+        df = pd.DataFrame(rows, columns=header).replace({"": None})
+        rows = records(_migrate(df, schema, version, str(path)).assign(schema_version=SCHEMA_VERSION))
+        starts = None
+    found = [f"{path}: its last line is incomplete (the run stopped while writing it) and was left out; "
+             f"{len(rows)} complete rows read"] if torn else []
+    return _rows_frame(_validated_rows(rows, schema, str(path), _FIX_FILE, lines=starts), schema, found)
+
+
+def _first_difference(a: pd.DataFrame, b: pd.DataFrame) -> str:
+    """Where the first ``len(a)`` rows of ``b`` differ from ``a`` ("row 3, field gbps"), or "" if they do not."""
+    head = b.iloc[:len(a)].reset_index(drop=True)
+    same = (a == head) | (a.isna() & head.isna())
+    if same.all(axis=None):
+        return ""
+    row = int((~same).any(axis=1).to_numpy().argmax())
+    return f"row {row + 1}, field {same.columns[(~same.iloc[row]).to_numpy().argmax()]}"
+
+
+def _reconcile(folder: Path, schema: str) -> pd.DataFrame:
+    """A folder holding both files: the JSON if they agree, the CSV journal if it holds the JSON's rows and more
+    (with a note), else a ResultsError saying which holds what."""
+    name = FILES[schema]
+    json_df = _load_json(folder / f"{name}.json", schema)
+    csv_df = _load_csv(folder / f"{name}.csv", schema)
+    found = notes(csv_df)
+    short, long = (json_df, csv_df) if len(json_df) <= len(csv_df) else (csv_df, json_df)
+    differs = _first_difference(short, long)
+    if not differs and len(json_df) == len(csv_df):
+        json_df.attrs["notes"] = found
+        return json_df
+    if not differs and len(json_df) < len(csv_df):
+        csv_df.attrs["notes"] = [*found, f"{folder}/{name}.json holds {len(json_df)} rows and the journal {name}.csv "
+                                 f"{len(csv_df)}: the run stopped before its last JSON snapshot; the CSV's rows were read"]
+        return csv_df
+    why = (f"they differ at {differs}" if differs else
+           f"{name}.json holds {len(json_df)} rows, more than the {len(csv_df)} of the journal {name}.csv")
+    raise ResultsError(f"{folder}: {name}.json and {name}.csv disagree ({why}); neither is preferred. Fix: read one "
+                       f"of them by name (e.g. `normbench report {folder}/{name}.csv`), or remove the wrong one")
 
 
 def load(path: str | os.PathLike, schema: str = THROUGHPUT) -> pd.DataFrame:
-    """A run folder, or its ``.json`` or ``.csv`` file, as a DataFrame of the current schema.
+    """A run folder, or its ``.json`` or ``.csv`` file, as a validated DataFrame of the current schema.
 
-    A folder is read from its JSON (complete types) or, if that is missing, its CSV.
+    A folder with both files is read as the module doc says (they are compared); with one, from it.
+    What a reader should be told is in :func:`notes`.
     """
     path = Path(path)
+    name = FILES[schema]
     if path.is_dir():
-        name = FILES[schema]
-        path = path / f"{name}.json" if (path / f"{name}.json").exists() else path / f"{name}.csv"
+        have = [p for p in (path / f"{name}.json", path / f"{name}.csv") if p.exists()]
+        if len(have) == 2:
+            return _reconcile(path, schema)
+        path = have[0] if have else path / f"{name}.json"
     if not path.exists():
         raise ResultsError(f"no results at {path}. Fix: give a run folder (reports/<run-id>) or one of its "
-                           f"{FILES[schema]}.csv / .json files")
-    df = _load_json(path, schema) if path.suffix == ".json" else _load_csv(path, schema)
-    missing = [c.name for c in SCHEMAS[schema] if c.name not in df.columns]
-    if missing:
-        raise ResultsError(f"{path} lacks the columns {', '.join(missing)} of {schema} version {SCHEMA_VERSION}")
-    df = df.assign(schema_version=SCHEMA_VERSION)
-    return _coerce(df, SCHEMAS[schema])
+                           f"{name}.csv / .json files")
+    return _load_json(path, schema) if path.suffix == ".json" else _load_csv(path, schema)
 
 
 def merge(sources: Iterable[str | os.PathLike | pd.DataFrame], schema: str = THROUGHPUT) -> pd.DataFrame:

@@ -48,11 +48,15 @@ def test_rows_are_written_as_they_come_so_an_interrupted_run_keeps_them(tmp_path
     writer = ResultsWriter(tmp_path, "r1")
     for row in rows()[:2]:
         writer.add(row)
-    # a crash here loses nothing already measured: both files hold both rows
+    # a crash here loses nothing already measured: the CSV journal holds both rows, the folder reads them
     pd.testing.assert_frame_equal(load(tmp_path / "throughput.csv"), results.frame(rows()[:2]))
+    pd.testing.assert_frame_equal(load(tmp_path), results.frame(rows()[:2]))
+    writer.close()  # and the JSON snapshot is complete once the writer is closed
     pd.testing.assert_frame_equal(load(tmp_path / "throughput.json"), results.frame(rows()[:2]))
-    ResultsWriter(tmp_path, "r1").add(rows()[2])  # a resumed run appends
+    with ResultsWriter(tmp_path, "r1") as again:  # a second writer of the same run appends
+        again.add(rows()[2])
     pd.testing.assert_frame_equal(load(tmp_path), results.frame(rows()))
+    pd.testing.assert_frame_equal(load(tmp_path / "throughput.json"), results.frame(rows()))
 
 
 def test_runs_from_several_machines_merge(tmp_path):
@@ -67,6 +71,8 @@ def _json_with_version(tmp_path, version):
     path = tmp_path / "throughput.json"
     doc = json.loads(path.read_text())
     doc["schema_version"] = version
+    for row in doc["rows"]:
+        row["schema_version"] = version
     path.write_text(json.dumps(doc))
     return path
 
