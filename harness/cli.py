@@ -32,12 +32,79 @@ def progress(message: str) -> None:
     print(f"normbench: {message}", file=sys.stderr, flush=True)
 
 
+#: seconds ``normbench list`` waits for one plugin to import, answer availability() or (--probe) be created
+PLUGIN_TIMEOUT_S = 60.0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    """List the backends. Plugins are third-party code that may hang or end the process while
+    loading, so the listing runs in a child process: a plugin that hangs there for
+    ``--plugin-timeout`` seconds, or ends the child, is left out with a problem line saying so,
+    and the listing is made again without it."""
+    if args.in_process:
+        return _list_backends(args)
+    import os
+    import subprocess
+    import tempfile
+    import time
+
+    problems: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="normbench-list-") as folder:
+        progress_file = os.path.join(folder, "loading")
+        while True:
+            command = [sys.executable, "-m", "normbench.cli", "list", "--in-process", f"--progress-file={progress_file}",
+                       *(["--probe"] if args.probe else []), *(f"--left-out={name}" for name in args.left_out),
+                       *(f"--problem={p}" for p in problems)]
+            child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+            loading, since = "", time.monotonic()
+            while child.poll() is None:
+                time.sleep(0.05)
+                now = _read(progress_file)
+                if now != loading:
+                    loading, since = now, time.monotonic()
+                elif loading and time.monotonic() - since > args.plugin_timeout:
+                    child.kill()
+                    child.wait()
+                    break
+            out = child.stdout.read() if child.stdout else ""
+            loading, _, provider = _read(progress_file).partition("\t")
+            if child.returncode == 0 or not loading or loading in args.left_out:
+                sys.stdout.write(out)
+                return child.returncode if child.returncode >= 0 else 1
+            what = (f"did not finish loading within {args.plugin_timeout:g} s (it hangs?); --plugin-timeout "
+                    f"changes the limit" if child.returncode < 0 else f"ended the process with exit status "
+                    f"{child.returncode} while loading")
+            problems.append(f"backend {loading!r} from distribution {provider} {what}. It is left out of this list. Fix: report it to the plugin's "
+                            f"authors; `pip uninstall` its distribution to silence this")
+            args.left_out.append(loading)
+            os.remove(progress_file)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _list_backends(args: argparse.Namespace) -> int:
     registry = get_registry()
     rows = [["name", "provided by", "library", "available", "dtypes", "device", "backward"]]
-    problems = [p.message for p in registry.problems]
+    problems = [p.message for p in registry.problems] + list(args.problem)
+
+    def loading(name: str, provider: str = "") -> None:
+        if args.progress_file:
+            from normbench.files import write_atomic
+
+            write_atomic(args.progress_file, f"{name}\t{provider}" if name else "")
+
     for name in registry.names:
         plugin = registry.plugin(name)
+        if name in args.left_out:
+            rows.append([name, plugin.provider, "", "no: left out (see below)", "", "", ""])
+            continue
+        loading(name, plugin.provider)
         try:
             cls = registry.load_class(name)
             available = registry.availability(name)
@@ -55,6 +122,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 status = f"no: {exc}"
         rows.append([name, plugin.provider, cls.library_version() or "-", status, ",".join(cls.dtypes), device,
                      "yes" if cls.has_backward else "no"])
+    loading("")
     from normbench.report.text import table
 
     print(table(rows))
@@ -321,6 +389,14 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list installed backends and whether they can run here")
     p.add_argument("--probe", action="store_true",
                    help="create each available backend to show its actual device (imports its framework)")
+    p.add_argument("--plugin-timeout", type=options.parse_seconds, default=PLUGIN_TIMEOUT_S, metavar="SECONDS",
+                   help="how long one backend may take to load (or, with --probe, to be created) before it is left "
+                        "out as hanging. Default: %(default)r")
+    # the listing itself runs in a child process (cmd_list); these are how the parent talks to it
+    p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--progress-file", help=argparse.SUPPRESS)
+    p.add_argument("--left-out", action="append", default=[], help=argparse.SUPPRESS)
+    p.add_argument("--problem", action="append", default=[], help=argparse.SUPPRESS)
 
     p = sub.add_parser("check", help="check one case on one backend against the oracle")
     p.add_argument("--impl", required=True, metavar="NAME", help="the backend (see `normbench list`)")

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from normbench import options
 from normbench.interrupts import note_sigint, received_signal
 from normbench.runner import TIMEOUT_MESSAGE, backend_of
 
@@ -46,22 +47,9 @@ _QUARANTINE = "normbench_quarantine"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("normbench")
-    group.addoption("--normbench-timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+    group.addoption("--normbench-timeout", type=options.parse_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                     help="Time limit of each suite test; a test that runs longer is recorded as 'timeout' "
                          "(pytest-timeout; its --timeout, where given, wins). 0: no limit. Default: %(default)r.")
-
-
-def _seconds(text: str) -> float:
-    import argparse
-    import math
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds; e.g. 300, or 0 for no limit") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds >= 0 (0: no limit)")
-    return value
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,0 +1,140 @@
+"""A backend that crashes the process, hangs, or raises SystemExit/KeyboardInterrupt is a result
+for that backend (crashed, timeout, failed, not run), never the end of the run or a silent PASS;
+a plugin that hangs or exits at import cannot hang or silently end ``normbench list``."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import normbench
+from normbench import cases
+from normbench.perf.throughput import ThroughputRunner
+from normbench.perf.timing import TimingOptions
+from normbench.runner import Collector, Outcome, summary
+from normbench.suites import DIRECTORY as SUITES
+from tests.plugins import ROOT
+
+BACKENDS = '''
+import os, time
+from tests.mutants import Fp32Kernel
+
+class Crasher(Fp32Kernel):
+    name = "crasher"
+    def layer_norm(self, *args, **kwargs):
+        os._exit(3)
+
+class Hanger(Fp32Kernel):
+    name = "hanger"
+    def layer_norm(self, *args, **kwargs):
+        time.sleep(1000)
+
+class Interrupter(Fp32Kernel):
+    name = "interrupter"
+    def layer_norm(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+class Exiter(Fp32Kernel):
+    name = "exiter"
+    def layer_norm(self, *args, **kwargs):
+        raise SystemExit(3)
+'''
+NAMES = ("crasher", "hanger", "interrupter", "exiter")
+
+
+@pytest.fixture(scope="module")
+def plugins(make_plugins):
+    return make_plugins({n: f"isolation_backends:{n.capitalize()}" for n in NAMES},
+                        modules={"isolation_backends": BACKENDS,
+                                 "hangs_at_import": "import time\ntime.sleep(1000)\n",
+                                 "exits_at_import": "import os\nos._exit(7)\n"})
+
+
+RUN = """
+import json, sys
+from dataclasses import asdict
+from normbench.runner import run_pytest
+code, outcomes = run_pytest(sys.argv[1:])
+print("OUTCOMES " + json.dumps([asdict(o) for o in outcomes]))
+sys.exit(code)
+"""
+
+
+def outcomes_of(plugins, impl: str, *extra: str):
+    """Run the forward suite's float32 'rows' family on ``impl`` under two xdist workers, in a
+    child process (as ``normbench run`` does); its outcomes as :class:`Outcome` objects."""
+    out = subprocess.run([sys.executable, "-c", RUN, str(SUITES / "test_forward.py"), f"--normbench-impl={impl}",
+                          "-n", "2", "-q", "-p", "no:cacheprovider", "-k", "float32 and family_rows", *extra],
+                         cwd=ROOT, env=plugins.env, capture_output=True, text=True, timeout=300)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("OUTCOMES ")), None)
+    assert line is not None, out.stdout[-3000:] + out.stderr[-3000:]
+    return out.returncode, [Outcome(**{k: tuple(map(tuple, v)) if k == "covers" else v for k, v in o.items()})
+                            for o in json.loads(line.removeprefix("OUTCOMES "))]
+
+
+def by_backend(outcomes, backend):
+    from collections import Counter
+
+    return Counter(o.outcome for o in outcomes if o.backend == backend)
+
+
+@pytest.mark.e2e
+def test_a_crashing_backend_is_recorded_and_the_others_run(plugins):
+    code, outcomes = outcomes_of(plugins, "numpy,crasher")
+    numpy, crasher = by_backend(outcomes, "numpy"), by_backend(outcomes, "crasher")
+    assert code == 1 and set(numpy) == {"passed"} and numpy["passed"] >= 5
+    assert crasher["crashed"] == 3 and crasher["not run"] == sum(numpy.values()) - 3 and set(crasher) == {
+        "crashed", "not run"}
+    text = summary(outcomes)
+    assert "FAIL (3 crashed, 0 timed out)" in text and "tests did not run; not run: backend 'crasher'" in text
+
+
+@pytest.mark.e2e
+def test_a_hanging_backend_times_out(plugins):
+    code, outcomes = outcomes_of(plugins, "hanger", "--normbench-timeout=0.5")
+    counts = by_backend(outcomes, "hanger")
+    assert code == 1 and 3 <= counts["timeout"] <= 4 and counts["timeout"] + counts["not run"] == len(outcomes)
+
+
+@pytest.mark.e2e
+def test_systemexit_and_keyboardinterrupt_from_a_backend_fail_its_tests(plugins):
+    code, outcomes = outcomes_of(plugins, "interrupter,exiter")
+    assert code == 1 and by_backend(outcomes, "interrupter") == by_backend(outcomes, "exiter")
+    assert set(by_backend(outcomes, "exiter")) == {"failed"}
+    message = next(o.message for o in outcomes if o.backend == "interrupter")
+    assert "raised KeyboardInterrupt (no Ctrl-C or signal was received)" in message
+
+
+def test_tests_that_never_reported_are_not_run():
+    collector = Collector()
+    collector.expected = {"suites/test_forward.py::test_forward[numpy-float32-rows1-hidden8-normal]"}
+    session = type("S", (), {"config": type("C", (), {})()})()
+    collector.pytest_sessionfinish(session, pytest.ExitCode.INTERRUPTED)
+    [outcome] = collector.outcomes
+    assert (outcome.backend, outcome.outcome) == ("numpy", "not run")
+    assert outcome.message == "not run: the run was interrupted (KeyboardInterrupt)"
+    assert "INCOMPLETE" in summary(collector.outcomes) and "PASS" not in summary(collector.outcomes)
+
+
+@pytest.mark.parametrize("name, error", [("exiter", "SystemExit: 3"), ("interrupter", "KeyboardInterrupt")])
+def test_throughput_records_systemexit_and_keyboardinterrupt_as_an_error_row(installed_plugins, plugins, name, error):
+    installed_plugins.distribution({name: f"isolation_backends:{name.capitalize()}"}, dist="acme")
+    installed_plugins.module("isolation_backends", BACKENDS)
+    runner = ThroughputRunner(TimingOptions(min_samples=3, max_time_s=0), ceiling_bytes=16 << 20)
+    row = runner.measure(normbench.refresh().create(name), cases.Case("t", (8, 256), (256,), "float32"), "forward").row
+    assert row["verdict"] == "error" and row["message"].startswith(f"the backend raised {error}")
+
+
+@pytest.mark.e2e
+def test_list_survives_plugins_that_hang_or_exit_at_import(plugins):
+    plugins.distribution({"hangs-at-import": "hangs_at_import:B", "exits-at-import": "exits_at_import:B"},
+                         dist="acme-bad")
+    out = subprocess.run([sys.executable, "-m", "normbench.cli", "list", "--plugin-timeout=2"], cwd=ROOT,
+                         env=plugins.env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert ("problem: backend 'exits-at-import' from distribution acme-bad 0.0.0 ended the process with exit "
+            "status 7 while loading") in out.stdout
+    assert ("problem: backend 'hangs-at-import' from distribution acme-bad 0.0.0 did not finish loading within "
+            "2 s") in out.stdout
+    assert any(line.startswith("numpy ") and " yes " in line for line in out.stdout.splitlines())
