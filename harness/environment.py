@@ -1,9 +1,13 @@
-"""What a reader needs to reproduce a number: machine, libraries, commit, command.
+"""What a reader needs to reproduce a number: machine, libraries, commit, command; and how the run ended.
 
 Read without importing heavy frameworks: library versions come from package
 metadata, GPUs from ``nvidia-smi`` when it exists, torch's thread count only if
 torch is already imported. Written as ``environment.json`` in the run folder,
 and merged (never overwritten) when a second session adds to the same run.
+
+Its fields are :data:`ENVIRONMENT_FIELDS` (checked at load by :func:`read_environment`);
+``status`` (:data:`STATUS_FIELDS`) says whether the run is ``running``, ``finished`` or was
+``interrupted``, why, when, and how far it got (:func:`mark_status` writes it).
 
 >>> env = environment(run_id="r1", command=["normbench", "run"])
 >>> env["schema"], env["run_id"], env["command"]
@@ -14,9 +18,11 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import itertools
 import json
 import os
 import platform
+import secrets
 import shlex
 import socket
 import subprocess
@@ -28,10 +34,57 @@ from typing import Any
 from normbench import __version__, provenance
 from normbench.files import write_atomic
 from normbench.machine import cpu_model, cpu_threads, last_level_cache
+from normbench.results import (
+    Field,
+    ResultsError,
+    boolean,
+    check_document,
+    integer,
+    list_of,
+    mapping,
+    nullable,
+    number,
+    one_of,
+    read_document,
+    record,
+    text,
+)
 
 ENVIRONMENT = "normbench.environment"
+ENVIRONMENT_FILE = "environment.json"
 LIBRARIES = ("numpy", "ml_dtypes", "pandas", "pytest", "pytest-benchmark", "torch", "jax", "jaxlib", "triton")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "XLA_FLAGS", "CUDA_VISIBLE_DEVICES")
+
+#: a run's states: ``running`` (written when it starts), ``finished``, ``interrupted`` (with the reason)
+STATES = ("running", "finished", "interrupted")
+#: the ``status`` record of environment.json
+STATUS_FIELDS = record({"state": one_of(*STATES), "at": text(), "done": integer(0)},
+                       {"reason": nullable(text()), "total": nullable(integer(0))})
+def _thread_value(value: Any, where: str) -> None:
+    if not (isinstance(value, (str, int, float)) or isinstance(value, list)
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+        raise ValueError(where, "a string, a number or a list of numbers", value)
+
+
+_CEILING = record({"gbps": number(low=0.0, low_open=True)},
+                  {"device": text(), "median_s": number(low=0.0), "q1_s": number(low=0.0), "q3_s": number(low=0.0),
+                   "n": integer(0), "buffer_bytes": integer(0), "cache_bytes": integer(0), "cache_source": text(),
+                   "method": text(), "buffer_ok": boolean()})
+#: environment.json, version 1: every field but ``schema`` and ``schema_version`` may be absent
+ENVIRONMENT_FIELDS = record({}, {
+    "run_id": text(), "started": text(), "host": text(), "command": text(), "cwd": text(), "normbench": text(),
+    "git_commit": text(), "normbench_source": mapping(Field("a JSON value", lambda v, w: None)),
+    "python": text(), "platform": text(), "cpu_model": text(),
+    "threads": mapping(Field("a string, a number or a list of numbers", _thread_value)),
+    "last_level_cache": record({}, {"bytes": nullable(integer(0)), "source": text()}),
+    "gpus": list_of(mapping(text())), "libraries": mapping(text()), "ceilings": mapping(_CEILING),
+    "backends": mapping(record({}, {"version": text(), "device": text()})),
+    "skipped_backends": mapping(text()), "not_timed": mapping(text()), "sessions": list_of(text()),
+    "status": STATUS_FIELDS,
+})
+_FIX = f"correct or remove that field (the file was edited or damaged), or re-run to write a new {ENVIRONMENT_FILE}"
+
+_ISSUED = itertools.count()
 
 
 def now_utc() -> str:
@@ -39,10 +92,17 @@ def now_utc() -> str:
 
 
 def new_run_id() -> str:
-    """``20261101T150102Z-hostname``: sortable, and unique per machine and second."""
+    """``20261101T150102Z-myhost-4711-0a3f``: UTC time first (ids sort by start), then the host, this
+    process's id and a suffix unique to the call (a count in this process and random digits), so two
+    runs never share a folder, on one machine or many, in the same second or not.
+
+    >>> a, b = new_run_id(), new_run_id()
+    >>> a != b and a[:8] == b[:8] and a[8] == "T"
+    True
+    """
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    host = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in socket.gethostname())[:40] or "host"
-    return f"{stamp}-{host}"
+    host = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in socket.gethostname())[:40].strip("-_") or "host"
+    return f"{stamp}-{host}-{os.getpid()}-{next(_ISSUED):x}{secrets.token_hex(2)}"
 
 
 def device_name(device: str) -> str:
@@ -116,20 +176,80 @@ def backends_record(selection: Any) -> dict[str, Any]:
     }
 
 
+def _read_old(path: Path) -> dict[str, Any]:
+    """The environment an earlier session wrote, or {} when there is none or it is unreadable (it is replaced)."""
+    try:
+        return read_environment(path)
+    except ResultsError:
+        return {}
+
+
 def write_environment(folder: str | os.PathLike, env: dict[str, Any]) -> Path:
     """Write ``environment.json``, keeping what an earlier session of the run wrote
-    (its command and start time, and whatever this session does not say) and merging
-    the ceilings."""
-    path = Path(folder) / "environment.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    (its command and start time, its status, and whatever this session does not say)
+    and merging the ceilings. A folder that cannot be written is one ResultsError."""
+    path = Path(folder) / ENVIRONMENT_FILE
     merged = dict(env)
-    if path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except ValueError:
-            old = {}
+    old = _read_old(path) if path.exists() else {}
+    if old:
         merged = {**old, **env, **{k: old[k] for k in ("started", "command", "cwd") if k in old}}
         merged["ceilings"] = {**old.get("ceilings", {}), **env.get("ceilings", {})}
         if old.get("command") and old.get("command") != env.get("command"):
             merged["sessions"] = list(dict.fromkeys([*old.get("sessions", []), env["command"]]))
-    return write_atomic(path, json.dumps(merged, indent=1, default=str) + "\n")
+    return _write(path, merged)
+
+
+def _write(path: Path, document: dict[str, Any]) -> Path:
+    check_document(document, ENVIRONMENT_FIELDS, f"the environment to write to {path}", "this is a normbench bug: "
+                   "please report it")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return write_atomic(path, json.dumps(document, indent=1, default=str) + "\n")
+    except OSError as exc:
+        from normbench.results import _fix_disk
+
+        raise ResultsError(f"cannot write {path}: {exc.strerror or exc}. Fix: {_fix_disk(exc)}") from None
+
+
+def read_environment(path: str | os.PathLike) -> dict[str, Any]:
+    """``environment.json`` (a path to it, or its run folder), every field checked: one ResultsError
+    naming the file and the field otherwise."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / ENVIRONMENT_FILE
+    if not path.exists():
+        raise ResultsError(f"no {ENVIRONMENT_FILE} at {path}. Fix: give a run folder written by `normbench run`")
+    return read_document(path, ENVIRONMENT, 1, ENVIRONMENT_FIELDS, _FIX)
+
+
+def status_record(state: str, reason: str | None = None, done: int = 0, total: int | None = None) -> dict[str, Any]:
+    """The ``status`` record: ``state`` (one of :data:`STATES`), ``reason`` (``"SIGTERM"``, ``"KeyboardInterrupt"``,
+    ``"backend crashed"``; None when there is none), ``at`` (now, ISO 8601 UTC), ``done`` (tests or cases
+    finished) and ``total`` (how many there were to do; None when unknown).
+
+    >>> status_record("interrupted", "SIGTERM", done=3, total=10)["state"]
+    'interrupted'
+    """
+    document = {"state": state, "reason": reason, "at": now_utc(), "done": done, "total": total}
+    check_document(document, STATUS_FIELDS, "the status to record", f"state is one of {', '.join(STATES)}; done and "
+                   f"total are counts")
+    return document
+
+
+def mark_status(folder: str | os.PathLike, state: str, reason: str | None = None, done: int = 0,
+                total: int | None = None) -> Path:
+    """Record the run's status in ``<folder>/environment.json`` (rewritten whole, the rest kept; a minimal
+    document if there is none yet): :func:`status_record`'s arguments. A bad argument or a folder that
+    cannot be written is one ResultsError.
+
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = mark_status(folder, "running", total=12)
+    >>> read_environment(folder)["status"]["state"]
+    'running'
+    """
+    path = Path(folder) / ENVIRONMENT_FILE
+    status = status_record(state, reason, done, total)
+    document = read_environment(path) if path.exists() else {"schema": ENVIRONMENT, "schema_version": 1,
+                                                              "run_id": path.parent.name}
+    return _write(path, {**document, "status": status})

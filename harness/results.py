@@ -732,3 +732,141 @@ def merge(sources: Iterable[str | os.PathLike | pd.DataFrame], schema: str = THR
         return frame([], schema)
     merged = pd.concat(frames, ignore_index=True).drop_duplicates(ignore_index=True)
     return _coerce(merged, SCHEMAS[schema])
+
+
+# -- JSON documents (environment.json, table1.json): their fields, checked one by one ----------------
+
+
+class Field:
+    """A check of one JSON value: ``what`` it must be, in words, and :meth:`check`, which raises
+    ``ValueError(where, what)`` (the innermost field) when the value is not that.
+
+    Built from :func:`text`, :func:`integer`, :func:`number`, :func:`boolean`, :func:`one_of`,
+    :func:`nullable`, :func:`list_of`, :func:`mapping` and :func:`record`; :func:`check_document`
+    turns the first problem into one ResultsError naming the file and the field.
+
+    >>> spec = record({"gbps": number(low=0.0, low_open=True)}, {"method": text()})
+    >>> check_document({"gbps": 0}, spec, "environment.json", "re-run")
+    Traceback (most recent call last):
+    ...
+    normbench.results.ResultsError: environment.json: field gbps is 0, not a finite number > 0. Fix: re-run
+    """
+
+    def __init__(self, what: str, test: Callable[[Any, str], None]) -> None:
+        self.what, self._test = what, test
+
+    def check(self, value: Any, where: str = "") -> None:
+        self._test(value, where)
+
+
+def _simple(what: str, ok: Callable[[Any], bool]) -> Field:
+    def test(value: Any, where: str) -> None:
+        if not ok(value):
+            raise ValueError(where, what, value)
+    return Field(what, test)
+
+
+def text() -> Field:
+    return _simple("a string", lambda v: isinstance(v, str))
+
+
+def boolean() -> Field:
+    return _simple("true or false", lambda v: isinstance(v, bool))
+
+
+def integer(low: int | None = None) -> Field:
+    what = "an integer" + (f" >= {low}" if low is not None else "")
+    return _simple(what, lambda v: isinstance(v, int) and not isinstance(v, bool) and (low is None or v >= low)
+                   and abs(v) <= MAX_INT)
+
+
+def number(low: float | None = None, low_open: bool = False, high: float | None = None) -> Field:
+    column = Column("", "float", "", low=low, low_open=low_open, high=high)
+    return _simple(column.rule().removesuffix(", or empty"),
+                   lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and column.problem(v) is None)
+
+
+def one_of(*values: str) -> Field:
+    return _simple("one of " + ", ".join(values), lambda v: isinstance(v, str) and v in values)
+
+
+def nullable(inner: Field) -> Field:
+    def test(value: Any, where: str) -> None:
+        if value is not None:
+            inner.check(value, where)
+    return Field(f"{inner.what}, or null", test)
+
+
+def list_of(item: Field) -> Field:
+    def test(value: Any, where: str) -> None:
+        if not isinstance(value, list):
+            raise ValueError(where, f"a list of {item.what}", value)
+        for i, v in enumerate(value):
+            item.check(v, f"{where}[{i}]")
+    return Field(f"a list of {item.what}", test)
+
+
+def mapping(item: Field) -> Field:
+    """An object of any names, each value ``item``."""
+    def test(value: Any, where: str) -> None:
+        if not isinstance(value, dict):
+            raise ValueError(where, f"an object of {item.what}", value)
+        for k, v in value.items():
+            item.check(v, f"{where}.{k}" if where else k)
+    return Field(f"an object of {item.what}", test)
+
+
+def record(required: dict[str, Field], optional: dict[str, Field] | None = None, others: bool = True) -> Field:
+    """An object with the ``required`` fields and maybe the ``optional`` ones (``others``: other
+    names allowed, unchecked; a newer normbench may add fields)."""
+    optional = optional or {}
+
+    def test(value: Any, where: str) -> None:
+        if not isinstance(value, dict):
+            raise ValueError(where, "an object", value)
+        for name in required:
+            if name not in value:
+                raise ValueError(f"{where}.{name}" if where else name, "present", _MISSING)
+        if not others:
+            extra = [k for k in value if k not in required and k not in optional]
+            if extra:
+                raise ValueError(f"{where}.{extra[0]}" if where else extra[0], "absent (not a field here)", value[extra[0]])
+        for name, spec in {**required, **optional}.items():
+            if name in value:
+                spec.check(value[name], f"{where}.{name}" if where else name)
+    return Field("an object", test)
+
+
+_MISSING = object()
+
+
+def check_document(document: Any, spec: Field, source: str, fix: str) -> None:
+    """Check ``document`` against ``spec``; the first problem is one ResultsError: ``source``, the field, the fix."""
+    try:
+        spec.check(document, "")
+    except ValueError as exc:
+        where, what, value = exc.args
+        if value is _MISSING:
+            raise ResultsError(f"{source}: field {where} is missing. Fix: {fix}") from None
+        raise ResultsError(f"{source}: {f'field {where}' if where else 'the document'} is {_shown(value)}, "
+                           f"not {what}. Fix: {fix}") from None
+
+
+def read_document(path: Path, schema: str, version: int, spec: Field, fix: str) -> dict[str, Any]:
+    """A JSON document of ``schema`` and ``version`` at ``path``, checked against ``spec``."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ResultsError(f"cannot read {path}: its JSON is nested too deeply to be a normbench file. "
+                           f"Fix: {fix}") from None
+    except (OSError, ValueError) as exc:
+        raise ResultsError(f"cannot read {path}: {exc}") from None
+    if not isinstance(document, dict) or document.get("schema") != schema:
+        found = document.get("schema") if isinstance(document, dict) else type(document).__name__
+        raise ResultsError(f"{path} is not a {schema} file (its schema is {found!r})")
+    found = document.get("schema_version")
+    if isinstance(found, bool) or found != version:
+        raise ResultsError(f"{path} has {schema} schema version {found!r}; this normbench reads version {version}. "
+                           f"Fix: upgrade normbench, or re-run the measurement")
+    check_document(document, spec, str(path), fix)
+    return document
