@@ -16,7 +16,7 @@ from typing import Any
 from normbench import __version__
 from normbench.files import write_atomic
 from normbench.report import shape, svg
-from normbench.report.sources import ResultSet, load_result_sets
+from normbench.report.sources import ResultSet, input_files, load_result_sets
 from normbench.results import ResultsError
 
 TEMPLATE = "report.html.j2"
@@ -48,7 +48,7 @@ def context(sets: list[ResultSet], baseline: str = "torch") -> dict[str, Any]:
     return {
         "version": __version__,
         "baseline": baseline,
-        "sets": [{"label": rs.label, "source": rs.source, "missing": rs.missing,
+        "sets": [{"label": rs.label, "source": rs.source, "missing": rs.missing, "notes": rs.notes,
                   "environment": shape.environment_items(rs), "glance": shape.at_a_glance(rs),
                   "speedups": shape.speedups(rs, baseline),
                   "problems": shape.throughput_problems(rs), "matrix": shape.conformance_matrix(rs),
@@ -66,10 +66,20 @@ def render_html(sets: list[ResultSet], baseline: str = "torch") -> str:
 
 
 def write_report(sources: list[str | os.PathLike], out: str | os.PathLike, baseline: str = "torch") -> Path:
-    """Load ``sources`` (run folders or files), render them, and write ``out``; returns its path."""
+    """Load ``sources`` (run folders or files), render them, and write ``out``; returns its path.
+
+    ``out`` may not be one of the inputs (a file given, or a file a folder given holds and the report
+    reads, :func:`~normbench.report.sources.input_files`): that is a ResultsError, before anything is read."""
+    path = Path(out)
+    inputs = {f: s for s in sources for f in input_files(s)}
+    target = path.resolve()
+    if target in inputs or any(target == Path(s).resolve() for s in sources):
+        source = inputs.get(target, target)
+        raise ResultsError(f"cannot write the report to {path}: it is one of the report's inputs (from {source}); the "
+                           f"report never overwrites what it reads. Fix: give -o a new file, e.g. "
+                           f"{target.parent if target in inputs else target}/report.html")
     sets = load_result_sets(sources)
     html = render_html(sets, baseline)
-    path = Path(out)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, html)

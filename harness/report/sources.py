@@ -2,31 +2,46 @@
 
 An argument is a run folder (``reports/<run-id>/``) or one of its files
 (``throughput.json``/``.csv``, ``conformance.json``/``.csv``,
-``environment.json``, ``table1.json``). Only JSON and CSV are read, through
-:mod:`normbench.results` (schema checked, older versions migrated or refused);
-nothing is unpickled or evaluated. A folder may lack any of its files (a
-failed or partial run): what is missing is recorded in :attr:`ResultSet.missing`
-and stated in the report. A folder with none of them, a missing path, or an
-empty or corrupt file is a :class:`~normbench.results.ResultsError` naming the file.
+``environment.json``, ``table1.json``). Only JSON and CSV are read, and every
+file is validated field by field: results through :mod:`normbench.results`
+(older versions migrated or refused), ``environment.json`` through
+:func:`normbench.environment.read_environment`, ``table1.json`` against
+:data:`TABLE1_FIELDS`; nothing is unpickled or evaluated. A folder may lack any
+of its files (a failed or partial run): what is missing is recorded in
+:attr:`ResultSet.missing` and stated in the report; a results file with no rows
+is valid (a run that measured nothing) and noted. What the loader noticed (a
+journal's incomplete last line, a JSON snapshot behind its CSV journal) and how
+the run ended (:func:`run_state`) are in :attr:`ResultSet.notes`. A folder with
+none of the files, a missing path, or an empty, corrupt or malformed file is a
+:class:`~normbench.results.ResultsError` naming the file and the field.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from normbench import results
-from normbench.results import ResultsError
+from normbench.environment import ENVIRONMENT_FILE, read_environment
+from normbench.results import ResultsError, boolean, integer, list_of, mapping, nullable, number, record, text
 
 if TYPE_CHECKING:
     import pandas as pd
 
-ENVIRONMENT_FILE = "environment.json"
 TABLE1_FILE = "table1.json"
 TABLE1 = "normbench.table1"
+#: table1.json, version 1 (written by ``normbench table1 --save``, normbench.paper.table1.to_document): what the report reads
+TABLE1_FIELDS = record({
+    "transformations": list_of(record({"key": text(), "title": text()})),
+    "methods": list_of(record({"title": text(), "description": text(), "cells": list_of(record({
+        "key": text(), "measured": text(), "paper": text(), "agrees": boolean(), "max_change": number(low=0.0),
+        "ratio": number(low=0.0)}))}, {"method": text()})),
+}, {"seed": integer(0), "command": text(), "layer_norm": text(), "recurrent_held": nullable(boolean()),
+    "fields": mapping(text())})
+#: the files of a run folder the report reads
+READ_FILES = (*results.RESULT_FILES, ENVIRONMENT_FILE, TABLE1_FILE)
 
 
 @dataclass
@@ -40,21 +55,24 @@ class ResultSet:
     environment: dict[str, Any] = field(default_factory=dict)
     table1: dict[str, Any] | None = None
     missing: list[str] = field(default_factory=list)
+    #: what a reader must know first: how the run ended, if not normally, and what the loader noticed
+    notes: list[str] = field(default_factory=list)
+
+
+def read_table1(path: Path) -> dict[str, Any]:
+    """``table1.json``, validated (:data:`TABLE1_FIELDS`); every method has one cell per transformation."""
+    fix = "re-run `normbench table1 --save=FOLDER` to write it again"
+    document = results.read_document(path, TABLE1, 1, TABLE1_FIELDS, fix)
+    columns = len(document["transformations"])
+    for i, method in enumerate(document["methods"]):
+        if len(method["cells"]) != columns:
+            raise ResultsError(f"{path}: field methods[{i}].cells has {len(method['cells'])} cells for {columns} "
+                               f"transformations. Fix: {fix}")
+    return document
 
 
 def _read_json_document(path: Path, what: str) -> dict[str, Any]:
-    try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ResultsError(f"cannot read {path}: {exc}") from None
-    if not isinstance(document, dict) or document.get("schema") != what:
-        found = document.get("schema") if isinstance(document, dict) else type(document).__name__
-        raise ResultsError(f"{path} is not a {what} file (its schema is {found!r})")
-    version = document.get("schema_version")
-    if version != 1:
-        raise ResultsError(f"{path} has {what} schema version {version!r}; this normbench reads version 1. "
-                           f"Fix: upgrade normbench, or re-run the measurement")
-    return document
+    return read_environment(path) if what == "normbench.environment" else read_table1(path)
 
 
 def _kind(path: Path) -> str:
@@ -104,6 +122,37 @@ def _label(parts: dict[str, Any], path: Path) -> str:
     return str(env.get("run_id") or path.name)
 
 
+def run_state(environment: dict[str, Any], folder: Path | None) -> str:
+    """How the run ended, when a reader must be told first: interrupted (by what, when, how far), still
+    running (its folder's lock held), or never finished (its status says running, but no process holds
+    its folder, or the folder is unknown); "" for a finished run or one that recorded no status.
+
+    >>> run_state({"status": {"state": "interrupted", "reason": "SIGTERM", "at": "2026-11-01T12:00:00+00:00",
+    ...                       "done": 3, "total": 10}}, None)
+    'The run was interrupted (SIGTERM) at 2026-11-01T12:00:00+00:00, after 3 of 10: its results are partial.'
+    """
+    from normbench.run_folder import holder
+
+    status = environment.get("status")
+    if not status or status["state"] == "finished":
+        return ""
+    done = f"{status['done']} of {status['total']}" if status.get("total") is not None else f"{status['done']}"
+    if status["state"] == "interrupted":
+        why = f" ({status['reason']})" if status.get("reason") else ""
+        return f"The run was interrupted{why} at {status['at']}, after {done}: its results are partial."
+    pid = holder(folder) if folder is not None else None
+    if pid is not None:
+        return f"The run is still running (pid {pid}; {done} done at {status['at']}): its results are partial."
+    return (f"The run never finished: its status still says running ({done} done at {status['at']}), but no "
+            f"process holds its folder: the run's process ended without finishing (killed?). Its results are partial.")
+
+
+def input_files(source: str | os.PathLike) -> list[Path]:
+    """The files the report reads for ``source`` (resolved): the file, or every file a folder may hold that is read."""
+    path = Path(source).resolve()
+    return [path / name for name in READ_FILES] if path.is_dir() else [path]
+
+
 def load_result_set(source: str | os.PathLike) -> ResultSet:
     """One folder or file as a :class:`ResultSet`; an unreadable one is a ResultsError naming it."""
     path = Path(source)
@@ -117,10 +166,21 @@ def load_result_set(source: str | os.PathLike) -> ResultSet:
         missing.append("conformance results (no conformance.json or .csv): the conformance suites did not run")
     if "environment" not in parts:
         missing.append(f"the environment ({ENVIRONMENT_FILE}): device, versions and command are unknown")
+    found = []
+    state = run_state(parts.get("environment", {}), path if path.is_dir() else None)
+    if state:
+        found.append(state)
+    for name in ("throughput", "conformance"):
+        if name in parts:
+            found += results.notes(parts[name])
+            if parts[name].empty:
+                found.append(f"The {name} results hold no rows: the run wrote none (stopped early, or nothing "
+                             f"was selected).")
     return ResultSet(label=_label(parts, path), source=str(path),
                      throughput=parts.get("throughput", results.frame([], results.THROUGHPUT)),
                      conformance=parts.get("conformance", results.frame([], results.CONFORMANCE)),
-                     environment=parts.get("environment", {}), table1=parts.get("table1"), missing=missing)
+                     environment=parts.get("environment", {}), table1=parts.get("table1"), missing=missing,
+                     notes=found)
 
 
 def load_result_sets(sources: list[str | os.PathLike]) -> list[ResultSet]:
