@@ -36,7 +36,17 @@ from normbench.registry import ALL
 
 #: the suites ``normbench run --suites`` chooses from
 SUITES: tuple[str, ...] = ("conformance", "throughput")
-_SEED_RANGE = re.compile(r"^(\d+)\.\.(\d+)$")
+#: seeds go from 0 to 2**32 - 1, the range NumPy's legacy ``np.random.seed`` takes and every
+#: framework's seeding accepts, so a seed given here can be handed to any of them
+SEED_LIMIT = 2**32
+#: the most seeds one option value may name (each multiplies the tests): a range is counted
+#: before it is made, so ``0..99999999999`` is refused at once instead of filling the memory
+MAX_SEEDS = 10_000
+#: the longest run id (a folder name; file systems allow 255 bytes)
+RUN_ID_MAX = 200
+_SEED_RANGE = re.compile(r"(\S+?)\.\.(\S+)")
+_DIGITS = re.compile(r"[0-9]+", re.ASCII)
+_RUN_ID = re.compile(r"[A-Za-z0-9._+-]+", re.ASCII)
 
 
 def _error(value: str, fix: str) -> argparse.ArgumentTypeError:
@@ -45,21 +55,46 @@ def _error(value: str, fix: str) -> argparse.ArgumentTypeError:
 
 # -- value parsers ---------------------------------------------------------------------------------------------------
 
+SEEDS_FORM = f"Use a seed N from 0 to {SEED_LIMIT - 1}, a range A..B or a list N,M,... (e.g. 0, 0..19 or 1,4,9)"
+
+
+def _seed(value: str, text: str, form: str = SEEDS_FORM) -> int:
+    """One seed of ``value`` (the option's whole text, for the message)."""
+    text = text.strip()
+    if not _DIGITS.fullmatch(text.removeprefix("-")):
+        raise _error(value, f"{text!r} is not a whole number. {form}" if text else f"A seed is missing. {form}")
+    if text.startswith("-") or len(text.lstrip("0")) > 10 or int(text) >= SEED_LIMIT:
+        raise _error(value, f"Seed {text} is out of range. {form}")
+    return int(text)
+
+
+def parse_seed(value: str) -> int:
+    """One seed from 0 to ``SEED_LIMIT - 1`` (``normbench check --seed``, ``normbench table1 --seed``).
+
+    >>> parse_seed("7")
+    7
+    >>> parse_seed("-5")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: Could not parse value: '-5'. Seed -5 is out of range. Use a seed N from 0 to 4294967295...
+    """
+    return _seed(value, value, f"Use a seed N from 0 to {SEED_LIMIT - 1}, e.g. 0")
+
+
 def parse_seeds(value: str) -> list[int]:
-    """``"3"``, ``"0..19"`` (inclusive) or ``"1,4,9"`` as a list of seeds (repeats dropped)."""
-    try:
-        match = _SEED_RANGE.match(value.strip())
-        if match:
-            lo, hi = int(match[1]), int(match[2])
-            if lo > hi:
-                raise ValueError
-            return list(range(lo, hi + 1))
-        seeds = [int(s) for s in value.split(",")]
-        if not seeds or min(seeds) < 0:
-            raise ValueError
-        return list(dict.fromkeys(seeds))
-    except ValueError:
-        raise _error(value, "Use a seed N >= 0, a range A..B or a list N,M,...") from None
+    """``"3"``, ``"0..19"`` (inclusive) or ``"1,4,9"`` as a list of seeds (repeats dropped): each
+    from 0 to ``SEED_LIMIT - 1``, at most :data:`MAX_SEEDS` of them (a range is counted first)."""
+    match = _SEED_RANGE.fullmatch(value.strip())
+    if match:
+        lo, hi = _seed(value, match[1]), _seed(value, match[2])
+        if lo > hi:
+            raise _error(value, f"The range {lo}..{hi} is empty: write the smaller seed first, {hi}..{lo}")
+        seeds = range(lo, hi + 1)
+    else:
+        seeds = list(dict.fromkeys(_seed(value, s) for s in value.split(",")))
+    if len(seeds) > MAX_SEEDS:
+        raise _error(value, f"That is {len(seeds)} seeds; at most {MAX_SEEDS} run in one session. "
+                            f"Use fewer, e.g. {seeds[0]}..{seeds[0] + MAX_SEEDS - 1}, and run the rest in another session")
+    return list(seeds)
 
 
 def format_seeds(seeds: Sequence[int]) -> str:
@@ -77,15 +112,36 @@ def parse_deviations_file(value: str) -> Path:
     return path
 
 
+SHAPE_FORM = ("Use ROWSxHIDDEN[xMORE], e.g. 8x1024 or 2x4x1024: whole numbers joined by 'x' "
+              "(one number is a single row), the last >= 1, the others >= 0")
+
+
 def parse_array_shape(value: str) -> tuple[int, ...]:
-    """An array's shape, sizes joined by ``x`` (or commas): ``"64x1000"`` -> ``(64, 1000)``."""
-    try:
-        dims = tuple(int(d) for d in value.lower().replace(",", "x").split("x") if d != "")
-        if not dims or min(dims) < 0:
-            raise ValueError
-        return dims
-    except ValueError:
-        raise _error(value, "Use sizes joined by 'x', e.g. 64x1000") from None
+    """An array's shape, sizes joined by ``x`` (or commas): ``"64x1000"`` -> ``(64, 1000)``.
+
+    Every size is a whole number; the last (the hidden size, a row's length) is at least 1, the
+    others at least 0 (no rows is a case the suites test). ``4x`` and ``4xx8`` miss a size.
+
+    >>> parse_array_shape("2X3,4"), parse_array_shape("0x8")
+    ((2, 3, 4), (0, 8))
+    >>> parse_array_shape("4xx8")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: Could not parse value: '4xx8'. A size is missing (nothing between two 'x'...
+    """
+    parts = [p.strip() for p in value.strip().lower().replace(",", "x").split("x")]
+    if not any(parts):
+        raise _error(value, f"No size is given. {SHAPE_FORM}")
+    for part in parts:
+        if not part:
+            raise _error(value, f"A size is missing (nothing between two 'x', or before or after one). {SHAPE_FORM}")
+        if not _DIGITS.fullmatch(part):
+            raise _error(value, f"{part!r} is not a whole number >= 0. {SHAPE_FORM}")
+        if len(part.lstrip("0")) > 18:
+            raise _error(value, f"{part} is too large a size. {SHAPE_FORM}")
+    dims = tuple(int(p) for p in parts)
+    if dims[-1] == 0:
+        raise _error(value, f"The last size (the hidden size) is 0: a row needs at least one element. {SHAPE_FORM}")
+    return dims
 
 
 def parse_eps(value: str) -> float:
@@ -109,6 +165,16 @@ def parse_count(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def parse_workers(value: str) -> str:
+    """pytest-xdist's worker count (``normbench test/run -n``): ``auto``, ``logical``, or an integer
+    >= 0 (``0``: no workers), as the string pytest-xdist reads."""
+    text = value.strip().lower()
+    if text in ("auto", "logical") or _DIGITS.fullmatch(text) and len(text) <= 6:
+        return str(int(text)) if text[0].isdigit() else text
+    raise _error(value, "Use a number of workers >= 0 (0 runs in one process), 'auto' (one per CPU core) or "
+                        "'logical' (one per logical CPU), e.g. -n 4")
+
+
 def parse_seconds(value: str) -> float:
     """A finite number of seconds >= 0."""
     try:
@@ -129,6 +195,64 @@ def _parse_choices(kind: str, plural: str, value: str, valid: Sequence[str]) -> 
         if v not in valid:
             raise _error(value, f"Unknown {kind} {v!r}; valid {plural}: {', '.join(valid)}")
     return chosen
+
+
+def parse_impl(value: str) -> str:
+    """A backend selection: a name, names separated by commas, or ``all``, as one string
+    (``"numpy, torch"`` -> ``"numpy,torch"``); names are checked when the backends are
+    selected (:meth:`normbench.registry.Registry.select`). An empty value names no backend and
+    is an error everywhere (not a silent 'all')."""
+    names = [n.strip() for n in value.split(",")]
+    fix = f"Give a backend name, names separated by commas (e.g. numpy,torch), or {ALL!r} for every available " \
+          "backend; `normbench list` shows the names"
+    if not any(names):
+        raise _error(value, f"It names no backend. {fix}")
+    if not all(names):
+        raise _error(value, f"A backend name is missing (two commas together, or one at an end). {fix}")
+    return ",".join(names)
+
+
+def check_run_id(text: str) -> str:
+    """``text`` if it is a run id: one plain folder name under the results folder (``--out``),
+    never a path. Letters, digits, ``.``, ``_``, ``-`` and ``+``, starting with a letter or a
+    digit (not ``.``: no ``..``, no hidden folder; not ``-``: not read as an option), no ``..``,
+    at most :data:`RUN_ID_MAX` characters: the rule of ``normbench.run_folder.RUN_ID``, which
+    checks the folder a run claims. Raises :class:`argparse.ArgumentTypeError` saying which
+    part of the rule ``text`` breaks.
+
+    >>> check_run_id("2026-11-23_torch.1+fast")
+    '2026-11-23_torch.1+fast'
+    >>> check_run_id("../x")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: Could not parse value: '../x'. A run id is one folder's name, not a path...
+    """
+    rule = ("Use letters, digits, '.', '_', '-' and '+', starting with a letter or a digit, no '..', "
+            f"at most {RUN_ID_MAX} characters, e.g. gpu-run-1")
+    if not text:
+        problem = "The run id is empty"
+    elif "/" in text or "\\" in text:
+        problem = "A run id is one folder's name, not a path (the results go to OUT/<run-id>/)"
+    elif not text[0].isascii() or not text[0].isalnum():
+        problem = f"A run id cannot start with {text[0]!r}"
+    elif ".." in text:
+        problem = "A run id cannot contain '..'"
+    elif len(text) > RUN_ID_MAX:
+        problem = f"The run id has {len(text)} characters"
+    elif not _RUN_ID.fullmatch(text):
+        bad = next(ch for ch in text if not _RUN_ID.fullmatch(ch))
+        problem = f"A run id cannot contain {bad!r}"
+    else:
+        return text
+    raise _error(text, f"{problem}. {rule}")
+
+
+def parse_out_folder(value: str) -> str:
+    """The results folder (``--out``): any path but an empty one or an existing file."""
+    if not value.strip():
+        raise _error(value, "The results folder is empty. Give a folder, e.g. reports")
+    if Path(value).exists() and not Path(value).is_dir():
+        raise _error(value, "It is a file, not a folder. Give a folder (it is created if missing), e.g. reports")
+    return value
 
 
 def parse_suites(value: str) -> tuple[str, ...]:
@@ -182,7 +306,7 @@ def impl_given_as(namespace: argparse.Namespace, default: str = "--normbench-imp
 def add_impl_option(addoption: Callable, prefix: str, note: str = "", **attrs) -> None:
     """``--<prefix>impl``: the backends to run on (``None`` when not given, which means 'all').
     ``note`` goes into the help before the default; ``attrs`` (e.g. ``dest``) go to ``addoption``."""
-    addoption(f"--{prefix}impl", metavar="NAMES", default=None, action=ImplAction,
+    addoption(f"--{prefix}impl", metavar="NAMES", default=None, action=ImplAction, type=parse_impl,
               help="Backends to run the suites on: a name, names separated by commas, or "
                    f"{ALL!r} (every available backend; unavailable ones are listed and skipped). "
                    f"`normbench list` shows the names.{note} Default: {ALL!r}", **attrs)
@@ -198,10 +322,12 @@ def add_seed_option(addoption: Callable, prefix: str) -> None:
 def add_throughput_options(addoption: Callable, prefix: str) -> None:
     """Where results go and which part of the throughput sweep runs, and how:
     ``--<prefix>out``, ``run-id``, ``cache``, ``direction``, ``dtype`` and ``shape``."""
-    addoption(f"--{prefix}out", metavar="DIR", default="reports",
+    addoption(f"--{prefix}out", metavar="DIR", default="reports", type=parse_out_folder,
               help="Results go to DIR/<run-id>/ (CSV, JSON, environment.json). Default: %(default)r")
-    addoption(f"--{prefix}run-id", metavar="ID", default=None,
-              help="The run id (the results folder's name). Default: UTC time and host name")
+    addoption(f"--{prefix}run-id", metavar="ID", default=None, type=check_run_id,
+              help=f"The run id (the results folder's name): letters, digits, '.', '_', '-' and '+', starting "
+                   f"with a letter or a digit, no '..', at most {RUN_ID_MAX} characters. Default: UTC time and "
+                   "host name")
     addoption(f"--{prefix}cache", choices=CACHES, default="cold",
               help="cold: flush the last-level cache before every timed sample; warm: do not. Default: %(default)r")
     addoption(f"--{prefix}direction", metavar="LIST", type=parse_directions, default=None,

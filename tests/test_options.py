@@ -40,15 +40,20 @@ def test_a_good_value_parses(parse, value, expected):
     assert parse(value) == expected
 
 
+SEEDS = "Use a seed N from 0 to 4294967295, a range A..B or a list N,M,... (e.g. 0, 0..19 or 1,4,9)"
+SHAPE = ("Use ROWSxHIDDEN[xMORE], e.g. 8x1024 or 2x4x1024: whole numbers joined by 'x' (one number is a single row), "
+         "the last >= 1, the others >= 0")
+
+
 @pytest.mark.parametrize("parse, value, fix", [
-    (options.parse_seeds, "x", "Use a seed N >= 0, a range A..B or a list N,M,..."),
-    (options.parse_seeds, "3..1", "Use a seed N >= 0, a range A..B or a list N,M,..."),
-    (options.parse_seeds, "-1", "Use a seed N >= 0, a range A..B or a list N,M,..."),
-    (options.parse_seeds, "", "Use a seed N >= 0, a range A..B or a list N,M,..."),
+    (options.parse_seeds, "x", f"'x' is not a whole number. {SEEDS}"),
+    (options.parse_seeds, "3..1", "The range 3..1 is empty: write the smaller seed first, 1..3"),
+    (options.parse_seeds, "-1", f"Seed -1 is out of range. {SEEDS}"),
+    (options.parse_seeds, "", f"A seed is missing. {SEEDS}"),
     (options.parse_deviations_file, "no-such-file.txt", "Give an existing known-deviations file."),
-    (options.parse_array_shape, "4xq", "Use sizes joined by 'x', e.g. 64x1000"),
-    (options.parse_array_shape, "x", "Use sizes joined by 'x', e.g. 64x1000"),
-    (options.parse_array_shape, "-4x8", "Use sizes joined by 'x', e.g. 64x1000"),
+    (options.parse_array_shape, "4xq", f"'q' is not a whole number >= 0. {SHAPE}"),
+    (options.parse_array_shape, "x", f"No size is given. {SHAPE}"),
+    (options.parse_array_shape, "-4x8", f"'-4' is not a whole number >= 0. {SHAPE}"),
     (options.parse_eps, "small", "Use a number, e.g. 1e-5"),
     (options.parse_count(3), "2", "Use an integer >= 3"),
     (options.parse_count(1), "1.5", "Use an integer >= 1"),
@@ -66,6 +71,134 @@ def test_a_bad_value_says_which_and_how_to_fix_it(parse, value, fix):
     with pytest.raises(argparse.ArgumentTypeError) as info:
         parse(value)
     assert str(info.value).startswith(f"Could not parse value: {value!r}. {fix}"), str(info.value)
+
+
+# -- issue 13: every bad input gets one message -------------------------------------------------------------------------
+
+def refused(parse, value) -> str:
+    """The message ``parse`` refuses ``value`` with (it must start the way every option value's does)."""
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        parse(value)
+    assert str(info.value).startswith(f"Could not parse value: {value!r}. "), str(info.value)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("4x", "A size is missing"),  # was (4,)
+    ("4xx8", "A size is missing"),  # was (4, 8)
+    ("x8", "A size is missing"),
+    ("4x,8", "A size is missing"),
+    ("8x0", "The last size (the hidden size) is 0: a row needs at least one element"),
+    ("4x1.5", "'1.5' is not a whole number >= 0"),
+    ("4x+8", "'+8' is not a whole number >= 0"),
+    ("4x\u0668", "'\u0668' is not a whole number >= 0"),  # an Arabic-Indic 8: int() reads it
+    ("4x" + "9" * 5000, "is too large a size"),  # int() refuses it with a message of its own
+])
+def test_a_malformed_shape_says_what_is_wrong_and_the_accepted_form(value, problem):
+    message = refused(options.parse_array_shape, value)
+    assert problem in message and message.endswith(SHAPE), message
+
+
+def test_a_shape_may_have_no_rows_and_one_or_more_dims():
+    """Zero rows is a case the suites test (cases.ROWS); a single size is one row (rank 1)."""
+    assert options.parse_array_shape(" 0x33 ") == (0, 33)
+    assert options.parse_array_shape("19") == (19,) and options.parse_array_shape("2x0x4x8") == (2, 0, 4, 8)
+    refused(options.parse_array_shape, "0")
+
+
+def test_seeds_go_from_0_to_2_to_the_32_minus_1():
+    assert options.parse_seeds("4294967295") == [4294967295] and options.parse_seeds("0004") == [4]
+    for value, seed in (("4294967296", "4294967296"), ("1,4294967296", "4294967296"), ("-5", "-5"),
+                        ("1,-2", "-2"), ("-1..3", "-1"), ("0..99999999999", "99999999999"), ("9" * 5000, "9" * 5000)):
+        assert f"Seed {seed} is out of range. {SEEDS}" in refused(options.parse_seeds, value)
+    assert "A seed is missing" in refused(options.parse_seeds, "1,,4")
+
+
+def test_a_range_of_more_than_MAX_SEEDS_seeds_is_refused_before_it_is_made():
+    assert len(options.parse_seeds("5..10004")) == options.MAX_SEEDS == 10_000
+    message = refused(options.parse_seeds, "5..10005")
+    assert "That is 10001 seeds; at most 10000 run in one session. Use fewer, e.g. 5..10004" in message
+    # 2**32 seeds: made into a list, they would take over 100 GiB
+    assert "That is 4294967296 seeds" in refused(options.parse_seeds, "0..4294967295")
+    assert "That is 10001 seeds" in refused(options.parse_seeds, ",".join(map(str, range(10_001))))
+
+
+def test_one_seed_for_check_and_table1():
+    assert options.parse_seed("0") == 0 and options.parse_seed(" 4294967295 ") == 4294967295
+    fix = "Use a seed N from 0 to 4294967295, e.g. 0"
+    assert refused(options.parse_seed, "-5").endswith(f"Seed -5 is out of range. {fix}")
+    assert refused(options.parse_seed, "4294967296").endswith(f"Seed 4294967296 is out of range. {fix}")
+    assert refused(options.parse_seed, "1,2").endswith(f"'1,2' is not a whole number. {fix}")
+    assert refused(options.parse_seed, "").endswith(f"A seed is missing. {fix}")
+
+
+IMPL_FIX = ("Give a backend name, names separated by commas (e.g. numpy,torch), or 'all' for every available backend; "
+            "`normbench list` shows the names")
+
+
+def test_an_empty_backend_selection_is_an_error_not_all():
+    assert (options.parse_impl("all"), options.parse_impl(" numpy , torch")) == ("all", "numpy,torch")
+    for value in ("", " ", ",", " , "):
+        assert refused(options.parse_impl, value).endswith(f"It names no backend. {IMPL_FIX}")
+    for value in ("numpy,,torch", "numpy,", ",numpy"):
+        assert "A backend name is missing (two commas together, or one at an end)" in refused(options.parse_impl, value)
+    for prefix in ("", "normbench-"):  # the option both front ends share
+        with pytest.raises(argparse.ArgumentError, match=f"argument --{prefix}impl: Could not parse value: ''. It names "):
+            argparser(prefix).parse_args([f"--{prefix}impl="])
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("../../x", "A run id is one folder's name, not a path"),
+    ("/tmp/x", "A run id is one folder's name, not a path"),
+    ("a/b", "A run id is one folder's name, not a path"),
+    ("a\\b", "A run id is one folder's name, not a path"),
+    ("..", "A run id cannot start with '.'"),
+    (".hidden", "A run id cannot start with '.'"),
+    ("-r1", "A run id cannot start with '-'"),  # read as an option by the pytest command it is passed on to
+    ("_r1", "A run id cannot start with '_'"),
+    ("\u00e9t\u00e9", "A run id cannot start with '\u00e9'"),
+    ("a..b", "A run id cannot contain '..'"),
+    ("", "The run id is empty"),
+    ("r" * 201, "The run id has 201 characters"),
+    ("my run", "A run id cannot contain ' '"),
+    ("r1\n", "A run id cannot contain '\\n'"),  # a regex's '$' lets a last newline through
+    ("run\x00", "A run id cannot contain '\\x00'"),
+    ("r\u00e9sum\u00e9", "A run id cannot contain '\u00e9'"),
+])
+def test_a_run_id_must_be_a_plain_folder_name(value, problem):
+    rule = ("Use letters, digits, '.', '_', '-' and '+', starting with a letter or a digit, no '..', at most 200 "
+            "characters, e.g. gpu-run-1")
+    message = refused(options.check_run_id, value)
+    assert message.startswith(f"Could not parse value: {value!r}. {problem}") and message.endswith(f". {rule}"), message
+
+
+def test_the_run_id_options_use_the_run_id_rule():
+    for good in ("r1", "20261101T150102Z-myhost-4711-0a3f", "a.b_c-9+x", "9", "R" * 200):
+        assert options.check_run_id(good) == good
+        assert argparser("").parse_args([f"--run-id={good}"]).run_id == good
+    for prefix in ("", "normbench-"):
+        with pytest.raises(argparse.ArgumentError, match=f"argument --{prefix}run-id: Could not parse value: "
+                                                         "'../x'. A run id is one folder's name, not a path"):
+            argparser(prefix).parse_args([f"--{prefix}run-id=../x"])
+
+
+def test_the_results_folder_is_not_empty_nor_a_file(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    assert options.parse_out_folder(str(tmp_path)) == str(tmp_path)
+    assert options.parse_out_folder(str(tmp_path / "new")) == str(tmp_path / "new")
+    assert refused(options.parse_out_folder, str(tmp_path / "a-file")).endswith(
+        "It is a file, not a folder. Give a folder (it is created if missing), e.g. reports")
+    assert refused(options.parse_out_folder, "").endswith("The results folder is empty. Give a folder, e.g. reports")
+    with pytest.raises(argparse.ArgumentError, match="argument --out: Could not parse value"):
+        argparser("").parse_args([f"--out={tmp_path / 'a-file'}"])
+
+
+def test_the_worker_count_is_a_number_auto_or_logical():
+    assert [options.parse_workers(v) for v in ("0", "04", "Auto", "logical", " 8 ")] == ["0", "4", "auto", "logical", "8"]
+    for value in ("-2", "x", "", "1.5", "9" * 5000):
+        assert refused(options.parse_workers, value).endswith(
+            "Use a number of workers >= 0 (0 runs in one process), 'auto' (one per CPU core) or 'logical' (one per "
+            "logical CPU), e.g. -n 4")
 
 
 def test_the_deviations_file_must_exist(tmp_path):
