@@ -197,7 +197,7 @@ def _ok_row_is_a_speed(row: dict[str, Any]) -> str | None:
         return None
     for name in ("gbps", "median_s", "ceiling_gbps", "pct_of_ceiling"):
         if row[name] is None or not row[name] > 0:
-            return f"a row with verdict ok needs {name} > 0 (got {'empty' if row[name] is None else row[name]!r})"
+            return f"a row with verdict ok needs {name} > 0 (got {'empty' if row[name] is None else repr(row[name])})"
     return None
 
 
@@ -444,7 +444,7 @@ class ResultsWriter:
             what = f"row {row} to {path}" if row is not None else str(path)
             kept = (f"the {len(self.rows)} rows before it are safely in {self.csv_path}" if row is not None else
                     f"the {len(self.rows)} rows written so far are safely in {self.csv_path}"
-                    if path != self.csv_path else f"{len(self.rows)} rows were written before")
+                    if path != self.csv_path else f"nothing was lost ({len(self.rows)} rows were there before)")
             self._failed = ResultsError(f"cannot write {what}: {exc.strerror or exc}; {kept}. "
                                         f"Fix: {_fix_disk(exc)}, then run again")
             raise self._failed from None
