@@ -78,7 +78,7 @@ ENVIRONMENT_FIELDS = record({}, {
     "threads": mapping(Field("a string, a number or a list of numbers", _thread_value)),
     "last_level_cache": record({}, {"bytes": nullable(integer(0)), "source": text()}),
     "gpus": list_of(mapping(text())), "libraries": mapping(text()), "ceilings": mapping(_CEILING),
-    "backends": mapping(record({}, {"version": text(), "device": text()})),
+    "backends": mapping(record({}, {"version": nullable(text()), "device": nullable(text())})),
     "skipped_backends": mapping(text()), "not_timed": mapping(text()), "sessions": list_of(text()),
     "status": STATUS_FIELDS,
 })

@@ -107,6 +107,8 @@ class Column:
     low: float | None = None
     low_open: bool = False
     high: float | None = None
+    #: an infinite value is read as empty (IQR / a median of 0: JSON always held null, an older CSV "inf")
+    infinite_is_empty: bool = False
 
     def rule(self) -> str:
         """The allowed values, in words (for messages)."""
@@ -160,7 +162,7 @@ THROUGHPUT_COLUMNS: tuple[Column, ...] = (
     Column("iqr_s", "float", "interquartile range, seconds", **SECONDS),
     Column("min_s", "float", "fastest sample, seconds", **SECONDS),
     Column("max_s", "float", "slowest sample, seconds", **SECONDS),
-    Column("rel_spread", "float", "IQR / median", low=0.0),
+    Column("rel_spread", "float", "IQR / median", low=0.0, infinite_is_empty=True),
     Column("wide_spread", "bool", "rel_spread above normbench.perf.timing.WIDE_SPREAD: read the speed with care"),
     Column("gbps", "float", "bytes / median / 1e9; empty unless verdict is ok", **SPEED),
     Column("ceiling_gbps", "float", "the device's copy bandwidth measured in this run", low=0.0,
@@ -258,6 +260,8 @@ def parse_value(column: Column, value: Any) -> Any:
     if value is None:
         raise ValueError("is empty, not an integer")
     if isinstance(value, float) and not math.isfinite(value):
+        if column.infinite_is_empty:
+            return None
         raise ValueError("is not finite")
     if kind == "int":
         if isinstance(value, float) and not value.is_integer():
@@ -450,12 +454,14 @@ class ResultsWriter:
             raise self._failed from None
 
     def add(self, row: dict[str, Any]) -> None:
-        """Append one row (a dict of every column, as :func:`new_row` makes); a row that breaks
-        the schema is refused, with the field, before anything is written."""
+        """Append one row (a dict of every column, as :func:`new_row` makes; a float that is NaN or
+        infinite is written empty, as JSON has it); a row that breaks the schema is refused, with
+        the field, before anything is written."""
         if self._failed is not None:
             raise self._failed
         if self._closed:
             raise ResultsError(f"{self.csv_path}: the writer is closed; open a new ResultsWriter to add rows")
+        row = {k: _json_value(v) for k, v in row.items()}  # as JSON has it: an infinite spread (median 0) is empty
         (clean,) = _validated_rows([row], self.schema, f"the {FILES[self.schema]} row to write to {self.csv_path}",
                                    "this is a normbench bug: please report it", first=len(self.rows) + 1)
         now = time.monotonic()

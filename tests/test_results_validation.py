@@ -409,3 +409,24 @@ def test_the_report_says_first_how_a_run_ended(tmp_path):
     assert "The run was interrupted (SIGTERM) at " in _report_of(folder) and "after 3 of 10" in _report_of(folder)
     environment.mark_status(folder, "finished", done=6, total=6)
     assert "notice" not in _report_of(folder)
+
+
+def test_a_row_normbench_measures_with_an_infinite_spread_is_written_empty_not_refused(tmp_path):
+    row = {**rows()[1], "median_s": 0.0, "rel_spread": float("inf")}  # a coarse timer: median 0, IQR/median inf
+    with ResultsWriter(tmp_path, "r1") as writer:
+        writer.add(row)
+    df = load(tmp_path)
+    assert len(df) == 1 and df.rel_spread.isna().all() and df.median_s[0] == 0.0
+
+
+def test_an_older_folder_with_an_infinite_spread_in_its_csv_still_loads(tmp_path):
+    results.save(tmp_path, results.frame(rows()))
+    path = tmp_path / "throughput.csv"
+    path.write_text(path.read_text().replace(",0.3,", ",inf,", 1))  # what pandas wrote for IQR / a median of 0
+    json_path = tmp_path / "throughput.json"
+    document = json.loads(json_path.read_text())
+    document["rows"][0]["rel_spread"] = None  # and the JSON's null
+    json_path.write_text(json.dumps(document))
+    for source in (tmp_path / "throughput.csv", tmp_path):  # the same rows in both: the folder loads
+        df = load(source)
+        assert len(df) == 3 and df.rel_spread.isna().tolist() == [True, False, False]
