@@ -17,6 +17,7 @@ tests and cases, what is skipped and why) before it starts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 from collections.abc import Sequence
@@ -74,8 +75,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             what = (f"did not finish loading within {args.plugin_timeout:g} s (it hangs?); --plugin-timeout "
                     f"changes the limit" if child.returncode < 0 else f"ended the process with exit status "
                     f"{child.returncode} while loading")
-            problems.append(f"backend {loading!r} from distribution {provider} {what}. It is left out of this list. Fix: report it to the plugin's "
-                            f"authors; `pip uninstall` its distribution to silence this")
+            problems.append(f"backend {loading!r} from distribution {provider} {what}. It is left out of this list. "
+                            f"Fix: report it to the plugin's authors; `pip uninstall` its distribution to silence this")
             args.left_out.append(loading)
             os.remove(progress_file)
 
@@ -132,32 +133,58 @@ def _list_backends(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from normbench import cases
+    """Check one case on each backend ``--impl`` names (``all``: every one that runs here); exit 1
+    if any fails. A backend that cannot run the case says why; if none can, that is an error."""
+    from normbench import cases, machine
     from normbench.check import conformance
 
     normalized = args.normalized_shape or args.shape[-1:]
     case = cases.Case("check", args.shape, normalized, args.dtype, args.dist, args.eps, args.affine,
                       args.param_dtype, args.layout)
+    machine.check_fits(machine.check_case_bytes(case.shape, case.dtype),  # before allocating (or importing) anything
+                       f"checking {case.dtype} x of shape {'x'.join(map(str, case.shape))}")
     progress(f"creating backend {args.impl} (imports its framework)...")
-    backend = get_registry().select(args.impl).backends[0]
-    reason = conformance.skip_reason(backend, case)
-    if reason:
-        raise NormbenchError(f"cannot check {case.id}: {reason}")
-    progress(f"checking {case.id} (seed {args.seed}) on {describe(backend)} against the float64 oracle...")
-    try:
-        conformance.check_forward(backend, cases.make_inputs(case, args.seed))
-    except conformance.ConformanceError as exc:
-        print(f"FAIL {exc}")
-        return 1
-    print(f"PASS {backend.name} {case.id} (seed {args.seed}): within the error model's bound")
-    return 0
+    selection = get_registry().select(args.impl)
+    for name, reason in selection.skipped:
+        print(f"SKIP {name}: {reason}")
+    inputs, checked, failed = None, 0, 0
+    for backend in selection.backends:
+        reason = conformance.skip_reason(backend, case)
+        if reason:
+            print(f"SKIP {backend.name} {case.id}: {reason}")
+            continue
+        inputs = inputs or cases.make_inputs(case, args.seed)
+        progress(f"checking {case.id} (seed {args.seed}) on {describe(backend)} against the float64 oracle...")
+        checked += 1
+        try:
+            conformance.check_forward(backend, inputs)
+        except conformance.ConformanceError as exc:
+            print(f"FAIL {exc}")
+            failed += 1
+            continue
+        print(f"PASS {backend.name} {case.id} (seed {args.seed}): within the error model's bound")
+    if not checked:
+        raise NormbenchError(f"cannot check {case.id}: no selected backend can run it (the reasons are above)")
+    return 1 if failed else 0
 
 
-def _pytest_args(args: argparse.Namespace, extra: Sequence[str], workers: bool = True) -> list[str]:
+def _pytest_args(args: argparse.Namespace, extra: Sequence[str], workers: bool = True,
+                 isolated: int = 0) -> list[str]:
+    """pytest arguments for the suites; ``isolated`` (the number of backends): run the tests in
+    worker processes even with ``-n 0`` (one worker), so that a backend crashing the process ends
+    only its worker, and let xdist replace as many workers as the quarantine can need."""
     out = [str(SUITES_DIRECTORY), "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning",
            *_selection_args(args)]
-    if workers and args.workers != "0":
-        out += ["-n", args.workers]
+    if workers and (args.workers != "0" or isolated):
+        n = args.workers if args.workers != "0" else "1"
+        out += ["-n", n]
+        if isolated:
+            import os
+
+            from normbench.isolation import CRASH_LIMIT
+
+            count = int(n) if n.isdigit() else (os.cpu_count() or 1)
+            out.append(f"--max-worker-restart={CRASH_LIMIT * isolated + 4 * count}")
     return out + list(extra)
 
 
@@ -172,17 +199,18 @@ def cmd_test(args: argparse.Namespace, extra: Sequence[str]) -> int:
     return int(pytest.main(_pytest_args(args, extra)))
 
 
-def _conformance_args(args: argparse.Namespace, extra: Sequence[str], workers: bool = True) -> list[str]:
+def _conformance_args(args: argparse.Namespace, extra: Sequence[str], workers: bool = True,
+                      isolated: int = 0) -> list[str]:
     """pytest arguments for the conformance suites: every suite file but the throughput one."""
     ignore = f"--ignore={SUITES_DIRECTORY / 'test_throughput.py'}"
-    return _pytest_args(args, ["-q", "--no-header", ignore, *extra], workers)
+    return _pytest_args(args, ["-q", "--no-header", ignore, *extra], workers, isolated)
 
 
 def _throughput_args(args: argparse.Namespace, run_id: str) -> list[str]:
     """pytest arguments for the throughput suite: one process, the run's folder, the filters; quiet,
     so that its progress lines are all it writes per case (no ``[ nn%]``: the classic console style)."""
     out = [str(SUITES_DIRECTORY / "test_throughput.py"), "-p", "no:cacheprovider", "-W",
-           "ignore::pytest.PytestAssertRewriteWarning", *_selection_args(args), "-n", "0",
+           "ignore::pytest.PytestAssertRewriteWarning", *_selection_args(args), "-n", "1",
            f"--normbench-out={args.out}", f"--normbench-run-id={run_id}", f"--normbench-cache={args.cache}",
            "-q", "--no-header", "--benchmark-quiet", "-o", "console_output_style=classic"]
     for name in ("direction", "dtype", "shape"):
@@ -205,14 +233,15 @@ def _skipped_lines(selection) -> list[str]:
                     for b in selection.backends if b.timing_note]
 
 
-def _header(args: argparse.Namespace, run_id: str, folder, extra: Sequence[str]):
-    """Print what the run will do before it does it, and return the backends (a Selection):
-    folder, seeds, each backend as it is created (version and device), the skipped ones and why,
-    and how many conformance tests and throughput cases the suites collect."""
-    from normbench.runner import collect
+def _say(line: str) -> None:
+    print(line, flush=True)
 
-    def say(line: str) -> None:
-        print(line, flush=True)
+
+def _header(args: argparse.Namespace, run_id: str, folder):
+    """Print what the run will do before it does it, and return the backends (a Selection):
+    folder, seeds, each backend as it is created (version and device), the skipped ones and why
+    (:func:`_counts` then says how many tests and cases the suites collect)."""
+    say = _say
 
     say(f"normbench run {run_id}")
     say(f"  output:      {folder}/" + (" (report.html too)" if args.report else ""))
@@ -235,10 +264,18 @@ def _header(args: argparse.Namespace, run_id: str, folder, extra: Sequence[str])
             say(f"    {name}: skipped: {reason}")
     for message in selection.warnings:
         say(f"  warning: {message}")
+    return selection
+
+
+def _counts(args: argparse.Namespace, run_id: str, extra: Sequence[str], selection) -> None:
+    """How many conformance tests and throughput cases the suites collect (the end of the header)."""
+    from normbench.runner import collect
+
+    say = _say
     if "conformance" in args.suites:
         found = collect(_conformance_args(args, extra, workers=False), selection)
         skips = f", {sum(found.skips.values())} more collected to skip (the summary says why)" if found.skips else ""
-        workers = "one process" if args.workers == "0" else f"-n {args.workers}"
+        workers = "one worker process" if args.workers == "0" else f"-n {args.workers}"
         if found.code not in (0, 5):  # the run's own session reports the problem in full
             last = found.output.strip().splitlines()[-1:]
             say(f"  conformance: could not be collected (pytest exit {found.code}): "
@@ -251,41 +288,113 @@ def _header(args: argparse.Namespace, run_id: str, folder, extra: Sequence[str])
         untimed = [b.name for b in selection.backends if b.timing_note]
         say(f"  throughput:  {found.runs} case{'s' if found.runs != 1 else ''} on {', '.join(timed) or 'no backend'}, "
             f"one at a time" + (f" ({', '.join(untimed)}: not timed, see above)" if untimed else ""))
-    return selection
 
 
 def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    from pathlib import Path
-
-    from normbench import results
-    from normbench.environment import backends_record, environment, new_run_id, write_environment
-    from normbench.runner import outcome_rows, run_pytest, summary
+    """The main job, in a claimed run folder (:mod:`normbench.run_folder`): one writer, checked
+    before anything is measured. Every finished test is written at once; SIGINT and SIGTERM end
+    the run but keep what ran and mark the folder interrupted (environment.json's ``status``)."""
+    from normbench.environment import new_run_id
+    from normbench.run_folder import claim
 
     run_id = args.run_id or new_run_id()
-    folder = Path(args.out) / run_id
-    selection = _header(args, run_id, folder, extra)
+    get_registry().names_in(args.impl or ALL)  # a bad --impl is a usage error before any folder exists
+    with claim(args.out, run_id) as run:  # a bad run id, another writer, or results already there
+        selection = _header(args, run_id, run.path)
+        _counts(args, run_id, extra, selection)
+        return _run(args, extra, run.path, run_id, selection)
+
+
+def _run(args: argparse.Namespace, extra: Sequence[str], folder, run_id: str, selection) -> int:
+    from normbench import results
+    from normbench.environment import backends_record, environment, mark_status, write_environment
+    from normbench.interrupts import last_signal
+    from normbench.runner import Collector, run_pytest, summary
+
     env = environment(run_id, ["normbench", *args.argv])
     env.update(backends_record(selection))
     write_environment(folder, env)
-    codes, report = [], []
-    if "conformance" in args.suites:
-        print("\nnormbench: conformance suites", flush=True)
-        code, outcomes = run_pytest(_conformance_args(args, extra), selection)
-        results.save(folder, results.frame(outcome_rows(outcomes, run_id), results.CONFORMANCE), results.CONFORMANCE)
-        codes.append(code)
-        report.append("normbench conformance summary\n" + summary(outcomes))
-    if "throughput" in args.suites and INTERRUPTED not in codes:  # Ctrl-C stops the run, keeping what is written
-        print(f"\nnormbench: throughput suite, results in {folder}/", flush=True)
-        code, _ = run_pytest(_throughput_args(args, run_id) + list(extra), selection)
-        codes.append(code)
-        report.append(_throughput_report(folder))
+    mark_status(folder, "running")
+    codes, report, collectors, sinks = [], [], [], []
+    with _signals_end_the_run():
+        if "conformance" in args.suites:
+            print("\nnormbench: conformance suites", flush=True)
+            with results.ResultsWriter(folder, run_id, results.CONFORMANCE) as writer:
+                sink = _Sink(writer, run_id)
+                collector = Collector(sink=sink)
+                code, outcomes = run_pytest(_conformance_args(args, extra, isolated=len(selection.backends)),
+                                            selection, collector)
+            collectors.append(collector)
+            sinks.append(sink)
+            codes.append(code)
+            report.append("normbench conformance summary\n" + summary(outcomes, interrupted=collector.interrupted))
+        if "throughput" in args.suites and not any(c.interrupted for c in collectors):
+            print(f"\nnormbench: throughput suite, results in {folder}/", flush=True)
+            collector = Collector()
+            code, _ = run_pytest(_throughput_args(args, run_id) + list(extra), selection, collector)
+            collectors.append(collector)
+            codes.append(code)
+            report.append(_throughput_report(folder))
+    interrupted = next((c.interrupted for c in collectors if c.interrupted), "")
+    done = sum(1 for c in collectors for o in c.outcomes if o.outcome != "not run")
+    total = sum(len(c.outcomes) for c in collectors)
+    mark_status(folder, "interrupted" if interrupted else "finished", interrupted or last_signal() or None, done, total)
     skipped = _skipped_lines(selection)
     if skipped:
         report.append("\n".join(skipped))
+    if interrupted:
+        report.append(f"INTERRUPTED ({interrupted}) after {done} of {total} tests: what ran is in {folder}/")
     print("\n" + "\n\n".join(report) + f"\n\nresults: {folder}/")
+    unsaved = [s.error for s in sinks if s.error is not None]
     if args.report:
         _run_report(folder, args.baseline)
+    if unsaved:
+        print(f"normbench: error: conformance results were not all saved: {unsaved[0]}", file=sys.stderr)
+        return 2
     return _exit_code(codes)
+
+
+class _Sink:
+    """Writes each conformance outcome to the run folder as it arrives; a write that fails
+    (a full disk) is said once and the run goes on (the summary still shows every test)."""
+
+    def __init__(self, writer, run_id: str) -> None:
+        self.writer, self.run_id, self.error = writer, run_id, None
+
+    def __call__(self, outcome) -> None:
+        from normbench.results import ResultsError
+        from normbench.runner import outcome_rows
+
+        if self.error is not None:
+            return
+        try:
+            self.writer.add(outcome_rows([outcome], self.run_id)[0])
+        except ResultsError as exc:
+            self.error = exc
+            print(f"\nnormbench: error: {exc}. The run goes on; its summary shows every test", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _signals_end_the_run():
+    """SIGTERM ends the run as Ctrl-C does (KeyboardInterrupt: pytest stops, what ran is kept and
+    marked), and is recorded, so the run's status says which signal ended it."""
+    import signal
+
+    from normbench.interrupts import note_signal
+
+    def stop(signum, frame):
+        note_signal(signum)
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run_report(folder, baseline: str) -> None:
@@ -399,7 +508,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--problem", action="append", default=[], help=argparse.SUPPRESS)
 
     p = sub.add_parser("check", help="check one case on one backend against the oracle")
-    p.add_argument("--impl", required=True, metavar="NAME", help="the backend (see `normbench list`)")
+    p.add_argument("--impl", required=True, metavar="NAME", type=options.parse_impl,
+                   help="the backend (see `normbench list`)")
     p.add_argument("--shape", required=True, type=options.parse_array_shape, metavar="AxB", help="x's shape, e.g. 64x1000")
     p.add_argument("--normalized-shape", type=options.parse_array_shape, metavar="AxB",
                    help="the trailing dims to normalize. Default: the last dim of --shape")
@@ -410,7 +520,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--affine", choices=AFFINES, default="wb",
                    help="weight and bias, weight only, bias only, none. Default: %(default)r")
     p.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="Default: %(default)r")
-    p.add_argument("--seed", type=int, default=0, help="Default: %(default)r")
+    p.add_argument("--seed", type=options.parse_seed, default=0, help="Default: %(default)r")
 
     for name, helptext in (("test", "run the suites with pytest (extra arguments go to pytest)"),
                            ("run", "the main job: the conformance and throughput suites on the backends, "
@@ -418,7 +528,7 @@ def parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         options.add_impl_option(p.add_argument, prefix="")
         options.add_seed_option(p.add_argument, prefix="")
-        p.add_argument("-n", "--workers", default="auto", metavar="N",
+        p.add_argument("-n", "--workers", default="auto", metavar="N", type=options.parse_workers,
                        help="pytest-xdist workers for conformance ('0' for none; throughput always runs alone). "
                             "Default: %(default)r")
     _run_options(p)
@@ -470,11 +580,12 @@ def _add_table1(sub) -> None:
     from normbench.dtypes import DTYPES
 
     p = sub.add_parser("table1", help="measure the paper's Table 1 (and §3.1) and print it beside the paper's")
-    p.add_argument("--impl", metavar="NAME", help="measure the layer-norm row on this backend (see `normbench list`). "
+    p.add_argument("--impl", metavar="NAME", type=options.parse_impl,
+                   help="measure the layer-norm row on this backend (see `normbench list`). "
                                                    "Default: the float64 oracle")
     p.add_argument("--dtype", choices=DTYPES, help="the backend's dtype. Default: float32 if it supports it")
     p.add_argument("--eps", type=options.parse_eps, help="the backend's eps (the oracles use 0). Default: 1e-05")
-    p.add_argument("--seed", type=int, default=0, help="Default: %(default)r")
+    p.add_argument("--seed", type=options.parse_seed, default=0, help="Default: %(default)r")
     p.add_argument("--no-recurrent", action="store_true", help="skip the §3.1 RNN and LSTM section")
     p.add_argument("--save", metavar="DIR", help="also write the measured table as DIR/table1.json (e.g. a run "
                                                  "folder, for `normbench report`). Default: not saved")

@@ -46,10 +46,17 @@ if TYPE_CHECKING:
     from normbench.perf.throughput import Measurement
 
 SESSION = pytest.StashKey["ThroughputSession"]()
+RECORDER = pytest.StashKey["Recorder"]()
+RUN_ID = pytest.StashKey[str]()
 COUNT = pytest.StashKey[int]()
+#: how a worker learns the controller's run id
+RUN_ID_INPUT = "normbench_run_id"
+#: the user property carrying the ceilings a test measured ({device key: Ceiling.as_dict()})
+CEILINGS = "normbench_ceilings"
 #: the user property under which a throughput test reports its results row
 ROW = "normbench_row"
-XDIST_REASON = "throughput timing needs the machine to itself: run it without -n (pytest-xdist)"
+XDIST_REASON = ("throughput timing needs the machine to itself: run it without -n (pytest-xdist), or with -n 1 "
+                "(one worker process)")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -67,6 +74,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(Progress(config), "normbench-progress")
+    if not hasattr(config, "workerinput"):
+        config.stash[RECORDER] = Recorder(config)
+        config.pluginmanager.register(config.stash[RECORDER], "normbench-throughput-recorder")
     config.addinivalue_line("markers", "throughput: a timed throughput case; deselected unless -m selects it "
                                        "or it is all that was collected")
 
@@ -89,7 +99,7 @@ def sweep_params(config: pytest.Config, backends: list) -> list:
     its inputs and oracle results, and compare side by side)."""
     from normbench.check.conformance import skip_reason
 
-    worker = hasattr(config, "workerinput")
+    worker = _shared_worker(config)
     params = []
     for backend in backends:
         untimed = not_timed_reason(backend)
@@ -122,38 +132,38 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @dataclass
 class ThroughputSession:
-    """One run's runner and results folder; rows are written as they come."""
+    """The process that measures: one run's runner. Each row travels with its test's report
+    (the user property :data:`ROW`, and :data:`CEILINGS` when a ceiling was measured) to the
+    process that writes the run folder (:class:`Recorder`): this one, or the xdist controller."""
 
     config: pytest.Config
     runner: Any
-    folder: Path
     run_id: str
-    rows: list[dict] = field(default_factory=list)
-    _writer: Any = None
+    _ceilings_sent: set = field(default_factory=set)
 
     def measure(self, backend: Backend, case: Case, direction: str) -> Measurement:
-        """Measure one case (:meth:`normbench.perf.throughput.ThroughputRunner.measure`) and write its row at once."""
-        from normbench.environment import backends_record, environment, write_environment
-        from normbench.results import ResultsWriter
+        """Measure one case (:meth:`normbench.perf.throughput.ThroughputRunner.measure`)."""
+        return self.runner.measure(backend, case, direction)
 
-        known = set(self.runner.ceilings)
-        measurement = self.runner.measure(backend, case, direction)
-        if self._writer is None:
-            self._writer = ResultsWriter(self.folder, self.run_id)
-        self._writer.add(measurement.row)
-        self.rows.append(measurement.row)
-        if set(self.runner.ceilings) != known or len(self.rows) == 1:
-            env = environment(self.run_id, sys.argv)
-            env["ceilings"] = {k: c.as_dict() for k, c in self.runner.ceilings.items()}
-            if SELECTION in self.config.stash:
-                env.update(backends_record(self.config.stash[SELECTION]))
-            write_environment(self.folder, env)
-        return measurement
+    def new_ceilings(self) -> dict[str, dict]:
+        """The ceilings measured since the last call, as JSON-ready dicts."""
+        fresh = {k: c.as_dict() for k, c in self.runner.ceilings.items() if (k, c.gbps) not in self._ceilings_sent}
+        self._ceilings_sent |= {(k, c["gbps"]) for k, c in fresh.items()}
+        return fresh
+
+
+def _run_id(config: pytest.Config) -> str:
+    """The run id: ``--normbench-run-id``, else one made once per session (xdist workers get the controller's)."""
+    if RUN_ID not in config.stash:
+        from normbench.environment import new_run_id
+
+        given = getattr(config, "workerinput", {}).get(RUN_ID_INPUT)
+        config.stash[RUN_ID] = config.getoption("normbench_run_id") or given or new_run_id()
+    return config.stash[RUN_ID]
 
 
 def _session(config: pytest.Config) -> ThroughputSession:
     if SESSION not in config.stash:
-        from normbench.environment import new_run_id
         from normbench.perf.throughput import ThroughputRunner
         from normbench.perf.timing import TimingOptions
 
@@ -162,19 +172,138 @@ def _session(config: pytest.Config) -> ThroughputSession:
                                 max_samples=max(200, config.getoption("normbench_min_samples")),
                                 max_time_s=config.getoption("normbench_max_time"))
         mib = config.getoption("normbench_ceiling_mib")
-        run_id = config.getoption("normbench_run_id") or new_run_id()
         runner = ThroughputRunner(options, ceiling_bytes=mib << 20 if mib else None,
-                                  seed=config.getoption("normbench_seed")[0], run_id=run_id)
-        config.stash[SESSION] = ThroughputSession(config, runner, Path(config.getoption("normbench_out")) / run_id, run_id)
+                                  seed=config.getoption("normbench_seed")[0], run_id=_run_id(config))
+        config.stash[SESSION] = ThroughputSession(config, runner, _run_id(config))
     return config.stash[SESSION]
+
+
+def _shared_worker(config: pytest.Config) -> bool:
+    """Whether this is one of several xdist workers (timing would compete for the machine)."""
+    workerinput = getattr(config, "workerinput", None)
+    return workerinput is not None and int(workerinput.get("workercount", 2)) > 1
 
 
 @pytest.fixture(scope="session")
 def normbench_throughput(request: pytest.FixtureRequest) -> ThroughputSession:
-    """The session's throughput runner and results folder (see the module doc)."""
-    if hasattr(request.config, "workerinput"):
+    """The session's throughput runner (see the module doc)."""
+    if _shared_worker(request.config):
         pytest.skip(XDIST_REASON)
     return _session(request.config)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    if call.when == "call" and SESSION in item.config.stash and item.get_closest_marker("throughput"):
+        fresh = item.config.stash[SESSION].new_ceilings()
+        if fresh:
+            item.user_properties.append((CEILINGS, fresh))
+    return (yield)
+
+
+class Recorder:
+    """Writes the run folder, in the process pytest reports to (the xdist controller, or the
+    only process): each throughput test's row as its report arrives, ``environment.json`` with
+    the ceilings, and a row for a case that never produced one: ``crashed`` (its worker died),
+    ``timeout`` (pytest-timeout stopped it) or ``error``. The folder is claimed
+    (:mod:`normbench.run_folder`) at the first row and released at the end of the session."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.rows: list[dict] = []
+        self.ceilings: dict[str, dict] = {}
+        self._claim: Any = None
+        self._writer: Any = None
+        self._cases: dict[str, tuple] | None = None
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.config.getoption("normbench_out")) / _run_id(self.config)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput[RUN_ID_INPUT] = _run_id(self.config)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        """Under xdist the controller collects nothing: count the cases to measure from the worker's ids."""
+        cases = self._sweep()
+        self.config.stash[COUNT] = sum(1 for i in ids if _is_throughput(i) and _case_id(i) in cases
+                                       and not cases[_case_id(i)][1])
+
+    def _sweep(self) -> dict[str, tuple]:
+        """The sweep's cases by test id: (backend, case, direction), and whether the case is skipped."""
+        if self._cases is None:
+            selection = self.config.stash.get(SELECTION, None)
+            self._cases = {} if selection is None else {
+                p.id: (tuple(p.values), any(m.name == "skip" for m in p.marks))
+                for p in sweep_params(self.config, selection.backends)}
+        return self._cases
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when not in ("call", "???") or not _is_throughput(report.nodeid):  # "???": xdist's crash report
+            return
+        props = dict(report.user_properties)
+        self.ceilings.update(props.get(CEILINGS) or {})
+        row = props.get(ROW)
+        if row is None and report.failed:
+            row = self._unmeasured(report)
+        if row is not None:
+            self._write({**row, "run_id": _run_id(self.config)}, bool(props.get(CEILINGS)))
+
+    def _unmeasured(self, report: pytest.TestReport) -> dict | None:
+        """The row of a case that failed without producing one (crashed, timed out, or an exception
+        outside the runner), made from the sweep's own case; None if it cannot be found."""
+        from normbench.runner import TIMEOUT_MESSAGE
+
+        found = self._sweep().get(_case_id(report.nodeid))
+        if found is None:
+            return None
+        backend, case, direction = found[0]
+        crash = getattr(report.longrepr, "reprcrash", None)
+        message = crash.message if crash is not None else str(report.longrepr)
+        verdict = ("crashed" if report.when == "???" else
+                   "timeout" if TIMEOUT_MESSAGE.match(message) else "error")
+        if verdict == "crashed":
+            message += ": the test process died measuring this case (a segfault, an abort, os._exit)"
+        return {**_session(self.config).runner.base_row(backend, case, direction), "verdict": verdict,
+                "message": message}
+
+    def _write(self, row: dict, ceilings_changed: bool) -> None:
+        from normbench.environment import backends_record, environment, write_environment
+        from normbench.results import ResultsWriter
+        from normbench.run_folder import claim
+
+        if self._writer is None:
+            self._claim = claim(self.config.getoption("normbench_out"), _run_id(self.config))
+            self._writer = ResultsWriter(self.folder, _run_id(self.config))
+        self._writer.add(row)
+        self.rows.append(row)
+        if ceilings_changed or len(self.rows) == 1:
+            env = environment(_run_id(self.config), sys.argv)
+            env["ceilings"] = dict(self.ceilings)
+            if SELECTION in self.config.stash:
+                env.update(backends_record(self.config.stash[SELECTION]))
+            write_environment(self.folder, env)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self) -> None:
+        try:
+            if self._writer is not None:
+                self._writer.close()
+        finally:
+            if self._claim is not None:
+                self._claim.release()
+            self._writer = self._claim = None
+
+
+def _is_throughput(nodeid: str) -> bool:
+    return "test_throughput.py::" in nodeid
+
+
+def _case_id(nodeid: str) -> str:
+    """``...::test_throughput[numpy-float32-...-forward]`` -> ``numpy-float32-...-forward``."""
+    return nodeid.rpartition("[")[2].rstrip("]")
 
 
 def _row(report: pytest.TestReport) -> dict | None:
@@ -226,15 +355,15 @@ class Progress:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    if SESSION not in config.stash or not config.stash[SESSION].rows:
+    recorder = config.stash.get(RECORDER, None)
+    if recorder is None or not recorder.rows:
         return
     from normbench.report.text import ceiling_lines, throughput_table
 
-    session = config.stash[SESSION]
     terminalreporter.section("normbench throughput")
     if config.getoption("verbose") >= 0:
-        terminalreporter.write_line(throughput_table(session.rows))
-        for line in ceiling_lines(session.runner.ceilings.values()):
+        terminalreporter.write_line(throughput_table(recorder.rows))
+        for line in ceiling_lines(recorder.ceilings.values()):
             terminalreporter.write_line(line)
-    terminalreporter.write_line(f"{len(session.rows)} rows in {session.folder}/ (throughput.csv, throughput.json, "
+    terminalreporter.write_line(f"{len(recorder.rows)} rows in {recorder.folder}/ (throughput.csv, throughput.json, "
                                 f"environment.json)")

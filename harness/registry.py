@@ -193,13 +193,11 @@ class Registry:
         seconds): with the backend, or with the reason it was skipped.
         """
         report = progress or (lambda name, result: None)
-        names = [n.strip() for n in spec.split(",") if n.strip()]
-        if not names:
-            raise UnknownBackend(f"the backend list is empty; choose from: {', '.join(self.names)} (or {ALL!r})")
+        names = self.names_in(spec)
         selection = Selection(warnings=[p.message for p in self.problems if p.name in self.plugins])
-        if names == [ALL]:
+        if spec.strip() == ALL:
             selection.skipped += [(p.name, p.message) for p in self.problems if p.name not in self.plugins]
-            for name in self.names:
+            for name in names:
                 try:
                     selection.backends.append(self.create(name))
                 except NormbenchError as exc:
@@ -208,12 +206,26 @@ class Registry:
                 else:
                     report(name, selection.backends[-1])
             return selection
-        for name in dict.fromkeys(names):
-            if name == ALL:
-                raise UnknownBackend(f"{ALL!r} cannot be combined with other names")
+        for name in names:
             selection.backends.append(self.create(name))
             report(name, selection.backends[-1])
         return selection
+
+    def names_in(self, spec: str) -> list[str]:
+        """The backend names a selection ``spec`` names (``all``: every registered one), checked
+        against the registry without creating any: an unknown or empty name raises UnknownBackend."""
+        names = [n.strip() for n in spec.split(",")]
+        if not any(names):
+            raise UnknownBackend(f"the backend list is empty; choose from: {', '.join(self.names)} (or {ALL!r})")
+        if names == [ALL]:
+            return list(self.names)
+        for name in names:
+            if name == ALL:
+                raise UnknownBackend(f"{ALL!r} cannot be combined with other names")
+            if not name:
+                raise UnknownBackend(f"{spec!r} has an empty name between commas; e.g. numpy,torch")
+            self.plugin(name)
+        return list(dict.fromkeys(names))
 
 
 def describe(backend: Backend) -> str:

@@ -154,7 +154,9 @@ class Collector:
         if hasattr(session.config, "workerinput"):
             return
         if exitstatus == pytest.ExitCode.INTERRUPTED and not self.interrupted:
-            self.interrupted = "KeyboardInterrupt"
+            from normbench.interrupts import last_signal
+
+            self.interrupted = last_signal() or "KeyboardInterrupt"
         why = (f"the run was interrupted ({self.interrupted})" if self.interrupted
                else "the session ended before it (see pytest's output: e.g. xdist's 'maximum crashed workers')")
         for raw in sorted(self.expected - self.reported):

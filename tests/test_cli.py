@@ -32,6 +32,23 @@ def test_list_reports_a_broken_plugin_and_keeps_the_others(plugin_folder):
     assert any(line.startswith("numpy ") for line in out.stdout.splitlines())
 
 
+def test_check_checks_every_backend_it_names():
+    out = normbench("check", "--impl=numpy,numpy", "--shape=8x16")
+    assert out.returncode == 0 and out.stdout.count("PASS numpy float32-rows8-hidden16-normal") == 1
+
+
+def test_check_fails_if_any_named_backend_fails(plugin_folder):
+    plugin_folder.distribution({"mutant-bessel": "tests.mutants:BesselCorrection"})
+    out = normbench("check", "--impl=numpy,mutant-bessel", "--shape=8x4", env=plugin_folder.env)
+    assert out.returncode == 1 and out.stdout.startswith("PASS numpy ") and "\nFAIL mutant-bessel " in out.stdout
+
+
+def test_run_with_an_unknown_backend_creates_nothing(tmp_path):
+    out = normbench("run", "--impl=nope", f"--out={tmp_path / 'runs'}")
+    assert out.returncode == 2 and "unknown backend 'nope'" in out.stderr and out.stderr.count("error") == 1
+    assert not (tmp_path / "runs").exists() and "Traceback" not in out.stderr
+
+
 def test_check_passes_a_correct_backend():
     out = normbench("check", "--impl=numpy", "--shape=64x1000", "--dtype=bfloat16", "--dist=offset1e3")
     assert out.returncode == 0 and out.stdout.startswith("PASS numpy bfloat16-rows64-hidden1000-offset1e3")
@@ -57,6 +74,18 @@ def test_check_fails_a_wrong_backend_with_a_diagnosis(plugin_folder):
     (["run", "--shape=3x3"], "valid shapes: 16384x256"),
     (["run", "--suites=speed"], "Valid suites: conformance, throughput"),
     (["list", "--bogus"], "unrecognized arguments: --bogus"),
+    (["check", "--impl=numpy", "--shape=8x4", "--seed=-5"], "Seed -5 is out of range"),
+    (["table1", "--seed=-5"], "Seed -5 is out of range"),
+    (["check", "--impl=numpy", "--shape=100000000x100000"], "needs about 800 TiB of memory, but"),
+    (["check", "--impl=numpy", "--shape=4x"], "A size is missing"),
+    (["check", "--impl=numpy", "--shape=4xx8"], "A size is missing"),
+    (["check", "--impl=", "--shape=4x8"], "It names no backend"),
+    (["run", "--impl="], "It names no backend"),
+    (["test", "--impl="], "It names no backend"),
+    (["table1", "--impl="], "It names no backend"),
+    (["run", "-n", "x"], "argument -n/--workers: Could not parse value: 'x'"),
+    (["run", "--run-id=../../x"], "--run-id"),
+    (["run", "--run-id=/tmp/x"], "--run-id"),
 ])
 def test_bad_input_gets_one_clear_message(args, message):
     out = normbench(*args)
@@ -88,7 +117,8 @@ def test_run_runs_both_suites_into_one_results_folder(tmp_path):
     assert "numpy    forward    float32  1/1" in summary and "ceiling cpu: " in summary
     folder = tmp_path / "r1"
     assert {p.name for p in folder.iterdir()} == {"environment.json", "throughput.csv", "throughput.json",
-                                                  "conformance.csv", "conformance.json", "report.html"}
+                                                  "conformance.csv", "conformance.json", "report.html",
+                                                  ".normbench.lock"}  # the run folder's lock (run_folder.py)
     assert results.load(folder).verdict.tolist() == ["ok"]
     assert "<polyline" in (folder / "report.html").read_text() and f"report: {folder / 'report.html'}" in out.stdout
     assert "test_forward" in set(results.load(folder, results.CONFORMANCE).test)

@@ -16,8 +16,8 @@ import normbench.suites
 ROOTS = {"normbench": Path(normbench.__file__).parent, "normbench.impls": Path(normbench.impls.__file__).parent,
          "normbench.suites": Path(normbench.suites.__file__).parent}
 #: the front: what users run (the CLI, the pytest plugin and its halves, the suites runner, option parsing)
-FRONT = {"normbench.cli", "normbench.pytest_plugin", "normbench.pytest_throughput", "normbench.runner",
-         "normbench.options"}
+FRONT = {"normbench.cli", "normbench.pytest_plugin", "normbench.pytest_throughput", "normbench.isolation",
+         "normbench.runner", "normbench.options"}
 #: never imported by anything: entry points only
 ENTRY_POINTS = {"normbench.cli", "normbench.pytest_plugin"}
 #: room -> the rooms it may import

@@ -109,7 +109,7 @@ def test_the_header_names_backends_suites_seeds_folder_and_the_work(every_backen
     assert f"    numpy ({importlib.metadata.version('numpy')}, cpu)" in lines
     assert f"    untimed ({importlib.metadata.version('numpy')}, cpu); not timed: {NOTE}" in lines
     ran = len(results.load(folder, results.CONFORMANCE))
-    assert f"  conformance: {ran} tests; one process" in lines and ran > 0
+    assert f"  conformance: {ran} tests; one worker process" in lines and ran > 0
 
 
 @pytest.mark.e2e

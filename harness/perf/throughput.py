@@ -121,7 +121,8 @@ class ThroughputRunner:
             self._timers[key] = self.make_timer(key, last_level_cache().bytes)
         return self._timers[key]
 
-    def _base(self, backend: Backend, case: Case, direction: str) -> dict[str, Any]:
+    def base_row(self, backend: Backend, case: Case, direction: str) -> dict[str, Any]:
+        """The row of ``case`` before it is measured: what was to be measured, where, with which byte model."""
         from normbench.results import new_row
 
         return new_row(run_id=self.run_id, time=now_utc(), host=socket.gethostname(), device=backend.device,
@@ -152,7 +153,7 @@ class ThroughputRunner:
 
     def measure(self, backend: Backend, case: Case, direction: str) -> Measurement:
         """Verify, time, verify again and judge one case; never raises for a backend's fault."""
-        row = self._base(backend, case, direction)
+        row = self.base_row(backend, case, direction)
         sync = lambda out: (backend.synchronize(), ready(out))
         stage = "wrong-before"
         try:
