@@ -1,0 +1,110 @@
+"""What ``normbench run`` promises about its run folder (README, "Reliability"), as a user meets it:
+a killed run keeps every finished test, a stopped run is marked interrupted, a folder has one
+writer and is never written twice, and a bad output folder is one message before anything runs."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from normbench import results
+from normbench.environment import read_environment
+from tests.plugins import ROOT
+
+#: enough conformance tests that a run is still going when the test stops it
+SLOW = ["--impl=numpy", "--suites=conformance", "-n", "1", "--normbench-seed=0..3", "--no-report"]
+
+
+def start(tmp_path, *args):
+    return subprocess.Popen([sys.executable, "-m", "normbench.cli", "run", f"--out={tmp_path}", "--run-id=r1", *args],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def wait_for_rows(folder, n: int, process, timeout: float = 300) -> int:
+    """Wait until the conformance journal holds ``n`` rows; return how many it held."""
+    journal = folder / "conformance.csv"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        rows = max(0, len(journal.read_text().splitlines()) - 1) if journal.exists() else 0
+        if rows >= n:
+            return rows
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {n} rows after {timeout} s")
+
+
+def normbench(*args):
+    return subprocess.run([sys.executable, "-m", "normbench.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.e2e
+def test_sigterm_keeps_what_ran_and_marks_the_run_interrupted(tmp_path):
+    run = start(tmp_path, *SLOW)
+    seen = wait_for_rows(tmp_path / "r1", 40, run)
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 2 and "Traceback" not in err, err[-3000:]
+    assert "INTERRUPTED (SIGTERM)" in out and "INCOMPLETE: some tests did not run" in out and "PASS" not in out
+    status = read_environment(tmp_path / "r1")["status"]
+    assert status["state"] == "interrupted" and status["reason"] == "SIGTERM"
+    assert seen <= status["done"] < status["total"]
+    rows = results.load(tmp_path / "r1", results.CONFORMANCE)
+    assert len(rows) == status["total"] and (rows.outcome != "not run").sum() == status["done"]
+    assert set(rows.outcome) == {"passed", "not run"}
+    assert set(rows[rows.outcome == "not run"].message) == {"not run: the run was interrupted (SIGTERM)"}
+
+
+@pytest.mark.e2e
+def test_sigkill_keeps_every_finished_test_and_the_report_says_the_run_did_not_finish(tmp_path):
+    run = start(tmp_path, *SLOW)
+    seen = wait_for_rows(tmp_path / "r1", 40, run)
+    os.killpg(run.pid, signal.SIGKILL)  # the run and its workers, as the OOM killer or a closed terminal would
+    run.communicate(timeout=60)
+    rows = results.load(tmp_path / "r1", results.CONFORMANCE)
+    assert len(rows) >= seen and set(rows.outcome) == {"passed"}
+    assert read_environment(tmp_path / "r1")["status"]["state"] == "running"
+    report = normbench("report", str(tmp_path / "r1"))
+    assert report.returncode == 0, report.stderr
+    assert not [p.name for p in (tmp_path / "r1").iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.e2e
+def test_a_second_run_into_a_busy_folder_gets_one_message(tmp_path):
+    first = start(tmp_path, *SLOW)
+    wait_for_rows(tmp_path / "r1", 1, first)
+    second = normbench("run", *SLOW, f"--out={tmp_path}", "--run-id=r1")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.communicate(timeout=60)
+    assert second.returncode == 2 and "Traceback" not in second.stderr
+    assert f"pid {first.pid}" in second.stderr and second.stdout == ""
+
+
+@pytest.mark.e2e
+def test_an_existing_run_id_is_refused_before_anything_runs(tmp_path):
+    first = normbench("run", "--impl=numpy", "-n", "0", f"--out={tmp_path}", "--run-id=r1", "-m", "family_multidim",
+                      "--no-report")
+    assert first.returncode == 0, first.stderr
+    files = lambda: {p.name: p.read_bytes() for p in (tmp_path / "r1").iterdir() if p.name != ".normbench.lock"}
+    before = files()
+    again = normbench("run", "--impl=numpy", "-n", "0", f"--out={tmp_path}", "--run-id=r1", "-m", "family_multidim")
+    assert again.returncode == 2 and "already holds the results of a run" in again.stderr
+    assert again.stdout == "" and files() == before
+
+
+def test_a_corrupt_results_file_is_refused_before_anything_is_measured(tmp_path):
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r1" / "throughput.csv").write_text("garbage\n")
+    out = normbench("run", "--impl=numpy", f"--out={tmp_path}", "--run-id=r1")
+    assert out.returncode == 2 and "already holds the results of a run" in out.stderr and out.stdout == ""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc, where nobody can create a folder")
+def test_an_output_folder_that_cannot_be_written_is_one_message():
+    out = normbench("run", "--impl=numpy", "--out=/proc/self/normbench-runs")
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "/normbench-runs/" in out.stderr
+    assert out.stdout == ""
