@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from normbench import run_folder
 from normbench.dtypes import DTYPES
 from normbench.perf.roofline import DIRECTIONS
 from normbench.perf.sweep import sweep_shapes
@@ -43,7 +44,7 @@ SEED_LIMIT = 2**32
 #: before it is made, so ``0..99999999999`` is refused at once instead of filling the memory
 MAX_SEEDS = 10_000
 #: the longest run id (a folder name; file systems allow 255 bytes)
-RUN_ID_MAX = 200
+RUN_ID_MAX = 200  # as run_folder.RUN_ID
 _SEED_RANGE = re.compile(r"(\S+?)\.\.(\S+)")
 _DIGITS = re.compile(r"[0-9]+", re.ASCII)
 _RUN_ID = re.compile(r"[A-Za-z0-9._+-]+", re.ASCII)
@@ -241,6 +242,8 @@ def check_run_id(text: str) -> str:
     elif not _RUN_ID.fullmatch(text):
         bad = next(ch for ch in text if not _RUN_ID.fullmatch(ch))
         problem = f"A run id cannot contain {bad!r}"
+    elif not run_folder.RUN_ID.fullmatch(text):  # the rule itself: the checks above only explain it
+        problem = "It is not a plain folder name"
     else:
         return text
     raise _error(text, f"{problem}. {rule}")

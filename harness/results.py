@@ -109,10 +109,14 @@ class Column:
     high: float | None = None
     #: an infinite value is read as empty (IQR / a median of 0: JSON always held null, an older CSV "inf")
     infinite_is_empty: bool = False
+    #: the values a str may take (None: any)
+    choices: tuple[str, ...] | None = None
 
     def rule(self) -> str:
         """The allowed values, in words (for messages)."""
         what = {"str": "a string", "int": "an integer", "float": "a finite number", "bool": "true or false"}[self.kind]
+        if self.choices is not None:
+            return "one of " + ", ".join(self.choices)
         if self.low is not None:
             what += f" {'>' if self.low_open else '>='} {self.low:g}"
         if self.high is not None:
@@ -131,6 +135,13 @@ class Column:
 
 SECONDS: dict[str, Any] = {"low": 0.0, "high": 1e6}
 SPEED: dict[str, Any] = {"low": 0.0, "high": MAX_GBPS}
+
+#: a conformance row's outcomes, in the order the report shows them, and those that fail a backend
+CRASHED, TIMEOUT, NOT_RUN = "crashed", "timeout", "not run"
+OUTCOMES = ("passed", "failed", "error", CRASHED, TIMEOUT, "xfailed", "xpassed", "skipped", NOT_RUN)
+FAILING = ("failed", "error", CRASHED, TIMEOUT, "xpassed")
+#: a throughput row's verdicts: only ``ok`` is a speed
+VERDICTS = ("ok", "wrong-before", "wrong-after", "above-ceiling", "error", CRASHED, TIMEOUT)
 
 #: the throughput schema, version 1: one row per (backend, case, direction)
 THROUGHPUT_COLUMNS: tuple[Column, ...] = (
@@ -170,7 +181,8 @@ THROUGHPUT_COLUMNS: tuple[Column, ...] = (
     Column("pct_of_ceiling", "float", "100 * gbps / ceiling_gbps; empty unless verdict is ok", low=0.0,
            high=MAX_PERCENT),
     Column("fits_in_cache", "bool", "bytes <= the last-level cache: cold timing matters most here"),
-    Column("verdict", "str", "ok, wrong-before, wrong-after, above-ceiling or error (normbench.perf.throughput)"),
+    Column("verdict", "str", "ok, wrong-before, wrong-after, above-ceiling or error (normbench.perf.throughput); "
+                             "crashed or timeout when the case's process died or ran out of time", choices=VERDICTS),
     Column("message", "str", "why the verdict is not ok, and any note on an ok row"),
 )
 
@@ -184,7 +196,9 @@ CONFORMANCE_COLUMNS: tuple[Column, ...] = (
     Column("case", "str", "the case id (the test id without the backend)"),
     Column("nodeid", "str", "the pytest node id relative to the suites, `suites/test_forward.py::test_forward[...]`, "
                             "whether they ran from a checkout or an installation"),
-    Column("outcome", "str", "passed, failed, skipped, error, or xfailed/xpassed (a known deviation)"),
+    Column("outcome", "str", "pytest's passed, failed, skipped, error, xfailed/xpassed (a known deviation); or crashed "
+                             "(the test's process died), timeout (it ran past --normbench-timeout), not run (the run was "
+                             "interrupted, or the backend stopped after crashing)", choices=OUTCOMES),
     Column("message", "str", "the failure's first line or the skip reason"),
 )
 
@@ -236,6 +250,8 @@ def parse_value(column: Column, value: Any) -> Any:
     if kind == "str":
         if not isinstance(value, str):
             raise ValueError(f"is {_shown(value)}, not a string")
+        if column.choices is not None and value not in column.choices:
+            raise ValueError(f"is {_shown(value)}, not {column.rule()}")
         return value
     if isinstance(value, str):
         text = value.strip()

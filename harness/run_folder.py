@@ -71,7 +71,7 @@ LOCK_FILE = ".normbench.lock"
 #: ``<pid>:<folder>`` of the claim held by an ancestor process (set while a claim is held)
 CLAIM_VARIABLE = "NORMBENCH_RUN_FOLDER"
 #: what a run id may be: one plain folder name (``environment.new_run_id`` makes such ids)
-RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,199}$")
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}", re.ASCII)  # to be fullmatch-ed: "$" lets "\n" through
 
 
 class RunFolderError(ResultsError):
@@ -84,7 +84,7 @@ def check_run_id(run_id: Any) -> str:
     >>> check_run_id("20261101T150102Z-myhost-4711-0a3f")
     '20261101T150102Z-myhost-4711-0a3f'
     """
-    if isinstance(run_id, str) and RUN_ID.match(run_id) and ".." not in run_id:
+    if isinstance(run_id, str) and RUN_ID.fullmatch(run_id) and ".." not in run_id:
         return run_id
     raise RunFolderError(f"run id {run_id!r}: a run id names one folder under the output folder: letters, digits, "
                          f"'.', '_', '-' and '+', at most 200, starting with a letter or digit; no '/', '\\', '..' "

@@ -20,6 +20,7 @@ import pytest
 
 from normbench import deviations
 from normbench.registry import Selection
+from normbench.results import CRASHED, FAILING, NOT_RUN, TIMEOUT
 from normbench.suites import DIRECTORY as SUITES_DIRECTORY
 
 #: the backends of a pytest session (``--normbench-impl``); the plugin makes it, unless
@@ -75,9 +76,6 @@ def suite_nodeid(nodeid: str, rootpath: Path, file: str | None = None) -> str:
     return f"suites/{inside.as_posix()}{sep}{rest}"
 
 
-#: outcomes that are not a verdict on the backend's numbers: the test process died, or ran out of time, or
-#: the test never ran (the run was interrupted, or its backend was stopped after crashing too often)
-CRASHED, TIMEOUT, NOT_RUN = "crashed", "timeout", "not run"
 #: pytest-timeout's failure message (its signal method): a test that ran out of time
 TIMEOUT_MESSAGE = re.compile(r"^(Failed: )?Timeout \(>[0-9.]+s\) from pytest-timeout")
 
@@ -239,8 +237,8 @@ def summary(outcomes: list[Outcome], max_failures: int = 5, interrupted: str = "
              f"{'crashed':>7} {'not run':>7}  verdict"]
     for b in backends:
         c = counts[b]
-        bad = c["failed"] + c["error"] + c["xpassed"]
         died = c[CRASHED] + c[TIMEOUT]
+        bad = sum(c[o] for o in FAILING) - died
         if bad or died:
             verdict = "FAIL" + (f" ({c[CRASHED]} crashed, {c[TIMEOUT]} timed out)" if died else "")
         elif c[NOT_RUN]:

@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from normbench.perf.roofline import BYTE_MODEL_FORMULAS, BYTE_MODELS, DIRECTIONS
 from normbench.report.sources import ResultSet
+from normbench.results import FAILING, NOT_RUN, OUTCOMES
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: conformance outcomes, in the order the matrix shows them
-OUTCOMES = ("passed", "failed", "error", "xfailed", "xpassed", "skipped")
 MAX_LISTED = 40
 
 
@@ -222,19 +221,25 @@ def conformance_matrix(rs: ResultSet) -> dict[str, Any]:
     return {"backends": backends, "total": total, "rows": rows}
 
 
+#: the matrix's short labels: 12p 1F 3x ... (title attributes spell them out)
+_SHORT = {"passed": "p", "failed": "f", "error": "er", "crashed": "cr", "timeout": "to", "xfailed": "xf",
+          "xpassed": "xp", "skipped": "s", "not run": "nr"}
+
+
 def _cell(c: Counter) -> dict[str, Any]:
-    bad = c["failed"] + c["error"] + c["xpassed"]
-    kind = "fail" if bad else "xfail" if c["xfailed"] else "pass" if c["passed"] else "skip" if c["skipped"] else "none"
-    text = " ".join(f"{c[o]}{o[0] if o not in ('xfailed', 'xpassed', 'error') else o[:2]}" for o in OUTCOMES if c[o])
+    bad = sum(c[o] for o in FAILING)
+    kind = ("fail" if bad else "xfail" if c["xfailed"] else "pass" if c["passed"] and not c[NOT_RUN] else
+            "skip" if c["skipped"] or c[NOT_RUN] else "none")
+    text = " ".join(f"{c[o]}{_SHORT[o]}" for o in OUTCOMES if c[o])
     return {"kind": kind, "text": text or "-", "title": ", ".join(f"{c[o]} {o}" for o in OUTCOMES if c[o]) or "none"}
 
 
 def conformance_details(rs: ResultSet) -> dict[str, Any]:
     """Failures with their diagnosis, known deviations (xfail) and skips grouped by reason."""
     df = rs.conformance
-    failing = df[df.outcome.isin(["failed", "error", "xpassed"])]
+    failing = df[df.outcome.isin(FAILING)]
     known = df[df.outcome == "xfailed"]
-    skips = df[df.outcome == "skipped"]
+    skips = df[df.outcome.isin(["skipped", NOT_RUN])]
     grouped = skips.groupby(["backend", "message"]).size().reset_index(name="count")
     return {
         "failures": [{"backend": r.backend, "nodeid": r.nodeid, "outcome": r.outcome, "message": r.message}
@@ -295,7 +300,7 @@ def _clearly_faster(part: pd.DataFrame, fast: str, slow: str) -> bool:
 
 def _trust(conf: pd.DataFrame, backend: str) -> tuple[str, bool]:
     mine = conf[conf.backend == backend]
-    bad = int(mine.outcome.isin(["failed", "error", "xpassed"]).sum())
+    bad = int(mine.outcome.isin(FAILING).sum())
     text = ("not checked in this set" if mine.empty else f"{bad} conformance failures" if bad else
             f"conformance passed ({int((mine.outcome == 'passed').sum())} tests, "
             f"{int((mine.outcome == 'xfailed').sum())} known deviations)")
