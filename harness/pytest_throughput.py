@@ -128,6 +128,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     session.config.stash[COUNT] = sum(1 for i in session.items if i.get_closest_marker("throughput")
                                       and not i.get_closest_marker("skip"))
+    if session.config.stash[COUNT] and RECORDER in session.config.stash:
+        session.config.stash[RECORDER].claim()
 
 
 @dataclass
@@ -230,6 +232,20 @@ class Recorder:
         cases = self._sweep()
         self.config.stash[COUNT] = sum(1 for i in ids if _is_throughput(i) and _case_id(i) in cases
                                        and not cases[_case_id(i)][1])
+        if self.config.stash[COUNT]:
+            self.claim()
+
+    def claim(self) -> None:
+        """Claim the run folder before anything is measured (:mod:`normbench.run_folder`): a bad
+        run id, another writer or a folder already holding results ends the session with one message."""
+        from normbench.results import ResultsError
+        from normbench.run_folder import claim
+
+        if self._claim is None:
+            try:
+                self._claim = claim(self.config.getoption("normbench_out"), _run_id(self.config))
+            except ResultsError as exc:
+                pytest.exit(f"normbench: error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
     def _sweep(self) -> dict[str, tuple]:
         """The sweep's cases by test id: (backend, case, direction), and whether the case is skipped."""
@@ -272,10 +288,9 @@ class Recorder:
     def _write(self, row: dict, ceilings_changed: bool) -> None:
         from normbench.environment import backends_record, environment, write_environment
         from normbench.results import ResultsWriter
-        from normbench.run_folder import claim
 
         if self._writer is None:
-            self._claim = claim(self.config.getoption("normbench_out"), _run_id(self.config))
+            self.claim()
             self._writer = ResultsWriter(self.folder, _run_id(self.config))
         self._writer.add(row)
         self.rows.append(row)

@@ -108,3 +108,43 @@ def test_an_output_folder_that_cannot_be_written_is_one_message():
     out = normbench("run", "--impl=numpy", "--out=/proc/self/normbench-runs")
     assert out.returncode == 2 and "Traceback" not in out.stderr and "/normbench-runs/" in out.stderr
     assert out.stdout == ""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_the_throughput_suite_claims_its_folder_before_measuring(tmp_path, workers):
+    """``pytest suites/ -m throughput`` (no normbench run around it) obeys the same folder rules."""
+    from normbench.suites import DIRECTORY
+
+    def sweep():
+        return subprocess.run([sys.executable, "-m", "pytest", str(DIRECTORY / "test_throughput.py"), "--impl=numpy",
+                               f"--normbench-out={tmp_path}", "--normbench-run-id=r1", "--normbench-shape=256x16384",
+                               "--normbench-dtype=float32", "--normbench-direction=forward", "-n", workers,
+                               "--normbench-min-samples=3", "--normbench-max-time=0", "--normbench-ceiling-mib=64",
+                               "-q", "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+    first = sweep()
+    assert first.returncode == 0 and len(results.load(tmp_path / "r1")) == 1, first.stdout[-3000:]
+    second = sweep()
+    assert second.returncode == 4 and "already holds the results of a run" in second.stdout
+    assert "1 passed" not in second.stdout and len(results.load(tmp_path / "r1")) == 1
+
+
+def test_a_failed_conformance_write_is_said_once_and_the_run_goes_on(capsys):
+    from normbench.cli import _Sink
+    from normbench.results import ResultsError
+    from normbench.runner import Outcome
+
+    class FullDisk:
+        calls = 0
+
+        def add(self, row):
+            FullDisk.calls += 1
+            raise ResultsError("cannot write row 1 to conformance.csv: No space left on device")
+
+    sink = _Sink(FullDisk(), "r1")
+    for _ in range(3):
+        sink(Outcome("suites/test_forward.py::test_forward[numpy-float32-rows1-hidden8-normal]", "numpy",
+                     "test_forward", "passed"))
+    assert capsys.readouterr().err.count("No space left on device") == 1 and FullDisk.calls == 1
+    assert isinstance(sink.error, ResultsError)
