@@ -299,10 +299,19 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
     run_id = args.run_id or new_run_id()
     get_registry().names_in(args.impl or ALL)  # a bad --impl is a usage error before any folder exists
-    with claim(args.out, run_id) as run:  # a bad run id, another writer, or results already there
-        selection = _header(args, run_id, run.path)
-        _counts(args, run_id, extra, selection)
-        return _run(args, extra, run.path, run_id, selection)
+    with claim(args.out, run_id) as run, _signals_end_the_run():  # a bad run id, another writer, results there
+        try:
+            selection = _header(args, run_id, run.path)
+            _counts(args, run_id, extra, selection)
+            return _run(args, extra, run.path, run_id, selection)
+        except KeyboardInterrupt:  # between the suites' sessions (which keep their own results)
+            from normbench.environment import mark_status
+            from normbench.interrupts import last_signal
+
+            reason = last_signal() or "KeyboardInterrupt"
+            mark_status(run.path, "interrupted", reason)
+            print(f"\nINTERRUPTED ({reason}) before the suites finished; what ran is in {run.path}/", file=sys.stderr)
+            return INTERRUPTED
 
 
 def _run(args: argparse.Namespace, extra: Sequence[str], folder, run_id: str, selection) -> int:
@@ -316,25 +325,26 @@ def _run(args: argparse.Namespace, extra: Sequence[str], folder, run_id: str, se
     write_environment(folder, env)
     mark_status(folder, "running")
     codes, report, collectors, sinks = [], [], [], []
-    with _signals_end_the_run():
-        if "conformance" in args.suites:
-            print("\nnormbench: conformance suites", flush=True)
-            with results.ResultsWriter(folder, run_id, results.CONFORMANCE) as writer:
-                sink = _Sink(writer, run_id)
-                collector = Collector(sink=sink)
-                code, outcomes = run_pytest(_conformance_args(args, extra, isolated=len(selection.backends)),
-                                            selection, collector)
-            collectors.append(collector)
-            sinks.append(sink)
-            codes.append(code)
-            report.append("normbench conformance summary\n" + summary(outcomes, interrupted=collector.interrupted))
-        if "throughput" in args.suites and not any(c.interrupted for c in collectors):
-            print(f"\nnormbench: throughput suite, results in {folder}/", flush=True)
-            collector = Collector()
-            code, _ = run_pytest(_throughput_args(args, run_id) + list(extra), selection, collector)
-            collectors.append(collector)
-            codes.append(code)
-            report.append(_throughput_report(folder))
+    if "conformance" in args.suites:
+        print("\nnormbench: conformance suites", flush=True)
+        sink = _Sink(results.ResultsWriter(folder, run_id, results.CONFORMANCE), run_id)
+        collector = Collector(sink=sink)
+        try:
+            code, outcomes = run_pytest(_conformance_args(args, extra, isolated=len(selection.backends)),
+                                        selection, collector)
+        finally:
+            sink.close()
+        collectors.append(collector)
+        sinks.append(sink)
+        codes.append(code)
+        report.append("normbench conformance summary\n" + summary(outcomes, interrupted=collector.interrupted))
+    if "throughput" in args.suites and not any(c.interrupted for c in collectors):
+        print(f"\nnormbench: throughput suite, results in {folder}/", flush=True)
+        collector = Collector()
+        code, _ = run_pytest(_throughput_args(args, run_id) + list(extra), selection, collector)
+        collectors.append(collector)
+        codes.append(code)
+        report.append(_throughput_report(folder))
     interrupted = next((c.interrupted for c in collectors if c.interrupted), "")
     done = sum(1 for c in collectors for o in c.outcomes if o.outcome != "not run")
     total = sum(len(c.outcomes) for c in collectors)
@@ -362,16 +372,24 @@ class _Sink:
         self.writer, self.run_id, self.error = writer, run_id, None
 
     def __call__(self, outcome) -> None:
-        from normbench.results import ResultsError
         from normbench.runner import outcome_rows
 
-        if self.error is not None:
-            return
+        if self.error is None:
+            self._try(self.writer.add, outcome_rows([outcome], self.run_id)[0])
+
+    def close(self) -> None:
+        """Write the JSON snapshot; a failure is said once, like a failed row."""
+        self._try(self.writer.close)
+
+    def _try(self, write, *args) -> None:
+        from normbench.results import ResultsError
+
         try:
-            self.writer.add(outcome_rows([outcome], self.run_id)[0])
+            write(*args)
         except ResultsError as exc:
-            self.error = exc
-            print(f"\nnormbench: error: {exc}. The run goes on; its summary shows every test", file=sys.stderr)
+            if self.error is None:
+                self.error = exc
+                print(f"\nnormbench: error: {exc}. The run goes on; its summary shows every test", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -507,7 +525,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--left-out", action="append", default=[], help=argparse.SUPPRESS)
     p.add_argument("--problem", action="append", default=[], help=argparse.SUPPRESS)
 
-    p = sub.add_parser("check", help="check one case on one backend against the oracle")
+    p = sub.add_parser("check", help="check one case on each backend --impl names against the oracle")
     p.add_argument("--impl", required=True, metavar="NAME", type=options.parse_impl,
                    help="the backend (see `normbench list`)")
     p.add_argument("--shape", required=True, type=options.parse_array_shape, metavar="AxB", help="x's shape, e.g. 64x1000")

@@ -142,9 +142,13 @@ def test_a_failed_conformance_write_is_said_once_and_the_run_goes_on(capsys):
             FullDisk.calls += 1
             raise ResultsError("cannot write row 1 to conformance.csv: No space left on device")
 
+        def close(self):
+            raise ResultsError("cannot write row 1 to conformance.csv: No space left on device")
+
     sink = _Sink(FullDisk(), "r1")
     for _ in range(3):
         sink(Outcome("suites/test_forward.py::test_forward[numpy-float32-rows1-hidden8-normal]", "numpy",
                      "test_forward", "passed"))
+    sink.close()
     assert capsys.readouterr().err.count("No space left on device") == 1 and FullDisk.calls == 1
     assert isinstance(sink.error, ResultsError)
