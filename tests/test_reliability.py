@@ -48,14 +48,15 @@ def test_sigterm_keeps_what_ran_and_marks_the_run_interrupted(tmp_path):
     seen = wait_for_rows(tmp_path / "r1", 40, run)
     run.send_signal(signal.SIGTERM)
     out, err = run.communicate(timeout=120)
-    assert run.returncode == 2 and "Traceback" not in err, err[-3000:]
-    assert "INTERRUPTED (SIGTERM)" in out and "INCOMPLETE: some tests did not run" in out and "PASS" not in out
+    said = f"stdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+    assert run.returncode == 2 and "Traceback" not in err, said
+    assert "INTERRUPTED (SIGTERM)" in out and "INCOMPLETE: some tests did not run" in out and "PASS" not in out, said
     status = read_environment(tmp_path / "r1")["status"]
-    assert status["state"] == "interrupted" and status["reason"] == "SIGTERM"
-    assert seen <= status["done"] < status["total"]
+    assert status["state"] == "interrupted" and status["reason"] == "SIGTERM", (status, said)
+    assert seen <= status["done"] < status["total"], (seen, status, said)
     rows = results.load(tmp_path / "r1", results.CONFORMANCE)
-    assert len(rows) == status["total"] and (rows.outcome != "not run").sum() == status["done"]
-    assert set(rows.outcome) == {"passed", "not run"}
+    assert len(rows) == status["total"] and (rows.outcome != "not run").sum() == status["done"], (status, said)
+    assert set(rows.outcome) == {"passed", "not run"}, (rows.outcome.value_counts(), said)
     assert set(rows[rows.outcome == "not run"].message) == {"not run: the run was interrupted (SIGTERM)"}
 
 
