@@ -10,8 +10,8 @@ Required: ``name``, :meth:`asarray`, :meth:`to_numpy`, :meth:`layer_norm`.
 Optional: :meth:`layer_norm_backward` (set ``has_backward = False`` if absent),
 :meth:`layer_norm_statistics`, :meth:`synchronize`, :meth:`warmup`,
 :meth:`availability`, :meth:`library_version`, the ``device``, ``max_elements``
-and ``timing_note`` attributes, and ``known_deviations`` (failures it is known to have,
-with the reasons). :func:`device_label` writes a ``device`` string in the form
+and ``timing_note`` attributes, the documented ``limits`` and the ``runtime_note``, and
+``known_deviations`` (failures it is known to have, with the reasons). :func:`device_label` writes a ``device`` string in the form
 normbench shows and records everywhere.
 
 Example, a complete backend (register it in your ``pyproject.toml`` under
@@ -92,6 +92,46 @@ class Availability:
         return cls(False, reason)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """The documented limits of the library a backend wraps: cases outside them are skipped,
+    saying so, never failed. ``eps``: the closed range of eps it accepts; ``min_rank``: the
+    fewest dims x may have; ``layouts``: the layouts it accepts (of ``normbench.cases.LAYOUTS``,
+    and ``"dybroadcast"`` for a stride-0 dy), None for every one; ``source``: where the limits
+    are documented, quoted in every skip.
+
+    >>> Limits(eps=(0.0, 1e-3), source="its docs").eps_problem(0.1)
+    'eps 0.1 is outside the documented range [0, 0.001] (its docs)'
+    """
+
+    eps: tuple[float, float] = (0.0, float("inf"))
+    min_rank: int = 1
+    layouts: tuple[str, ...] | None = None
+    source: str = ""
+
+    def _cite(self) -> str:
+        return f" ({self.source})" if self.source else ""
+
+    def eps_problem(self, eps: float) -> str | None:
+        """Why ``eps`` is outside the documented range, or None."""
+        low, high = self.eps
+        if low <= eps <= high:
+            return None
+        return f"eps {eps:g} is outside the documented range [{low:g}, {high:g}]{self._cite()}"
+
+    def case_problem(self, rank: int, eps: float, layout: str, dy_broadcast: bool = False) -> str | None:
+        """Why a case of x's ``rank``, ``eps`` and ``layout`` is outside the limits, or None."""
+        problem = self.eps_problem(eps)
+        if problem:
+            return problem
+        if rank < self.min_rank:
+            return f"x has rank {rank}, below the documented minimum {self.min_rank}{self._cite()}"
+        for wanted in (layout, "dybroadcast") if dy_broadcast else (layout,):
+            if self.layouts is not None and wanted not in self.layouts:
+                return f"layout {wanted} is not among the documented ones, {', '.join(self.layouts)}{self._cite()}"
+        return None
+
+
 class Backend(abc.ABC):
     """A LayerNorm implementation under test. Subclass it; see the module doc.
 
@@ -132,6 +172,16 @@ class Backend(abc.ABC):
     #: run as usual; the throughput suite skips every case of this backend with this reason, and
     #: ``normbench run`` names it, with the reason, in its header, its summary and the report.
     timing_note: str | None = None
+    #: when this instance runs on a runtime that computes differently from the device the kernel
+    #: is written for, what that runtime does, or None. Set it in ``__init__`` when it depends on the
+    #: device, e.g. the Triton backend under its CPU interpreter (bf16 arithmetic on raw bit
+    #: patterns, fp32 -> bf16 conversion by truncation). A failure that such a runtime explains
+    #: says so (``normbench.check.hypotheses``); ``normbench run`` shows it in its header and report.
+    runtime_note: str | None = None
+    #: the documented limits of the library (eps range, minimum rank, layouts): cases outside them
+    #: are skipped with the reason, and the paper's invariance checks choose re-scaling factors
+    #: whose eps/delta^2 stays inside the eps range (or skip, saying so). Default: none.
+    limits: ClassVar[Limits] = Limits()
     #: failures this backend is known to have, each with the reason: ``{"test pattern": "reason"}``
     #: or ``{"test pattern | message regex": "reason"}``; a test pattern is a glob over the test id
     #: (with or without the backend's name), the case id or the case family. They are reported as

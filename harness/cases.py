@@ -62,6 +62,17 @@ def _constant(rng, shape, eps):
     return np.repeat(rng.uniform(-5, 5, (shape[0], 1)), shape[1], axis=1)
 
 
+def _constant_at(offset):
+    """Constant rows at a large offset: offset plus an integer in [-5, 5] per row. Exactly,
+    xhat = 0 and dx = rstd*(g - mean(g)). Integers keep every fp32 partial sum of up to 2**24/|x|
+    terms exact, so with a power-of-two row length (1024 in the suites) every correct kernel's
+    mean is exact, whatever its summation order, and whether it divides by N or multiplies by
+    1/N (or merges Welford partials): x - mean = 0 exactly, and a correct dx is within the
+    bound. A backward that does not centre x first (dx = a*g + b*x + c, sums of g*x) cancels
+    at these means and is off by O(rstd*|g|)."""
+    return lambda rng, shape, eps: np.repeat(offset + rng.integers(-5, 6, (shape[0], 1)), shape[1], axis=1)
+
+
 def _near_constant(rng, shape, eps):
     return 1.0 + 1e-6 * rng.standard_normal(shape)
 
@@ -90,6 +101,8 @@ DISTRIBUTIONS: dict[str, Callable[[np.random.Generator, tuple[int, int], float],
     "big300": _scaled(300.0),
     "outlier": _outlier,
     "constant": _constant,
+    "constant1e3": _constant_at(1e3),
+    "constant1e4": _constant_at(1e4),
     "zero": lambda rng, shape, eps: np.zeros(shape),
     "nearconstant": _near_constant,
     "poisoned": _poisoned,
@@ -284,6 +297,19 @@ def _rows_hidden(family: str, rows: int, hidden: int, dtype: str, **kw) -> Case:
     return Case(family, (rows, hidden), (hidden,), dtype, **kw)
 
 
+def _add_constant_rows(add: Callable[[Case], None]) -> None:
+    """Constant rows at large offsets (exact answer xhat = 0, dx = rstd*(g - mean(g)); see
+    ``_constant_at``), in fp32 and half, where a backward that does not centre x before it
+    multiplies cancels (dx off by O(1) at 1e4); and at large N with few rows (non-integer
+    values), where a mean summed sequentially in fp32 errs by O(N*u), beyond the bound's
+    O(sqrt(N)*u) (a released library: 3.2x the bound at 8192, 9.5x at 65536)."""
+    for dtype in ("float32", "float16", "bfloat16"):
+        for dist in ("constant1e3", "constant1e4"):
+            add(_rows_hidden("constant", 8, 1024, dtype, dist=dist))
+    add(_rows_hidden("constant", 4, 8192, "float32", dist="constant"))
+    add(_rows_hidden("constant", 2, 65536, "float32", dist="constant"))
+
+
 def forward_cases() -> list[Case]:
     """Every forward case family of NUMERICS.md, each id unique."""
     cases: list[Case] = []
@@ -333,6 +359,7 @@ def forward_cases() -> list[Case]:
     add(_rows_hidden("dist", 8, 1000, "float32", dist="sigma1e-3", eps=1e-12))
     add(_rows_hidden("dist", 8, 1000, "float64", dist="sigmasqrteps", eps=1e-12))
     add(_rows_hidden("dist", 8, 256, "float32", dist="nearconstant", eps=1e-12))
+    _add_constant_rows(add)
     # strided layouts
     for dtype in ("float32", "bfloat16"):
         for layout in LAYOUTS[1:]:
@@ -415,6 +442,7 @@ def backward_cases() -> list[Case]:
             add(_rows_hidden("dist", 8, 1000, dtype, dist=dist))
     add(_rows_hidden("dist", 4, 4096, "float16", dist="big300"))
     add(_rows_hidden("dist", 8, 1000, "float32", dist="sigma1e-3", eps=1e-12))
+    _add_constant_rows(add)
     # strided x and dy, and a stride-0 (broadcast) dy
     for dtype in ("float32", "bfloat16"):
         for layout in LAYOUTS[1:]:

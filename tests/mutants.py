@@ -5,6 +5,12 @@ saved mean/rstd, one rounding of y to the input dtype) and must pass every
 suite: it is the control that proves each mutant fails for its bug alone.
 Each mutant names the bug class of NUMERICS.md it reproduces.
 
+The arithmetic of every numerical bug lives once, in ``normbench.check.hypotheses``
+(the hypotheses a failure is tested against): the kernel runs its ``model``'s steps in
+fp32, and a mutant with a numerical bug is the kernel with that hypothesis as its model.
+Mutants whose bug is not arithmetic (strides, shapes, dtypes, in-place writes, missing
+gradients, nondeterminism) override the kernel's own steps.
+
 ``tests/test_mutants.py`` registers these through a throw-away ``dist-info``
 entry point, exactly like a plugin, and runs ``pytest suites/ --impl=...``.
 """
@@ -16,6 +22,8 @@ import itertools
 import numpy as np
 
 from normbench import Backend
+from normbench.check import hypotheses
+from normbench.dtypes import dtype_name
 from normbench.layout import decompose
 
 F32 = np.float32
@@ -28,6 +36,8 @@ class Fp32Kernel(Backend):
     description = "correct fp32-accumulating NumPy kernel (control for the mutants)"
     dtypes = ("float32", "float16", "bfloat16")
     strided = True
+    #: the arithmetic, step by step (a mutant with a numerical bug replaces it with a hypothesis)
+    model: hypotheses.Model = hypotheses.CORRECT
 
     def asarray(self, host):
         return host
@@ -39,20 +49,29 @@ class Fp32Kernel(Backend):
     def read(self, x, normalized_shape):
         return np.asarray(x, dtype=F32).reshape(-1, int(np.prod(normalized_shape)))
 
-    def statistics(self, x32, eps):
-        mean = x32.mean(axis=1, dtype=F32)
-        centered = x32 - mean[:, None]
-        var = (centered * centered).mean(axis=1, dtype=F32)
-        return mean, self.rstd(var, eps)
+    def acc(self, x):
+        """The precision of the statistics: fp32, or the narrower one the model's bug names."""
+        precision = self.model.precision(dtype_name(np.asarray(x).dtype))
+        return F32 if precision is np.float64 else precision
+
+    def statistics(self, x32, eps, acc=F32):
+        mean, rstd = self.model.statistics(x32.astype(acc), eps, acc)
+        return mean.astype(F32), rstd.astype(F32)
+
+    def statistics_of(self, x32, eps, x):
+        """``statistics`` in the model's precision for x (fp32 unless the bug names another);
+        subclasses that override ``statistics(x32, eps)`` (tests/invariance_mutants.py) keep working."""
+        acc = self.acc(x)
+        return self.statistics(x32, eps) if acc is F32 else self.statistics(x32, eps, acc)
 
     def rstd(self, var, eps):
-        return F32(1) / np.sqrt(var + F32(eps))
+        return self.model.rstd(var, eps, F32)
 
     def params(self, p, x):
         return None if p is None else np.asarray(p, dtype=F32).reshape(-1)
 
     def normalize(self, x32, mean, rstd, eps):
-        return (x32 - mean[:, None]) * rstd[:, None]
+        return self.model.normalize(x32, mean, rstd)
 
     def write(self, y32, x):
         return y32.reshape(x.shape).astype(x.dtype)
@@ -61,7 +80,7 @@ class Fp32Kernel(Backend):
     def layer_norm(self, x, normalized_shape, weight, bias, eps):
         with np.errstate(all="ignore"):
             x32 = self.read(x, normalized_shape)
-            mean, rstd = self.statistics(x32, eps)
+            mean, rstd = self.statistics_of(x32, eps, x)
             y = self.normalize(x32, mean, rstd, eps)
             w, b = self.params(weight, x), self.params(bias, x)
             if w is not None:
@@ -72,18 +91,13 @@ class Fp32Kernel(Backend):
 
     def layer_norm_statistics(self, x, normalized_shape, weight, bias, eps):
         with np.errstate(all="ignore"):
-            return self.statistics(self.read(x, normalized_shape), eps)
+            return self.statistics_of(self.read(x, normalized_shape), eps, x)
 
     # the backward, in small overridable steps ------------------------------------------
-    def backward_statistics(self, x32, eps):
-        return self.statistics(x32, eps)
-
-    def row_mean(self, a):
-        return a.mean(axis=1, dtype=F32)[:, None] if a.size else np.zeros((a.shape[0], 1), F32)
-
-    def input_grad(self, g, xhat, rstd):
-        """dx = rstd*(g - mean(g) - xhat*mean(g*xhat)), g = dy*weight."""
-        return rstd[:, None] * (g - self.row_mean(g) - xhat * self.row_mean(g * xhat))
+    def backward_statistics(self, x32, eps, x):
+        acc = self.acc(x)
+        mean, rstd = self.model.backward_statistics(x32.astype(acc), eps, acc, dtype_name(np.asarray(x).dtype))
+        return mean.astype(F32), rstd.astype(F32)
 
     def column_sum(self, terms, x):
         """The dweight/dbias reduction over rows, in fp32."""
@@ -93,20 +107,20 @@ class Fp32Kernel(Backend):
         return self.column_sum(dy32 * xhat, x)
 
     def bias_grad(self, dy32, w, x):
-        return self.column_sum(dy32, x)
+        return self.column_sum(self.model.bias_terms(dy32, F32(1) if w is None else w), x)
 
     def param_out(self, grad32, p):
-        return None if p is None else grad32.reshape(p.shape).astype(p.dtype)
+        return None if p is None else np.asarray(grad32).reshape(p.shape).astype(p.dtype)
 
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
         with np.errstate(all="ignore"):
             x32 = self.read(x, normalized_shape)
-            mean, rstd = self.backward_statistics(x32, eps)
-            xhat = (x32 - mean[:, None]) * rstd[:, None]
+            mean, rstd = self.backward_statistics(x32, eps, x)
+            xhat = self.normalize(x32, mean, rstd, eps)
             dy32 = self.read(dy, normalized_shape)
             w = self.params(weight, x)
             g = dy32 * w if w is not None else dy32
-            dx = self.write(self.input_grad(g, xhat, rstd), x)
+            dx = self.write(self.model.dx(g, x32, mean, rstd, F32), x)
             dw = None if weight is None else self.param_out(self.weight_grad(dy32, xhat, w, x), weight)
             db = None if bias is None else self.param_out(self.bias_grad(dy32, w, x), bias)
             return dx, dw, db
@@ -119,61 +133,43 @@ class OnePassVariance(Fp32Kernel):
     """#1: var = E[x^2] - E[x]^2 (clamped at 0): cancellation at large offsets."""
 
     name = "mutant-one-pass-variance"
-
-    def statistics(self, x32, eps):
-        mean = x32.mean(axis=1, dtype=F32)
-        var = np.maximum((x32 * x32).mean(axis=1, dtype=F32) - mean * mean, F32(0))
-        return mean, self.rstd(var, eps)
+    model = hypotheses.BY_KEY["one-pass-variance"]
 
 
 class OnePassNegativeVariance(Fp32Kernel):
     """#2: one-pass variance without the clamp: negative values reach rsqrt -> NaN."""
 
     name = "mutant-negative-variance"
-
-    def statistics(self, x32, eps):
-        mean = x32.mean(axis=1, dtype=F32)
-        return mean, self.rstd((x32 * x32).mean(axis=1, dtype=F32) - mean * mean, eps)
+    model = hypotheses.BY_KEY["one-pass-negative-variance"]
 
 
 class VarianceFloor(Fp32Kernel):
     """#3: the variance floored at 1e-5 'for safety'."""
 
     name = "mutant-variance-floor"
-
-    def rstd(self, var, eps):
-        return super().rstd(np.maximum(var, F32(1e-5)), eps)
+    model = hypotheses.BY_KEY["variance-floor"]
 
 
 class HalfAccumulation(Fp32Kernel):
     """#4: statistics accumulated in the input dtype (fp16 overflows sum(x^2))."""
 
     name = "mutant-half-accumulation"
-
-    def layer_norm(self, x, normalized_shape, weight, bias, eps):
-        with np.errstate(all="ignore"):
-            xs = np.asarray(x).reshape(-1, int(np.prod(normalized_shape)))
-            mean = xs.mean(axis=1, dtype=xs.dtype)
-            centered = xs - mean[:, None]
-            var = (centered * centered).mean(axis=1, dtype=xs.dtype).astype(F32)
-            y = (xs.astype(F32) - mean[:, None].astype(F32)) * self.rstd(var, eps)[:, None]
-            w, b = self.params(weight, x), self.params(bias, x)
-            return self.write(y * (1 if w is None else w) + (0 if b is None else b), x)
+    model = hypotheses.BY_KEY["half-accumulation"]
 
 
 class PaddedLanes(Fp32Kernel):
     """#5: the row padded with zeros to a power of two; padded lanes enter the variance."""
 
     name = "mutant-padded-lanes"
+    model = hypotheses.BY_KEY["padded-lanes"]
 
-    def statistics(self, x32, eps):
-        n = x32.shape[1]
-        block = 1 << max(n - 1, 0).bit_length()
-        padded = np.zeros((x32.shape[0], block), F32)
-        padded[:, :n] = x32
-        mean = padded.sum(axis=1, dtype=F32) / F32(n)
-        centered = padded - mean[:, None]
-        return mean, self.rstd((centered * centered).sum(axis=1, dtype=F32) / F32(n), eps)
+
+class SequentialMean(Fp32Kernel):
+    """#4: the mean summed sequentially in fp32 (a released library): O(N*u) error, caught by
+    constant rows at N = 8192 and 65536."""
+
+    name = "mutant-sequential-mean"
+    model = hypotheses.BY_KEY["sequential-mean"]
 
 
 class IgnoresStrides(Fp32Kernel):
@@ -190,48 +186,35 @@ class EpsOutsideSqrt(Fp32Kernel):
     """#11: 1/(sqrt(var) + eps) instead of 1/sqrt(var + eps)."""
 
     name = "mutant-eps-outside-sqrt"
-
-    def rstd(self, var, eps):
-        return F32(1) / (np.sqrt(var) + F32(eps))
+    model = hypotheses.BY_KEY["eps-outside-sqrt"]
 
 
 class BesselCorrection(Fp32Kernel):
     """#12: the unbiased variance, dividing by N - 1."""
 
     name = "mutant-bessel"
-
-    def statistics(self, x32, eps):
-        n = x32.shape[1]
-        mean = x32.mean(axis=1, dtype=F32)
-        centered = x32 - mean[:, None]
-        return mean, self.rstd((centered * centered).sum(axis=1, dtype=F32) / F32(n - 1), eps)
+    model = hypotheses.BY_KEY["bessel"]
 
 
 class EpsIgnored(Fp32Kernel):
     """#13: eps dropped: constant rows give NaN."""
 
     name = "mutant-eps-ignored"
-
-    def rstd(self, var, eps):
-        return super().rstd(var, 0.0)
+    model = hypotheses.BY_KEY["eps-ignored"]
 
 
 class EpsNotPropagated(Fp32Kernel):
     """#13: the caller's eps not propagated; a default 1e-5 used instead."""
 
     name = "mutant-eps-fixed"
-
-    def rstd(self, var, eps):
-        return super().rstd(var, 1e-5)
+    model = hypotheses.BY_KEY["eps-fixed"]
 
 
 class SingleElementIdentity(Fp32Kernel):
     """#14: N = 1 special-cased as y = x*w + b."""
 
     name = "mutant-n1-identity"
-
-    def normalize(self, x32, mean, rstd, eps):
-        return x32 if x32.shape[1] == 1 else super().normalize(x32, mean, rstd, eps)
+    model = hypotheses.BY_KEY["n1-identity"]
 
 
 class MixedParamsReinterpreted(Fp32Kernel):
@@ -326,7 +309,8 @@ class WrongOutputDtype(Fp32Kernel):
 
 
 FORWARD_MUTANTS: list[type[Fp32Kernel]] = [
-    OnePassVariance, OnePassNegativeVariance, VarianceFloor, HalfAccumulation, PaddedLanes, IgnoresStrides,
+    OnePassVariance, OnePassNegativeVariance, VarianceFloor, HalfAccumulation, SequentialMean, PaddedLanes,
+    IgnoresStrides,
     EpsOutsideSqrt, BesselCorrection, EpsIgnored, EpsNotPropagated, SingleElementIdentity,
     MixedParamsReinterpreted, LastDimOnly, StatisticsWithoutEps, EmptyInputWrongShape, BatchPrescale,
     NonDeterministic, InPlace, WrongOutputDtype,
@@ -340,69 +324,76 @@ class NoMeanTerm(Fp32Kernel):
     """#7: dx without the mean(dy*weight) term."""
 
     name = "mutant-dx-no-mean-term"
-
-    def input_grad(self, g, xhat, rstd):
-        return rstd[:, None] * (g - xhat * self.row_mean(g * xhat))
+    model = hypotheses.BY_KEY["dx-no-mean-term"]
 
 
 class MeanTermTwice(Fp32Kernel):
     """#7: the mean term subtracted twice (tenstorrent/tt-metal#53204)."""
 
     name = "mutant-dx-mean-twice"
-
-    def input_grad(self, g, xhat, rstd):
-        return super().input_grad(g, xhat, rstd) - rstd[:, None] * self.row_mean(g)
+    model = hypotheses.BY_KEY["dx-mean-twice"]
 
 
 class NoProjection(Fp32Kernel):
     """#7: dx without the xhat*mean(dy*weight*xhat) projection."""
 
     name = "mutant-dx-no-projection"
-
-    def input_grad(self, g, xhat, rstd):
-        return rstd[:, None] * (g - self.row_mean(g))
+    model = hypotheses.BY_KEY["dx-no-projection"]
 
 
 class BackwardRstdWithoutEps(Fp32Kernel):
     """#17: the backward recomputes rstd as 1/sqrt(var), without eps (the forward is right)."""
 
     name = "mutant-backward-rstd-without-eps"
+    model = hypotheses.BY_KEY["backward-rstd-without-eps"]
 
-    def backward_statistics(self, x32, eps):
-        return self.statistics(x32, 0.0)
+
+class ExpandedDx(Fp32Kernel):
+    """#7: dx = rstd*g + c2*x + c3 from sums over x, not x - mean (a released CPU backward):
+    cancels on constant rows at 1e3 and 1e4."""
+
+    name = "mutant-dx-expanded"
+    model = hypotheses.BY_KEY["dx-expanded"]
+
+
+class DeclaredHalfStatistics(Fp32Kernel):
+    """#17: mean and rstd stored in the half input dtype, reused by the backward, and declared
+    through ``layer_norm_statistics`` (which once bought a larger backward bound)."""
+
+    name = "mutant-declared-half-statistics"
+    model = hypotheses.BY_KEY["saved-statistics-input-dtype"]
+
+    def layer_norm_statistics(self, x, normalized_shape, weight, bias, eps):
+        mean, rstd = super().layer_norm_statistics(x, normalized_shape, weight, bias, eps)
+        dtype = np.asarray(x).dtype
+        return (mean, rstd) if dtype == F32 else (mean.astype(dtype), rstd.astype(dtype))
 
 
 class DweightLastBlockDropped(Fp32Kernel):
     """#6: dweight reduced over blocks of 256 rows, ceil forgotten: the last partial block is dropped."""
 
     name = "mutant-dweight-last-block"
-    BLOCK = 256
+    model = hypotheses.BY_KEY["dweight-last-block"]
 
     def weight_grad(self, dy32, xhat, w, x):
-        full = (dy32.shape[0] // self.BLOCK) * self.BLOCK
-        return self.column_sum((dy32 * xhat)[:full], x)
+        return self.model.weight_grad(dy32 * xhat, dtype_name(x.dtype))
 
 
 class DweightHalfAccumulation(Fp32Kernel):
     """#4/#6: dweight accumulated row by row in the input dtype (fp16/bf16 inputs)."""
 
     name = "mutant-dweight-half-accumulation"
+    model = hypotheses.BY_KEY["dweight-half-accumulation"]
 
     def weight_grad(self, dy32, xhat, w, x):
-        terms = (dy32 * xhat).astype(x.dtype)
-        total = np.zeros(terms.shape[1], x.dtype)
-        for row in terms:
-            total = (total + row).astype(x.dtype)
-        return total.astype(F32)
+        return self.model.weight_grad(dy32 * xhat, dtype_name(x.dtype))
 
 
 class DbiasTimesWeight(Fp32Kernel):
     """#8: dbias computed as sum(dy*weight), the gradient of the wrong product."""
 
     name = "mutant-dbias-times-weight"
-
-    def bias_grad(self, dy32, w, x):
-        return self.column_sum(dy32 * w if w is not None else dy32, x)
+    model = hypotheses.BY_KEY["dbias-times-weight"]
 
 
 class MissingWeightGrad(Fp32Kernel):
@@ -419,9 +410,7 @@ class SeveredBiasGrad(Fp32Kernel):
     """#8: the bias gradient severed: zeros instead of sum(dy) (unslothai/unsloth#4533)."""
 
     name = "mutant-severed-dbias"
-
-    def bias_grad(self, dy32, w, x):
-        return np.zeros(dy32.shape[1], F32)
+    model = hypotheses.BY_KEY["dbias-severed"]
 
 
 class SwappedParamGrads(Fp32Kernel):
@@ -531,7 +520,8 @@ class NonDeterministicBackward(Fp32Kernel):
 
 
 BACKWARD_MUTANTS: list[type[Fp32Kernel]] = [
-    NoMeanTerm, MeanTermTwice, NoProjection, BackwardRstdWithoutEps, DweightLastBlockDropped,
+    NoMeanTerm, MeanTermTwice, NoProjection, ExpandedDx, DeclaredHalfStatistics, BackwardRstdWithoutEps,
+    DweightLastBlockDropped,
     DweightHalfAccumulation, DbiasTimesWeight, MissingWeightGrad, SeveredBiasGrad, SwappedParamGrads,
     DyIgnoresStrides, ParamGradsOverLastDim, SingleElementBackward, EmptyGradGarbage, WrongGradShape,
     WrongGradDtype, InPlaceDy, NonDeterministicBackward,

@@ -14,7 +14,7 @@ import numpy as np
 
 from normbench.backend import Backend
 from normbench.cases import Case, Inputs
-from normbench.check import error_model, oracle
+from normbench.check import error_model, hypotheses, oracle
 from normbench.check.worst import Worst, worst_violation
 from normbench.dtypes import UNIT_ROUNDOFF, dtype_name, host_dtype
 
@@ -35,6 +35,9 @@ def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str 
                 f"does not apply")
     if backward and not backend.has_backward:
         return f"backend {backend.name!r} has no backward (has_backward = False)"
+    limit_problem = backend.limits.case_problem(len(case.shape), case.eps, case.layout, case.dy_broadcast)
+    if limit_problem:
+        return f"outside backend {backend.name!r}'s documented limits: {limit_problem}"
     limit = backend.max_elements
     if limit is not None and case.rows * case.hidden > limit:
         return (f"case has {case.rows * case.hidden:,} elements, more than backend {backend.name!r} affords on "
@@ -60,11 +63,19 @@ def describe(what: str, worst: Worst, inputs: Inputs, backend: Backend, ref: ora
     return "\n".join(lines)
 
 
-def _fail(what: str, got, ref_values, bound, inputs, backend, ref, notes: tuple[str, ...] = ()) -> None:
+def _fail(what: str, got, ref_values, bound, inputs, backend, ref, notes: tuple[str, ...] = (), *,
+          dy: np.ndarray | None = None, bound_for=None) -> None:
+    """Raise a :class:`ConformanceError` describing the worst element of ``what`` out of
+    ``bound``, with the known bug hypotheses that explain it (computed only then: the
+    passing path costs one comparison). ``bound_for(dtype)``: the same bound in another
+    dtype's precision, for hypotheses about precision; ``dy``: for backward outputs."""
     __tracebackhide__ = True
     worst = worst_violation(got, ref_values, bound)
     if worst is not None:
-        raise ConformanceError(describe(what, worst, inputs, backend, ref, notes))
+        explanation = hypotheses.explain(what, got, bound, inputs, dy=dy, bound_for=bound_for,
+                                         runtime_note=getattr(backend, "runtime_note", None),
+                                         failing_ratio=worst.ratio)
+        raise ConformanceError(describe(what, worst, inputs, backend, ref, explanation + tuple(notes)))
 
 
 def host_array(what: str, got, backend: Backend, shape, dtype: str | None = None, *,
@@ -117,7 +128,6 @@ class ForwardRun:
 
     y: np.ndarray
     statistics: tuple[np.ndarray, np.ndarray] | None  # float64 (M,) each
-    statistics_dtype: str  # the dtype the backend stored them in
     native: tuple  # the native (x, weight, bias) handed to the backend
     originals: tuple  # copies of the host (x, weight, bias), taken before the call
 
@@ -133,13 +143,13 @@ def run_forward(backend: Backend, inputs: Inputs) -> ForwardRun:
     y_host = host_array("y", y, backend, case.shape, case.dtype)
     stats = backend.layer_norm_statistics(x, case.normalized_shape, w, b, case.eps)
     if stats is None:
-        return ForwardRun(y_host, None, "float32", (x, w, b), originals)
+        return ForwardRun(y_host, None, (x, w, b), originals)
     mean, rstd = (np.asarray(backend.to_numpy(s)) for s in stats)
     if mean.size != case.rows or rstd.size != case.rows:
         raise ConformanceError(f"{backend.name}: statistics have {mean.size} and {rstd.size} values, "
                                f"expected one per row ({case.rows})")
     as64 = (np.asarray(mean, dtype=np.float64).reshape(-1), np.asarray(rstd, dtype=np.float64).reshape(-1))
-    return ForwardRun(y_host, as64, _stored_dtype(backend, mean, rstd), (x, w, b), originals)
+    return ForwardRun(y_host, as64, (x, w, b), originals)
 
 
 def _stored_dtype(backend: Backend, mean: np.ndarray, rstd: np.ndarray) -> str:
@@ -152,7 +162,8 @@ def _stored_dtype(backend: Backend, mean: np.ndarray, rstd: np.ndarray) -> str:
 
 def statistics_dtype(backend: Backend, x, case: Case, weight=None, bias=None) -> str | None:
     """The dtype ``backend`` stores its saved statistics in for native ``x`` (what
-    ``layer_norm_statistics`` returns), or None when it does not expose them."""
+    ``layer_norm_statistics`` returns), or None when it does not expose them. Informative
+    only: no bound depends on it (``error_model``: one bound for every backend)."""
     stats = backend.layer_norm_statistics(x, case.normalized_shape, weight, bias, case.eps)
     if stats is None:
         return None
@@ -170,14 +181,14 @@ def check_forward_values(backend: Backend, inputs: Inputs, run: ForwardRun) -> N
     ref = reference(inputs)
     case = inputs.case
     y = oracle.rows_view(run.y, case.normalized_shape)
-    _fail("y", y, ref.y, error_model.forward_bound(ref, case.dtype), inputs, backend, ref)
+    _fail("y", y, ref.y, error_model.forward_bound(ref, case.dtype), inputs, backend, ref,
+          bound_for=lambda dtype: error_model.forward_bound(ref, dtype))
     if run.statistics is not None:
         mean, rstd = run.statistics
-        stored = run.statistics_dtype
-        _fail("mean", mean[:, None], ref.mean[:, None], error_model.mean_bound(ref, case.dtype, stored)[:, None],
-              inputs, backend, ref)
-        _fail("rstd", rstd[:, None], ref.rstd[:, None], error_model.rstd_bound(ref, case.dtype, stored)[:, None],
-              inputs, backend, ref)
+        for what, got, want, bound in (("mean", mean, ref.mean, error_model.mean_bound),
+                                       ("rstd", rstd, ref.rstd, error_model.rstd_bound)):
+            _fail(what, got[:, None], want[:, None], bound(ref, case.dtype)[:, None], inputs, backend, ref,
+                  bound_for=lambda dtype, bound=bound: bound(ref, dtype)[:, None])
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -247,7 +258,6 @@ class BackwardRun:
     dbias: np.ndarray | None
     native: tuple                  # the native (dy, x, weight, bias) handed to the backend
     originals: tuple               # copies of the host (dy, x, weight, bias), taken before the call
-    stats_dtype: str | None        # the dtype of its saved statistics, if exposed (see error_model.backward_bounds)
 
 
 def check_gradient(what: str, got, given, backend: Backend, case: Case, shape, dtype: str) -> np.ndarray | None:
@@ -284,8 +294,7 @@ def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRu
     dx = host_array("dx", out[0], backend, case.shape, case.dtype)
     dweight = check_gradient("dweight", out[1], inputs.weight, backend, case, case.normalized_shape, case.params)
     dbias = check_gradient("dbias", out[2], inputs.bias, backend, case, case.normalized_shape, case.params)
-    stats = statistics_dtype(backend, native[1], case, native[2], native[3])
-    return BackwardRun(dx, dweight, dbias, native, originals, stats)
+    return BackwardRun(dx, dweight, dbias, native, originals)
 
 
 def gradient_notes(inputs: Inputs) -> tuple[str, ...]:
@@ -300,23 +309,25 @@ def check_backward_values(backend: Backend, inputs: Inputs, dy: np.ndarray, run:
     case = inputs.case
     ref = reference(inputs)
     grads = oracle.backward(dy, ref)
-    bound_dx, bound_dw, bound_db = error_model.backward_bounds(dy, ref, grads, case.dtype, case.params, run.stats_dtype)
+    bound_dx, bound_dw, bound_db = error_model.backward_bounds(dy, ref, grads, case.dtype, case.params)
     notes = gradient_notes(inputs)
-    _fail("dx", oracle.rows_view(run.dx, case.normalized_shape), grads.dx, bound_dx, inputs, backend, ref, notes)
+    bounds_in = lambda dtype, i: error_model.backward_bounds(dy, ref, grads, dtype, case.params)[i]
+    _fail("dx", oracle.rows_view(run.dx, case.normalized_shape), grads.dx, bound_dx, inputs, backend, ref, notes,
+          dy=dy, bound_for=lambda dtype: bounds_in(dtype, 0))
     column = (f"each element of dweight and dbias is a sum over the {case.rows} rows; bound = output rounding "
               f"+ k(M) accumulation of the sum of magnitudes",)
-    for what, got, exact, bound in (("dweight", run.dweight, grads.dweight, bound_dw),
-                                    ("dbias", run.dbias, grads.dbias, bound_db)):
+    for i, (what, got, exact, bound) in enumerate((("dweight", run.dweight, grads.dweight, bound_dw),
+                                                   ("dbias", run.dbias, grads.dbias, bound_db)), start=1):
         if got is not None:
             ns = case.normalized_shape
             _fail(what, np.asarray(got, dtype=np.float64), exact.reshape(ns), bound.reshape(ns), inputs, backend,
-                  None, column + notes)
+                  None, column + notes, dy=dy, bound_for=lambda dtype, i=i, ns=ns: bounds_in(dtype, i).reshape(ns))
     if case.hidden == 1 and run.dweight is not None:
-        bound = error_model.n1_dweight_bound(dy, ref, case.dtype, case.params, run.stats_dtype)
+        bound = error_model.n1_dweight_bound(dy, ref, case.dtype, case.params)
         _fail("dweight", np.asarray(run.dweight, dtype=np.float64).reshape(1), np.zeros(1), bound, inputs, backend,
               None, ("N = 1: xhat = x - mean = 0 exactly, so dweight is 0 up to one rounding of mean*rstd per row "
                      "(normbench.check.error_model.n1_dweight_bound); the kernel mishandles N = 1 (pytorch/pytorch#188372)",)
-              + notes)
+              + notes, dy=dy)
 
 
 def check_backward_inputs_unmodified(backend: Backend, inputs: Inputs, run: BackwardRun) -> None:

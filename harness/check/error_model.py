@@ -30,11 +30,19 @@ reports <= 0.63 of it); every bug class in NUMERICS.md exceeds it on its
 targeted input, which ``tests/test_mutants.py`` proves with one mutant each.
 
 Statistics (when a backend exposes them): the mean errs by the accumulation
-term ``k(N)*u_acc*mean|x|`` plus the rounding to the dtype it is stored in,
-and rstd relatively by ``k(N)*u_acc*(max|x| + |mu|)/sigma_eps`` (the variance's
-error relative to var + eps) plus its own storage rounding. The storage dtype
-is the backend's choice: fp32 on GPUs, but PyTorch's CPU kernels store half
-inputs' statistics in the input dtype.
+term ``k(N)*u_acc*mean|x|`` plus one rounding to the accumulation dtype it is
+stored in, and rstd relatively by ``k(N)*u_acc*(max|x| + |mu|)/sigma_eps`` (the
+variance's error relative to var + eps) plus its own storage rounding. CUDA
+kernels, PyTorch's included, store them in fp32 (fp64 for fp64 inputs); storing
+them coarser (PyTorch's CPU kernels store half inputs' statistics in the input
+dtype) is a defect: it fails, and is declared as that library's known deviation.
+
+One bound for every backend: no bound depends on the optional
+``layer_norm_statistics`` hook or on anything else a backend says about its
+internals (``tests/test_one_bound.py`` runs every built-in backend and mutant with
+and without the hook and requires identical verdicts). A backward that reuses
+statistics rounded to a half dtype is off by ``u_s*|mean|/sigma`` in every xhat; it
+fails, and ``normbench.check.hypotheses`` names the cause.
 
 The backward bounds follow NUMERICS.md's closed form; dweight and dbias are
 bounded by sums of magnitudes over rows, never by their own size, because
@@ -74,98 +82,57 @@ def forward_bound(ref: oracle.Forward, dtype: str) -> np.ndarray:
     return rounding + accumulation
 
 
-def mean_bound(ref: oracle.Forward, dtype: str, stats_dtype: str = "float32") -> np.ndarray:
-    """(M,) bound on the saved mean's absolute error; ``stats_dtype`` is the dtype it is stored in."""
+def mean_bound(ref: oracle.Forward, dtype: str) -> np.ndarray:
+    """(M,) bound on the saved mean's absolute error: its accumulation, and one rounding to
+    the accumulation dtype it is stored in (fp32, fp64 for fp64 inputs; see "Statistics")."""
     n = ref.x.shape[1]
-    mean_abs = _mean_abs(ref)
-    storage = UNIT_ROUNDOFF[stats_dtype] * np.abs(ref.mean) + SUBNORMAL_SPACING[stats_dtype] / 2
-    return k(n) * accumulation_roundoff(dtype) * mean_abs + storage
+    stored = "float64" if dtype == "float64" else "float32"  # the accumulation dtype
+    storage = UNIT_ROUNDOFF[stored] * np.abs(ref.mean) + SUBNORMAL_SPACING[stored] / 2
+    return k(n) * accumulation_roundoff(dtype) * _mean_abs(ref) + storage
 
 
-def rstd_bound(ref: oracle.Forward, dtype: str, stats_dtype: str = "float32") -> np.ndarray:
-    """(M,) bound on the saved rstd's absolute error; ``stats_dtype`` is the dtype it is stored in."""
+def rstd_bound(ref: oracle.Forward, dtype: str) -> np.ndarray:
+    """(M,) bound on the saved rstd's absolute error: the variance's accumulation, relative to
+    var + eps, and its storage in the accumulation dtype."""
     n = ref.x.shape[1]
     max_abs = np.abs(ref.x).max(axis=1) if ref.x.shape[0] else np.zeros(0)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         relative = k(n) * accumulation_roundoff(dtype) * (max_abs + np.abs(ref.mean)) / ref.sigma_eps
-        return (relative + 2 * UNIT_ROUNDOFF[stats_dtype]) * ref.rstd
+        return (relative + 2 * accumulation_roundoff(dtype)) * ref.rstd
 
 
 def _rows_abs(dy: np.ndarray, ref: oracle.Forward) -> np.ndarray:
     return np.abs(np.asarray(dy, dtype=np.float64).reshape(ref.x.shape))
 
 
-def _coarse_statistics(dtype: str, stats_dtype: str | None) -> float:
-    """u_s of saved statistics stored coarser than the accumulation, else 0: storage in
-    the accumulation dtype is one of the few roundings k(N)'s constant 16 absorbs."""
-    if stats_dtype is None or UNIT_ROUNDOFF[stats_dtype] <= accumulation_roundoff(dtype):
-        return 0.0
-    return UNIT_ROUNDOFF[stats_dtype]
-
-
-def xhat_statistics_error(ref: oracle.Forward, dtype: str, stats_dtype: str | None) -> np.ndarray:
-    """(M, N) bound D on the error of xhat recomputed from saved statistics stored in
-    ``stats_dtype``, when that is coarser than the accumulation (else 0).
-
-    A backward that reuses the forward's saved mean and rstd (PyTorch's CPU kernels
-    store them in the input dtype for half inputs, which the forward suite accepts)
-    computes xhat' = (x - mean')*rstd' with mean' = mean + e_m, |e_m| <= u_s*|mean|*(1 + u_s),
-    rstd' = r*(1 + rho), |rho| <= u_s. So xhat' = xhat + Delta with
-    ``|Delta| <= D = u_s*(|xhat| + |mean|*r)*(1 + u_s)``: a large row mean stored in
-    half precision costs u_s*|mean|/sigma in every xhat, far above the fp32 terms.
-    """
-    u_s = _coarse_statistics(dtype, stats_dtype)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return u_s * (np.abs(ref.xhat) + (np.abs(ref.mean) * ref.rstd)[:, None]) * (1 + u_s)
-
-
-def dx_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str, stats_dtype: str | None = None) -> np.ndarray:
+def dx_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str) -> np.ndarray:
     """(M, N): the accumulation part of the dx bound,
-    ``k(N)*u_acc*r*(|g| + mean|g| + (|xhat| + c)*mean|g*xhat|)`` with ``g = dy*weight``,
-    plus the cost of coarse saved statistics (``stats_dtype``, see :func:`xhat_statistics_error`).
+    ``k(N)*u_acc*r*(|g| + mean|g| + (|xhat| + c)*mean|g*xhat|)`` with ``g = dy*weight``.
 
     dx = r*(g - mean(g) - xhat*mean(g*xhat)): the two means are sums of N terms
     (k(N)*u_acc relative to their sums of magnitudes); xhat carries the forward's
     error ``k(N)*u_acc*c`` (c = (|x| + mean|x|)*r, the conditioning term), which
     multiplies mean(g*xhat); r's own relative error multiplies everything.
-
-    Coarse statistics: with xhat' = xhat + Delta and r' = r*(1 + rho) (above),
-    exactly ``dx' - dx = rho*dx - r*(1 + rho)*(Delta*mean(g*xhat) + xhat*mean(g*Delta) + Delta*mean(g*Delta))``,
-    so ``|dx' - dx| <= u_s*r*(|g| + mean|g| + |xhat|*mean|g*xhat|)
-    + r*(1 + u_s)*(D*mean|g*xhat| + |xhat|*mean(|g|*D) + D*mean(|g|*D))``.
     """
     m, n = ref.x.shape
     g = _rows_abs(dy, ref) * np.abs(ref.weight)
-    u_s = _coarse_statistics(dtype, stats_dtype)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         r = ref.rstd[:, None]
         c = (np.abs(ref.x) + _mean_abs(ref)[:, None]) * r
         xhat = np.abs(ref.xhat)
         means = (lambda a: a.mean(axis=1, keepdims=True)) if m else (lambda a: np.zeros((0, 1)))
-        mean_g, mean_gx = means(g), means(g * xhat)
-        bound = k(n) * accumulation_roundoff(dtype) * r * (g + mean_g + (xhat + c) * mean_gx)
-        if u_s:
-            d = xhat_statistics_error(ref, dtype, stats_dtype)
-            mean_gd = means(g * d)
-            bound = bound + u_s * r * (g + mean_g + xhat * mean_gx) + r * (1 + u_s) * (
-                d * mean_gx + xhat * mean_gd + d * mean_gd)
-        return bound
+        return k(n) * accumulation_roundoff(dtype) * r * (g + means(g) + (xhat + c) * means(g * xhat))
 
 
-def dweight_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str, stats_dtype: str | None = None) -> np.ndarray:
+def dweight_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str) -> np.ndarray:
     """(N,): ``(k(N) + k(M))*u_acc*sum_rows(|dy|*(|xhat| + c))``: a sum over M rows of
     dy*xhat, each xhat off by the forward's error. Bounded by the sum of magnitudes,
-    never by |dweight|, which cancels (random-sign terms). Coarse saved statistics
-    add ``sum_rows(|dy|*D)`` exactly (dweight is linear in xhat; D of :func:`xhat_statistics_error`)."""
+    never by |dweight|, which cancels (random-sign terms)."""
     m, n = ref.x.shape
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         c = (np.abs(ref.x) + _mean_abs(ref)[:, None]) * ref.rstd[:, None]
-        dy_abs = _rows_abs(dy, ref)
-        terms = dy_abs * (np.abs(ref.xhat) + c)
-        bound = (k(n) + k(m)) * accumulation_roundoff(dtype) * terms.sum(axis=0)
-        if _coarse_statistics(dtype, stats_dtype):
-            bound = bound + (dy_abs * xhat_statistics_error(ref, dtype, stats_dtype)).sum(axis=0)
-        return bound
+        terms = _rows_abs(dy, ref) * (np.abs(ref.xhat) + c)
+        return (k(n) + k(m)) * accumulation_roundoff(dtype) * terms.sum(axis=0)
 
 
 def dbias_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str) -> np.ndarray:
@@ -181,8 +148,8 @@ def _rounded(value_abs: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def backward_bounds(dy: np.ndarray, ref: oracle.Forward, grads: oracle.Backward, dtype: str,
-                    param_dtype: str | None = None,
-                    stats_dtype: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    param_dtype: str | None = None, stats_dtype: str | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bounds on ``|dx - dx_ref|`` (M, N), ``|dweight - ref|`` and ``|dbias - ref|`` (N,).
 
     With r = 1/sigma_eps and c = (|x| + mean|x|)*r (NUMERICS.md, with mean|x| for |mu| as above):
@@ -192,31 +159,36 @@ def backward_bounds(dy: np.ndarray, ref: oracle.Forward, grads: oracle.Backward,
 
     dx has x's dtype (``dtype``); dweight and dbias have the parameters' dtype
     (``param_dtype``, default ``dtype``), so their output rounding is that dtype's,
-    while the accumulation is fp32 (or fp64) whatever the storage. ``stats_dtype``
-    is the dtype the backend stores its saved mean and rstd in (what
-    ``layer_norm_statistics`` returns; None: the accumulation dtype); coarser storage
-    adds the terms derived in :func:`dx_accumulation` and :func:`dweight_accumulation`.
+    while the accumulation is fp32 (or fp64) whatever the storage.
+
+    One bound for every backend: it depends on the case and the dtypes, never on what
+    a backend exposes (``layer_norm_statistics``) or says about its internals. Saved
+    statistics stored coarser than the accumulation and reused by the backward are a
+    defect, judged as one (a known deviation where a library has it; the hypothesis
+    ``saved statistics rounded to the input dtype`` names it in the failure).
+    ``stats_dtype`` is ignored; it is accepted only so that callers written for the
+    bound that depended on it keep running, and will be removed.
     """
+    del stats_dtype  # one bound, whatever a backend exposes
     params = param_dtype or dtype
     with np.errstate(invalid="ignore", over="ignore"):
-        dx = _rounded(np.abs(grads.dx), dtype) + dx_accumulation(dy, ref, dtype, stats_dtype)
-        dw = _rounded(np.abs(grads.dweight), params) + dweight_accumulation(dy, ref, dtype, stats_dtype)
+        dx = _rounded(np.abs(grads.dx), dtype) + dx_accumulation(dy, ref, dtype)
+        dw = _rounded(np.abs(grads.dweight), params) + dweight_accumulation(dy, ref, dtype)
         db = _rounded(np.abs(grads.dbias), params) + dbias_accumulation(dy, ref, dtype)
     return dx, dw, db
 
 
-def n1_dweight_bound(dy: np.ndarray, ref: oracle.Forward, dtype: str, param_dtype: str | None = None,
-                     stats_dtype: str | None = None) -> np.ndarray:
+def n1_dweight_bound(dy: np.ndarray, ref: oracle.Forward, dtype: str, param_dtype: str | None = None) -> np.ndarray:
     """(1,) bound on |dweight| when N = 1, where the exact value is 0.
 
     With N = 1 the row's mean is x itself, exactly (a sum of one term), so a
     two-pass kernel's xhat = (x - mean)*rstd is exactly 0, and so is dweight. A
     kernel that computes xhat as fma(x, rstd, -(mean*rstd)) (PyTorch's CPU kernels)
     is off by the one rounding of mean*rstd: |xhat'| <= u_acc*|x|*r', where the
-    computed r' <= r*(1 + k(1)*u_acc + u_s) (its accumulation, and u_s for coarse
-    saved statistics). dweight = sum_rows(dy*xhat'), accumulated with
+    computed r' <= r*(1 + k(1)*u_acc + u_acc) (its accumulation, and its storage in
+    the accumulation dtype). dweight = sum_rows(dy*xhat'), accumulated with
     (k(M) + 1)*u_acc, then stored in the parameters' dtype (3*u_par, eta_par):
-    ``|dweight| <= u_acc*(1 + k(1)*u_acc + u_s)*(1 + (k(M) + 1)*u_acc)*(1 + 3*u_par)
+    ``|dweight| <= u_acc*(1 + (k(1) + 1)*u_acc)*(1 + (k(M) + 1)*u_acc)*(1 + 3*u_par)
     * sum_rows(|dy|*|x|*r) + 1.5*eta_par``, some 40x tighter than the general
     dweight bound at N = 1. Any other N = 1 mishandling (x*w + b, a Bessel NaN) is off
     by O(|dy|*|x|*r), ~1/u_acc times more.
@@ -224,8 +196,7 @@ def n1_dweight_bound(dy: np.ndarray, ref: oracle.Forward, dtype: str, param_dtyp
     m = ref.x.shape[0]
     u_acc = accumulation_roundoff(dtype)
     params = param_dtype or dtype
-    u_s = UNIT_ROUNDOFF[stats_dtype] if stats_dtype else u_acc
-    factor = u_acc * (1 + k(1) * u_acc + u_s) * (1 + (k(m) + 1) * u_acc) * (1 + 3 * UNIT_ROUNDOFF[params])
+    factor = u_acc * (1 + (k(1) + 1) * u_acc) * (1 + (k(m) + 1) * u_acc) * (1 + 3 * UNIT_ROUNDOFF[params])
     with np.errstate(invalid="ignore", over="ignore"):
         scale = (_rows_abs(dy, ref) * np.abs(ref.x) * ref.rstd[:, None]).sum(axis=0)
     return factor * scale + 1.5 * SUBNORMAL_SPACING[params]
@@ -246,8 +217,7 @@ def _allowance(value: np.ndarray, dtype: str, rest: np.ndarray) -> np.ndarray:
         return (u3 * np.abs(np.asarray(value, dtype=np.float64)) + 1.5 * SUBNORMAL_SPACING[dtype] + rest) / (1 - u3)
 
 
-def row_sum_bound(dy: np.ndarray, ref: oracle.Forward, dx: np.ndarray, dtype: str,
-                  stats_dtype: str | None = None) -> np.ndarray:
+def row_sum_bound(dy: np.ndarray, ref: oracle.Forward, dx: np.ndarray, dtype: str) -> np.ndarray:
     """(M,) bound on ``|sum_j dx[i, j]|`` for a correct kernel, from its own dx.
 
     Exactly, sum_j dx_j = r*(sum(g) - N*mean(g) - mean(g*xhat)*sum(xhat)) = 0, since
@@ -257,12 +227,11 @@ def row_sum_bound(dy: np.ndarray, ref: oracle.Forward, dx: np.ndarray, dtype: st
     """
     m, n = ref.x.shape
     dx2 = np.asarray(dx, dtype=np.float64).reshape(m, n)
-    allowance = _allowance(dx2, dtype, dx_accumulation(dy, ref, dtype, stats_dtype))
+    allowance = _allowance(dx2, dtype, dx_accumulation(dy, ref, dtype))
     return allowance.sum(axis=1) + max(n - 1, 0) * UNIT_ROUNDOFF["float64"] * np.abs(dx2).sum(axis=1)
 
 
-def xhat_projection_bound(dy: np.ndarray, ref: oracle.Forward, dx: np.ndarray, dtype: str,
-                          stats_dtype: str | None = None) -> np.ndarray:
+def xhat_projection_bound(dy: np.ndarray, ref: oracle.Forward, dx: np.ndarray, dtype: str) -> np.ndarray:
     """(M,) bound on ``|sum_j xhat[i, j]*dx[i, j]|`` for a correct kernel when eps = 0.
 
     Exactly, sum_j xhat_j*dx_j = r*(N*mean(g*xhat) - mean(g)*sum(xhat) - mean(g*xhat)*sum(xhat^2)),
@@ -278,7 +247,7 @@ def xhat_projection_bound(dy: np.ndarray, ref: oracle.Forward, dx: np.ndarray, d
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         c = (np.abs(ref.x) + _mean_abs(ref)[:, None]) * ref.rstd[:, None]
         xhat_error = k(n) * u64 * (c + np.abs(ref.xhat))
-        allowance = _allowance(dx2, dtype, dx_accumulation(dy, ref, dtype, stats_dtype))
+        allowance = _allowance(dx2, dtype, dx_accumulation(dy, ref, dtype))
         return ((np.abs(ref.xhat) * allowance).sum(axis=1) + (np.abs(dx2) * xhat_error).sum(axis=1)
                 + n * u64 * np.abs(ref.xhat * dx2).sum(axis=1))
 

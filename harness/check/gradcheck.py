@@ -174,8 +174,7 @@ def compare(backend: Backend, inputs: Inputs, dy: np.ndarray, what: str, point: 
     grad = np.asarray(grad, dtype=np.float64).reshape(v.shape)
     products = grad * v
     ref = reference(base)
-    bounds = dict(zip(("dx", "dweight", "dbias"), error_model.backward_bounds(dy, ref, oracle.backward(dy, ref), case.dtype,
-                                                                      stats_dtype=run.stats_dtype)))
+    bounds = dict(zip(("dx", "dweight", "dbias"), error_model.backward_bounds(dy, ref, oracle.backward(dy, ref), case.dtype)))
     return Comparison(
         central=central,
         backward=float(products.sum()),

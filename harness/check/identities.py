@@ -19,7 +19,7 @@ import numpy as np
 
 from normbench.backend import Backend
 from normbench.cases import Inputs, make_other_x
-from normbench.check import error_model, oracle
+from normbench.check import error_model, hypotheses, oracle
 from normbench.check.conformance import BackwardRun, ConformanceError, reference, run_backward
 from normbench.check.worst import worst_violation
 
@@ -30,8 +30,21 @@ def _finite_rows(ref: oracle.Forward, dy: np.ndarray) -> np.ndarray:
     return np.isfinite(ref.x).all(axis=1) & np.isfinite(dy2).all(axis=1) & (ref.sigma_eps > 0)
 
 
+def _explain_dx(backend: Backend, inputs: Inputs, dy: np.ndarray, ref: oracle.Forward, dx: np.ndarray) -> str:
+    """The known bug hypotheses that reproduce the dx breaking an identity (under dx's own
+    bound), one line each, indented as the failure's other lines."""
+    case = inputs.case
+    grads = oracle.backward(dy, ref)
+    bound = lambda dtype: error_model.backward_bounds(dy, ref, grads, dtype, case.params)[0]
+    failing = worst_violation(dx, grads.dx, bound(case.dtype))
+    lines = hypotheses.explain("dx", dx, bound(case.dtype), inputs, dy=dy, bound_for=bound,
+                               runtime_note=getattr(backend, "runtime_note", None),
+                               failing_ratio=failing.ratio if failing else 0.0)
+    return "".join(f"  {line}\n" for line in lines)
+
+
 def _row_check(what: str, why: str, values: np.ndarray, bound: np.ndarray, rows: np.ndarray,
-               backend: Backend, inputs: Inputs, ref: oracle.Forward) -> None:
+               backend: Backend, inputs: Inputs, ref: oracle.Forward, explanation=lambda: "") -> None:
     __tracebackhide__ = True
     worst = worst_violation(values, 0.0, bound, where=rows, match_nonfinite=False)
     if worst is None:
@@ -43,6 +56,7 @@ def _row_check(what: str, why: str, values: np.ndarray, bound: np.ndarray, rows:
         f"for a correct gradient ({why}); |value| > bound {worst.bound:.3g}; {worst.out_of_bound('rows')}\n"
         f"  row {row}: mean {ref.mean[row]:.6g}, sigma {np.sqrt(ref.var[row]):.3g}, eps {case.eps:g}, "
         f"N {ref.x.shape[1]}, dtype {case.dtype}\n"
+        f"{explanation()}"
         f"  inputs: normbench.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); "
         f"dy: normbench.cases.make_dy(<case {case.id}>, seed={inputs.seed})")
 
@@ -55,9 +69,10 @@ def check_row_sums(backend: Backend, inputs: Inputs, dy: np.ndarray, run: Backwa
     dx = oracle.rows_view(run.dx, inputs.case.normalized_shape)
     with np.errstate(invalid="ignore", over="ignore"):
         sums = dx.sum(axis=1)
-    bound = error_model.row_sum_bound(dy, ref, dx, inputs.case.dtype, run.stats_dtype)
+    bound = error_model.row_sum_bound(dy, ref, dx, inputs.case.dtype)
     _row_check("sum(dx)", "LayerNorm ignores a constant added to a row; is the mean term mean(dy*weight) "
-               "subtracted exactly once?", sums, bound, _finite_rows(ref, dy), backend, inputs, ref)
+               "subtracted exactly once?", sums, bound, _finite_rows(ref, dy), backend, inputs, ref,
+               lambda: _explain_dx(backend, inputs, dy, ref, dx))
 
 
 def check_xhat_projection(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
@@ -71,9 +86,10 @@ def check_xhat_projection(backend: Backend, inputs: Inputs, dy: np.ndarray, run:
     dx = oracle.rows_view(run.dx, case.normalized_shape)
     with np.errstate(invalid="ignore", over="ignore"):
         sums = (ref.xhat * dx).sum(axis=1)
-    bound = error_model.xhat_projection_bound(dy, ref, dx, case.dtype, run.stats_dtype)
+    bound = error_model.xhat_projection_bound(dy, ref, dx, case.dtype)
     _row_check("sum(xhat*dx)", "with eps = 0 LayerNorm ignores scaling a row; is xhat*mean(dy*weight*xhat) "
-               "subtracted?", sums, bound, _finite_rows(ref, dy), backend, inputs, ref)
+               "subtracted?", sums, bound, _finite_rows(ref, dy), backend, inputs, ref,
+               lambda: _explain_dx(backend, inputs, dy, ref, dx))
 
 
 def check_dbias_independent_of_x(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:

@@ -36,7 +36,8 @@ from normbench.check import error_model, oracle, sensitivity
 from normbench.check.conformance import ConformanceError, host_array
 from normbench.check.worst import worst_violation
 from normbench.dtypes import U64, host_dtype
-from normbench.paper.invariances import SCALES
+from normbench.exceptions import InvalidInput
+from normbench.paper.invariances import rescaling_factors
 from normbench.paper.layer import Layer, make_layer
 
 
@@ -96,13 +97,27 @@ def _context(backend: Backend, case: Case, seed: int) -> str:
     return f"{backend.name} {case.id} (seed {seed})"
 
 
+def skip_reason(backend: Backend, case: Case) -> str | None:
+    """Why the re-scaling checks cannot run within ``backend``'s documented eps range, or None."""
+    _, reason = rescaling_factors(backend.limits, case.eps)
+    return f"{backend.name} documents limits {reason}" if reason else None
+
+
+def _scales(backend: Backend, case: Case) -> tuple[float, ...]:
+    scales, reason = rescaling_factors(backend.limits, case.eps)
+    if reason:
+        raise InvalidInput(f"{case.id}: {backend.name} documents limits {reason}; skip it (geometry.skip_reason)")
+    return scales
+
+
 def check_weight_matrix_gradient(backend: Backend, case: Case, seed: int) -> None:
-    """``delta*dW(delta*W, eps)`` equals ``dW(W, eps/delta^2)`` for every delta in SCALES."""
+    """``delta*dW(delta*W, eps)`` equals ``dW(W, eps/delta^2)`` for every delta of
+    ``invariances.rescaling_factors`` (``SCALES``, or factors inside the backend's eps range)."""
     __tracebackhide__ = True
     layer, dy = make_layer(case, seed), make_dy(case, seed)
     x = layer.x
     gamma = x.shape[0] * U64 / (1 - x.shape[0] * U64)
-    for delta in SCALES:
+    for delta in _scales(backend, case):
         scaled = gradients(backend, case.dtype, layer.with_(w=delta * layer.w).summed_inputs(), layer, dy, case.eps)
         plain = gradients(backend, case.dtype, layer.summed_inputs(), layer, dy, case.eps / delta**2)
         dw_scaled, dw_plain = delta * (x.T @ scaled.dx), x.T @ plain.dx
@@ -117,7 +132,7 @@ def check_gain_gradient(backend: Backend, case: Case, seed: int) -> None:
     """dweight and dbias at ``x -> delta*x`` (eps) equal those at x (eps/delta^2)."""
     __tracebackhide__ = True
     layer, dy = make_layer(case, seed), make_dy(case, seed)
-    for delta in SCALES:
+    for delta in _scales(backend, case):
         scaled = gradients(backend, case.dtype, layer.with_(x=delta * layer.x).summed_inputs(), layer, dy, case.eps)
         plain = gradients(backend, case.dtype, layer.summed_inputs(), layer, dy, case.eps / delta**2)
         context = (f"{_context(backend, case, seed)}: x -> {delta:g}*x must not change the gain's gradient "

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normbench.backend import Backend
+from normbench.backend import Backend, Limits
 from normbench.cases import Case
 from normbench.check.conformance import ConformanceError
 from normbench.check.worst import ratios, worst_violation
@@ -48,6 +48,8 @@ from normbench.paper.normalizations import BackendRowLayerNorm, LayerNormalizer,
 FAR = 10.0
 #: re-scaling factors: 3*2**k keeps the summed inputs exact and covers [1e-3, 1e3]
 SCALES = (3 * 2.0**-10, 3.0, 3 * 2.0**8)
+#: the factors a backend with a documented eps range may use instead (same form, 3*2**k)
+CANDIDATE_SCALES = tuple(3 * 2.0**k for k in range(-10, 9))
 #: the per-case constant added by weight-matrix re-centering, in units of the summed
 #: inputs' sigma (~1): as large as the dtype allows while the shifted summed inputs
 #: keep >= 6 bits of their variation (u*shift <= 2**-6); 2**10 ~ 1e3 in fp32 and fp64,
@@ -79,14 +81,16 @@ class Transformation:
     key: str
     title: str
     paper: dict[str, bool]
-    build: Callable[[Layer, str], list[Instance]]
+    build: Callable[..., list[Instance]]   # (layer, dtype, scales=SCALES)
+    #: whether it re-scales summed inputs by the factors (and so runs eps/delta^2)
+    rescales: bool = False
 
 
-def _matrix_rescaling(layer: Layer, dtype: str) -> list[Instance]:
-    return [Instance(f"W -> {d:g}*W", layer.with_(w=d * layer.w), np.full(layer.rows, d)) for d in SCALES]
+def _matrix_rescaling(layer: Layer, dtype: str, scales: tuple[float, ...] = SCALES) -> list[Instance]:
+    return [Instance(f"W -> {d:g}*W", layer.with_(w=d * layer.w), np.full(layer.rows, d)) for d in scales]
 
 
-def _matrix_recentering(layer: Layer, dtype: str) -> list[Instance]:
+def _matrix_recentering(layer: Layer, dtype: str, scales: tuple[float, ...] = SCALES) -> list[Instance]:
     """W' = W + gamma 1^T: gamma added to every unit's incoming weights adds the case's
     constant gamma.x (about SHIFT * 0.8, different per case) to all its summed inputs."""
     out = []
@@ -105,7 +109,7 @@ def _vector_units(layer: Layer) -> list[tuple[str, np.ndarray]]:
     return [("unit 0", np.arange(1)), (f"units 0..{block - 1}", np.arange(block))]
 
 
-def _vector_rescaling(layer: Layer, dtype: str) -> list[Instance]:
+def _vector_rescaling(layer: Layer, dtype: str, scales: tuple[float, ...] = SCALES) -> list[Instance]:
     out = []
     for what, units in _vector_units(layer):
         w = layer.w.copy()
@@ -114,11 +118,11 @@ def _vector_rescaling(layer: Layer, dtype: str) -> list[Instance]:
     return out
 
 
-def _data_rescaling(layer: Layer, dtype: str) -> list[Instance]:
-    return [Instance(f"x -> {d:g}*x", layer.with_(x=d * layer.x), np.full(layer.rows, d)) for d in SCALES]
+def _data_rescaling(layer: Layer, dtype: str, scales: tuple[float, ...] = SCALES) -> list[Instance]:
+    return [Instance(f"x -> {d:g}*x", layer.with_(x=d * layer.x), np.full(layer.rows, d)) for d in scales]
 
 
-def _data_recentering(layer: Layer, dtype: str) -> list[Instance]:
+def _data_recentering(layer: Layer, dtype: str, scales: tuple[float, ...] = SCALES) -> list[Instance]:
     return [Instance(f"x -> x + {c:g}", layer.with_(x=layer.x + c)) for c in (DATA_SHIFT, -DATA_SHIFT)]
 
 
@@ -127,10 +131,10 @@ def single_case_row(layer: Layer) -> int:
     return layer.rows // 2
 
 
-def _case_rescaling(layer: Layer, dtype: str) -> list[Instance]:
+def _case_rescaling(layer: Layer, dtype: str, scales: tuple[float, ...] = SCALES) -> list[Instance]:
     row = single_case_row(layer)
     out = []
-    for d in SCALES:
+    for d in scales:
         x = layer.x.copy()
         x[row] *= d
         scale = np.ones(layer.rows)
@@ -145,14 +149,15 @@ def _claims(batch: bool, weight: bool, layer: bool) -> dict[str, bool]:
 
 #: the columns of Table 1, in the paper's order, with the paper's claims
 TRANSFORMATIONS: dict[str, Transformation] = {t.key: t for t in (
-    Transformation("weight_matrix_rescaling", "Weight matrix re-scaling", _claims(True, True, True), _matrix_rescaling),
+    Transformation("weight_matrix_rescaling", "Weight matrix re-scaling", _claims(True, True, True), _matrix_rescaling,
+                   True),
     Transformation("weight_matrix_recentering", "Weight matrix re-centering", _claims(False, False, True),
                    _matrix_recentering),
     Transformation("weight_vector_rescaling", "Weight vector re-scaling", _claims(True, True, False), _vector_rescaling),
-    Transformation("dataset_rescaling", "Dataset re-scaling", _claims(True, False, True), _data_rescaling),
+    Transformation("dataset_rescaling", "Dataset re-scaling", _claims(True, False, True), _data_rescaling, True),
     Transformation("dataset_recentering", "Dataset re-centering", _claims(True, False, False), _data_recentering),
     Transformation("single_case_rescaling", "Single training case re-scaling", _claims(False, False, True),
-                   _case_rescaling),
+                   _case_rescaling, True),
 )}
 #: Table 1 as printed in the paper: method -> column -> invariant?
 PAPER_TABLE1: dict[str, dict[str, bool]] = {m: {k: t.paper[m] for k, t in TRANSFORMATIONS.items()} for m in METHODS}
@@ -218,9 +223,49 @@ def compare(norm: Normalizer, layer: Layer, instance: Instance, eps: float) -> D
     return Deviation(instance, np.where(np.isnan(change), np.inf, change), after.bound + before.bound)
 
 
-def measure(norm: Normalizer, layer: Layer, key: str, dtype: str, eps: float) -> list[Deviation]:
-    """Every instance of column ``key`` for one normalizer."""
-    return [compare(norm, layer, inst, eps) for inst in TRANSFORMATIONS[key].build(layer, dtype)]
+def measure(norm: Normalizer, layer: Layer, key: str, dtype: str, eps: float,
+            scales: tuple[float, ...] = SCALES) -> list[Deviation]:
+    """Every instance of column ``key`` for one normalizer (re-scaling by ``scales``)."""
+    return [compare(norm, layer, inst, eps) for inst in TRANSFORMATIONS[key].build(layer, dtype, scales)]
+
+
+def rescaling_factors(limits: Limits, eps: float) -> tuple[tuple[float, ...], str | None]:
+    """The re-scaling factors to use with a backend of documented ``limits`` at ``eps``, and why
+    there are none (else None). The method compares ``LN_eps(delta*a)`` with ``LN_(eps/delta^2)(a)``,
+    so eps/delta^2 must be an eps the library accepts: each factor of :data:`SCALES` whose
+    eps/delta^2 is outside the range is replaced by the factor of :data:`CANDIDATE_SCALES` on
+    the same side of 1 nearest to it whose eps/delta^2 is inside (a library that refuses
+    eps > 1e-3 runs delta = 0.1875, not 0.0029, whose eps/delta^2 is 1.165 at eps = 1e-5), or
+    dropped when there is none.
+
+    >>> from normbench.backend import Limits
+    >>> rescaling_factors(Limits(eps=(0.0, 1e-3)), 1e-5)
+    ((0.1875, 3.0, 768.0), None)
+    >>> rescaling_factors(Limits(eps=(1e-5, 1e-5)), 1e-5)[1]
+    'no re-scaling factor keeps eps/delta^2 inside the documented range [1e-05, 1e-05] (eps 1e-05)'
+    """
+    if eps == 0 or limits.eps_problem(eps) is not None:
+        return (SCALES, None) if eps == 0 else ((), limits.eps_problem(eps))
+    chosen = []
+    for d in SCALES:
+        side = [c for c in CANDIDATE_SCALES if (c < 1) == (d < 1) and c != 1 and limits.eps_problem(eps / c**2) is None]
+        if side:
+            best = min(side, key=lambda c: abs(np.log(c / d)))
+            if best not in chosen:
+                chosen.append(best)
+    if not chosen:
+        low, high = limits.eps
+        return (), (f"no re-scaling factor keeps eps/delta^2 inside the documented range [{low:g}, {high:g}] "
+                    f"(eps {eps:g})")
+    return tuple(chosen), None
+
+
+def skip_reason(backend: Backend, case: Case, key: str) -> str | None:
+    """Why column ``key`` cannot be measured on ``backend`` for ``case`` within its documented limits."""
+    if not TRANSFORMATIONS[key].rescales:
+        return None
+    _, reason = rescaling_factors(backend.limits, case.eps)
+    return f"{backend.name} documents limits {reason}" if reason else None
 
 
 def verdict(deviations: list[Deviation]) -> str:
@@ -261,9 +306,13 @@ def check_column(backend: Backend, case: Case, seed: int, key: str) -> list[Devi
     """The backend's layer norm agrees with the paper's Table 1 cell for column ``key``
     on every instance; raises :class:`ConformanceError` with a diagnosis otherwise."""
     __tracebackhide__ = True
+    reason = skip_reason(backend, case, key)
+    if reason:
+        raise InvalidInput(f"{case.id}: {reason}; skip it (normbench.paper.invariances.skip_reason)")
     norm = LayerNormalizer(BackendRowLayerNorm(backend, case.dtype))
     layer = make_layer(case, seed)
-    deviations = measure(norm, layer, key, case.dtype, case.eps)
+    scales, _ = rescaling_factors(backend.limits, case.eps)
+    deviations = measure(norm, layer, key, case.dtype, case.eps, scales)
     want = expected("layer", key)
     for d in deviations:
         if d.verdict != want:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from normbench import cases
+from normbench.backend import Limits
 from normbench.check.worst import multiple
 from normbench.paper import invariances, recurrent
 from normbench.paper.invariances import FAR, METHOD_TITLES, METHODS, TRANSFORMATIONS, Deviation
@@ -31,10 +32,12 @@ class Cell:
     method: str
     key: str
     deviations: list[Deviation]
+    #: why the cell was not measured (the backend's documented limits), or None
+    skipped: str | None = None
 
     @property
     def verdict(self) -> str:
-        return invariances.verdict(self.deviations)
+        return "skipped" if self.skipped else invariances.verdict(self.deviations)
 
     @property
     def paper(self) -> str:
@@ -42,17 +45,20 @@ class Cell:
 
     @property
     def agrees(self) -> bool:
-        return self.verdict == self.paper
+        """Whether the measured verdict is the paper's (a skipped cell disagrees with nothing)."""
+        return bool(self.skipped) or self.verdict == self.paper
 
     @property
     def max_change(self) -> float:
-        return max(d.max_change for d in self.deviations)
+        return max((d.max_change for d in self.deviations), default=0.0)
 
     @property
     def ratio(self) -> float:
         """The evidence for the verdict: the worst instance's change/bound for "Invariant"
         (<= 1), the weakest instance's for "No" (>= FAR), the worst otherwise."""
         ratios = [d.ratio for d in self.deviations]
+        if not ratios:
+            return 0.0
         return min(ratios) if self.verdict == "No" else max(ratios)
 
 
@@ -64,14 +70,28 @@ class Row:
     dtype: str
     eps: float
 
+    @property
+    def limits(self) -> Limits:
+        """The documented limits of the backend behind the row (none for an oracle)."""
+        backend = getattr(getattr(self.normalizer, "row_norm", None), "backend", None)
+        return backend.limits if backend is not None else Limits()
+
+    def scales(self) -> tuple[tuple[float, ...], str | None]:
+        """The re-scaling factors this row runs (``invariances.rescaling_factors``), and why none."""
+        return invariances.rescaling_factors(self.limits, self.eps)
+
 
 def measure_table(rows: dict[str, Row], seed: int) -> dict[tuple[str, str], Cell]:
     """Every cell of the given rows (method -> Row), on the Table 1 layer of ``seed``."""
     cells = {}
     for method, row in rows.items():
         layer = make_layer(cases.table1_case(row.dtype, row.eps), seed)
-        for key in TRANSFORMATIONS:
-            cells[method, key] = Cell(method, key, invariances.measure(row.normalizer, layer, key, row.dtype, row.eps))
+        scales, reason = row.scales()
+        outside = row.limits.eps_problem(row.eps)
+        for key, t in TRANSFORMATIONS.items():
+            why = outside or (reason if t.rescales else None)
+            cells[method, key] = Cell(method, key, [], f"{row.normalizer.label} documents limits: {why}") if why else \
+                Cell(method, key, invariances.measure(row.normalizer, layer, key, row.dtype, row.eps, scales))
     return cells
 
 
@@ -99,7 +119,8 @@ def render_table(cells: dict[tuple[str, str], Cell], rows: dict[str, Row], seed:
     for m in methods:
         row = [cells[m, k] for k in TRANSFORMATIONS]
         out.append(_line(METHOD_TITLES[m], [c.verdict + ("  !!" if not c.agrees else "") for c in row]))
-        out.append(_line("", [f"{compact(c.max_change)} ({compact(float(f'{c.ratio:.2g}'))}x)" for c in row]))
+        out.append(_line("", ["" if c.skipped else f"{compact(c.max_change)} ({compact(float(f'{c.ratio:.2g}'))}x)"
+                              for c in row]))
     layer = f"{cases.TABLE1_SHAPE[0]} training cases x {INPUT_DIM} inputs -> {cases.TABLE1_SHAPE[1]} units"
     out += ["", f"Invariant: every instance within the error-model bound everywhere; No: every instance at least "
                 f"{FAR:g}x above it somewhere.",
@@ -107,11 +128,15 @@ def render_table(cells: dict[tuple[str, str], Cell], rows: dict[str, Row], seed:
     out += [f"  {METHOD_TITLES[m]}: {rows[m].normalizer.label}, {rows[m].dtype}, eps {rows[m].eps:g}" for m in methods]
     some = make_layer(cases.table1_case("float64"), seed)
     listed: dict[tuple[str, ...], list[str]] = {}
-    for dtype in dict.fromkeys(rows[m].dtype for m in methods):
-        lines = tuple(f"  {t.title}: " + "; ".join(i.label for i in t.build(some, dtype)) for t in TRANSFORMATIONS.values())
-        listed.setdefault(lines, []).append(dtype)
-    for lines, dtypes in listed.items():
-        out += [f"Instances ({', '.join(dtypes)}):", *lines]
+    for m in methods:
+        scales = rows[m].scales()[0] or invariances.SCALES
+        lines = tuple(f"  {t.title}: " + "; ".join(i.label for i in t.build(some, rows[m].dtype, scales))
+                      for t in TRANSFORMATIONS.values())
+        listed.setdefault(lines, []).append(f"{METHOD_TITLES[m]}, {rows[m].dtype}")
+    for lines, where in listed.items():
+        out += [f"Instances ({'; '.join(where)}):", *lines]
+    out += [f"Skipped: {METHOD_TITLES[c.method]} / {TRANSFORMATIONS[c.key].title}: {c.skipped}"
+            for c in cells.values() if c.skipped]
     bad = [c for c in cells.values() if not c.agrees]
     out.append("")
     out.append(f"All {len(cells)} cells agree with the paper." if not bad else
@@ -166,11 +191,13 @@ TABLE1_VERSION = 1
 #: the documented fields of a saved cell (``table1.json``, schema ``normbench.table1`` version 1)
 CELL_FIELDS: dict[str, str] = {
     "key": "the column (a normbench.paper.invariances.TRANSFORMATIONS key)",
-    "measured": "Invariant, No or unclear: the verdict from the measured change against the error-model bound",
+    "measured": "Invariant, No or unclear: the verdict from the measured change against the error-model bound; "
+                "skipped where the backend's documented limits leave no way to measure it",
     "paper": "the paper's claim for this cell (Invariant or No)",
     "agrees": "whether the measured verdict is the paper's",
     "max_change": "max |h' - h| over the layer and the column's instances",
     "ratio": "the evidence: the worst instance's change/bound (the weakest for No)",
+    "skipped": "present only on a skipped cell: why (the backend's documented limits)",
 }
 
 
@@ -193,6 +220,8 @@ def to_document(cells: dict[tuple[str, str], Cell], rows: dict[str, Row], seed: 
                      "description": f"{rows[m].normalizer.label}, {rows[m].dtype}, eps {rows[m].eps:g}",
                      "cells": [{"key": k, "measured": cells[m, k].verdict, "paper": cells[m, k].paper,
                                 "agrees": cells[m, k].agrees, "max_change": float(cells[m, k].max_change),
-                                "ratio": float(cells[m, k].ratio)} for k in TRANSFORMATIONS]}
+                                "ratio": float(cells[m, k].ratio)}
+                               | ({"skipped": cells[m, k].skipped} if cells[m, k].skipped else {})
+                               for k in TRANSFORMATIONS]}
                     for m in methods],
     }

@@ -10,7 +10,9 @@ to 65537 x 8; a GPU-sized case such as a 2**31-element index-overflow case
 would take hours), ``NORMBENCH_TRITON_MAX_ELEMENTS`` overrides it (0: no cap),
 and larger cases are skipped with that reason. Compiled on CUDA there is no cap.
 Under the interpreter its ``timing_note`` says timings would mean nothing there, so the
-throughput suite skips it with that reason while the conformance suites run.
+throughput suite skips it with that reason while the conformance suites run, and its
+``runtime_note`` says what the interpreter computes differently from a GPU (a failure that
+the interpreter explains says so).
 
 Importing this module imports neither torch nor triton: ``normbench list``
 reads the class attributes. They load when the backend is created.
@@ -29,6 +31,11 @@ from normbench.impls.triton.runtime import INTERPRETER_DEVICE, ensure_mode
 MAX_ELEMENTS_ENV = "NORMBENCH_TRITON_MAX_ELEMENTS"
 #: why the throughput suite does not time the interpreter (``Backend.timing_note``)
 TIMING_NOTE = "Triton interpreter on CPU: timings are meaningless"
+#: what the interpreter computes differently from a GPU (``Backend.runtime_note``): a failure it
+#: explains says "explained by the runtime, not the kernel"; ``normbench run`` prints it
+RUNTIME_NOTE = ("Triton interpreter on CPU: it computes bfloat16 arithmetic on raw bit patterns and converts "
+                "fp32 to bfloat16 by truncation (0.57 -> 0.56640625, where a GPU rounds to 0.5703125), so a bfloat16 "
+                "result can fail here for reasons that do not exist on a GPU")
 #: the default cap under the interpreter (about 5 s for a forward of that size on one core)
 INTERPRETER_MAX_ELEMENTS = 1 << 20
 
@@ -66,6 +73,7 @@ class TritonBackend(Backend):
             self.device = INTERPRETER_DEVICE
             self.max_elements = _interpreter_max_elements()
             self.timing_note = TIMING_NOTE
+            self.runtime_note = RUNTIME_NOTE
             return
         if not torch.cuda.is_available():
             raise RuntimeError(f"the Triton kernels are set to compile ({self.mode.reason}) but no CUDA device "

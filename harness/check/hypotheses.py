@@ -1,0 +1,552 @@
+"""Known bug hypotheses: LayerNorm as each bug class of NUMERICS.md computes it, and which
+of them reproduces a failing backend's output.
+
+A :class:`Model` computes LayerNorm in small steps (statistics, rstd, normalization,
+the statistics the backward reuses, dx); each hypothesis is a model with one step
+wrong, written once. The same objects drive two things:
+
+* **Explanations.** When a forward or backward check fails, :func:`explain` computes
+  the failing output under every hypothesis that applies to the case and compares the
+  backend's output with each, under the same bound that failed (or, for a hypothesis
+  about precision, the bound of the precision it names). A hypothesis whose output the
+  backend's is within that bound of *reproduces* it: "matches LayerNorm with eps rounded
+  to float32: 0.05x the bound". This runs only for failing checks: the passing path
+  never computes a hypothesis.
+* **Mutants.** ``tests/mutants.py`` builds its buggy kernels from these models (run in
+  fp32, as a GPU kernel would), so each bug class is written here and nowhere else.
+
+A hypothesis computes in a correct kernel's accumulation precision (fp32; fp64 for fp64
+inputs), as the buggy kernel would, unless its bug is about precision (half accumulation,
+a float64 input computed in fp32): then in the precision the bug names. Hypotheses marked
+``runtime`` describe a runtime (the Triton interpreter), not a kernel; they are tried
+only for a backend whose ``runtime_note`` says it runs on one, and a match says that the
+runtime, not the kernel, is at fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from normbench.cases import Inputs
+from normbench.check.worst import multiple, ratios
+from normbench.dtypes import SUBNORMAL_SPACING, UNIT_ROUNDOFF, host_dtype
+
+F64 = np.float64
+F32 = np.float32
+
+
+def row_mean(a: np.ndarray, acc) -> np.ndarray:
+    """(M, 1) mean of each row of ``a`` accumulated in ``acc`` (zeros for no columns)."""
+    if a.shape[1] == 0 or a.shape[0] == 0:
+        return np.zeros((a.shape[0], 1), acc)
+    return a.mean(axis=1, dtype=acc)[:, None]
+
+
+class Model:
+    """A correct LayerNorm, in the steps a hypothesis may get wrong. ``acc`` is the numpy
+    scalar type every step computes in; ``x`` arrives as (M, N) in ``acc``."""
+
+    #: short key, unique in :data:`REGISTRY`
+    key = "correct"
+    #: NUMERICS.md's bug class(es), "#1", or "" for a bug outside its table
+    bug_class = ""
+    #: what it computes, completing "matches ..."
+    says = "a correct LayerNorm"
+    #: a runtime's behaviour, not a kernel's (tried only where ``Backend.runtime_note`` is set)
+    runtime = False
+    #: which outputs it changes (hypotheses are tried only for a failure of one of them)
+    changes: frozenset[str] = frozenset({"y", "mean", "rstd", "dx", "dweight", "dbias"})
+
+    def applies(self, dtype: str, hidden: int) -> bool:
+        """Whether the bug can show on a case of ``dtype`` and row length ``hidden``."""
+        return True
+
+    def precision(self, dtype: str):
+        """The numpy type the hypothesis computes in for inputs of ``dtype``: the accumulation
+        precision of a correct kernel (fp32, fp64 for fp64 inputs), so that a bug whose damage
+        depends on rounding (a cancellation, a NaN from a variance that should be 0) shows as it
+        does in a kernel; a hypothesis about precision names its own."""
+        return F64 if dtype == "float64" else F32
+
+    def bound_dtype(self, dtype: str) -> str:
+        """The dtype whose bound judges a match (the case's, unless the hypothesis is a precision)."""
+        return dtype
+
+    # -- the steps ------------------------------------------------------------------------
+    def statistics(self, x, eps, acc):
+        mean = x.mean(axis=1, dtype=acc) if x.shape[1] else np.zeros(x.shape[0], acc)
+        centered = x - mean[:, None]
+        var = (centered * centered).mean(axis=1, dtype=acc)
+        return mean, self.rstd(var, eps, acc)
+
+    def rstd(self, var, eps, acc):
+        return acc(1) / np.sqrt(var + acc(eps))
+
+    def normalize(self, x, mean, rstd):
+        return (x - mean[:, None]) * rstd[:, None]
+
+    def saved(self, mean, rstd, dtype: str):
+        """The statistics the backward reuses, as the forward stored them."""
+        return mean, rstd
+
+    def backward_statistics(self, x, eps, acc, dtype: str):
+        return self.saved(*self.statistics(x, eps, acc), dtype)
+
+    def input_grad(self, g, xhat, rstd, acc):
+        """dx = rstd*(g - mean(g) - xhat*mean(g*xhat)), g = dy*weight."""
+        return rstd[:, None] * (g - row_mean(g, acc) - xhat * row_mean(g * xhat, acc))
+
+    def dx(self, g, x, mean, rstd, acc):
+        return self.input_grad(g, self.normalize(x, mean, rstd), rstd, acc)
+
+    def weight_grad(self, terms, dtype: str):
+        """dweight from its (M, N) terms dy*xhat: the column sums (in the terms' precision)."""
+        return terms.sum(axis=0)
+
+    def bias_terms(self, dy, w):
+        """The (M, N) terms whose column sums are dbias."""
+        return dy
+
+    # -- the whole computation, for explanations ------------------------------------------
+    def outputs(self, inputs: Inputs, dy: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """y, mean, rstd (and with ``dy``: dx, dweight, dbias) as float64, rows (M, N)."""
+        case = inputs.case
+        acc = self.precision(case.dtype)
+        n = case.hidden
+        x = np.asarray(inputs.x, dtype=F64).reshape(-1, n)
+        w = None if inputs.weight is None else np.asarray(inputs.weight, dtype=F64).reshape(-1)
+        b = None if inputs.bias is None else np.asarray(inputs.bias, dtype=F64).reshape(-1)
+        with np.errstate(all="ignore"):
+            xa = x.astype(acc)
+            mean, rstd = self.statistics(xa, case.eps, acc)
+            y = np.asarray(self.normalize(xa, mean, rstd), dtype=F64)
+            y = self.finish(y * (1.0 if w is None else w) + (0.0 if b is None else b), case.dtype)
+            smean, srstd = self.saved(mean, rstd, case.dtype)
+            out = {"y": y, "mean": np.asarray(smean, F64)[:, None], "rstd": np.asarray(srstd, F64)[:, None]}
+            if dy is None:
+                return out
+            dy64 = np.asarray(dy, dtype=F64).reshape(-1, n)
+            bmean, brstd = self.backward_statistics(xa, case.eps, acc, case.dtype)
+            g = dy64 * (1.0 if w is None else w)
+            dx = self.dx(g.astype(acc), xa, np.asarray(bmean, acc), np.asarray(brstd, acc), acc)
+            xhat = np.asarray(self.normalize(x, np.asarray(bmean, F64), np.asarray(brstd, F64)), dtype=F64)
+            out.update(dx=np.asarray(dx, dtype=F64),
+                       dweight=np.asarray(self.weight_grad(dy64 * xhat, case.dtype), dtype=F64),
+                       dbias=self.bias_terms(dy64, np.ones(n) if w is None else w).sum(axis=0))
+        return out
+
+    def finish(self, y: np.ndarray, dtype: str) -> np.ndarray:
+        """y as it leaves the kernel (float64 here: the backend's own rounding is in the bound)."""
+        return y
+
+
+# -- the hypotheses: one bug each ----------------------------------------------------------------
+
+
+class EpsFloat32(Model):
+    key, bug_class, says = "eps-float32", "#13", "LayerNorm with eps rounded to float32"
+
+    def applies(self, dtype, hidden):
+        return dtype == "float64"
+
+    def rstd(self, var, eps, acc):
+        return acc(1) / np.sqrt(var + acc(F32(eps)))
+
+
+class OnePassVariance(Model):
+    key, bug_class = "one-pass-variance", "#1"
+    says = "a one-pass variance E[x^2] - E[x]^2 (clamped at 0)"
+
+    def statistics(self, x, eps, acc):
+        mean = x.mean(axis=1, dtype=acc)
+        var = np.maximum((x * x).mean(axis=1, dtype=acc) - mean * mean, acc(0))
+        return mean, self.rstd(var, eps, acc)
+
+
+class OnePassNegativeVariance(OnePassVariance):
+    key, bug_class = "one-pass-negative-variance", "#2"
+    says = "a one-pass variance E[x^2] - E[x]^2 without a clamp (a negative variance reaches rsqrt: NaN)"
+
+    def statistics(self, x, eps, acc):
+        mean = x.mean(axis=1, dtype=acc)
+        return mean, self.rstd((x * x).mean(axis=1, dtype=acc) - mean * mean, eps, acc)
+
+
+class VarianceFloor(Model):
+    key, bug_class, says = "variance-floor", "#3", "LayerNorm with the variance floored at 1e-5"
+
+    def rstd(self, var, eps, acc):
+        return super().rstd(np.maximum(var, acc(1e-5)), eps, acc)
+
+
+class HalfAccumulation(Model):
+    key, bug_class = "half-accumulation", "#4"
+    says = "statistics accumulated in the input dtype (half precision), not fp32"
+
+    def applies(self, dtype, hidden):
+        return dtype in ("float16", "bfloat16")
+
+    def precision(self, dtype):
+        return host_dtype(dtype).type
+
+    def statistics(self, x, eps, acc):
+        mean, rstd = super().statistics(x, eps, acc)
+        return mean.astype(F32), rstd.astype(F32)
+
+    def rstd(self, var, eps, acc):
+        return F32(1) / np.sqrt(var.astype(F32) + F32(eps))
+
+
+class SequentialMean(Model):
+    key, bug_class = "sequential-mean", "#4"
+    says = "a mean summed sequentially in fp32 (error growing as N, not sqrt(N))"
+
+    def applies(self, dtype, hidden):
+        return dtype != "float64" and hidden > 64
+
+    def precision(self, dtype):
+        return F32
+
+    def statistics(self, x, eps, acc):
+        n = x.shape[1]
+        mean = (np.cumsum(x, axis=1, dtype=acc)[:, -1] / acc(n)).astype(acc) if n else np.zeros(x.shape[0], acc)
+        centered = x - mean[:, None]
+        return mean, self.rstd((centered * centered).mean(axis=1, dtype=acc), eps, acc)
+
+
+class PaddedLanes(Model):
+    key, bug_class = "padded-lanes", "#5"
+    says = "padded lanes counted: the row padded with zeros to a power of two enters the variance"
+
+    def applies(self, dtype, hidden):
+        return hidden & (hidden - 1) != 0
+
+    def statistics(self, x, eps, acc):
+        n = x.shape[1]
+        block = 1 << max(n - 1, 0).bit_length()
+        padded = np.zeros((x.shape[0], block), acc)
+        padded[:, :n] = x
+        mean = padded.sum(axis=1, dtype=acc) / acc(n)
+        centered = padded - mean[:, None]
+        return mean, self.rstd((centered * centered).sum(axis=1, dtype=acc) / acc(n), eps, acc)
+
+
+class EpsOutsideSqrt(Model):
+    key, bug_class, says = "eps-outside-sqrt", "#11", "eps outside the square root, 1/(sqrt(var) + eps)"
+
+    def rstd(self, var, eps, acc):
+        return acc(1) / (np.sqrt(var) + acc(eps))
+
+
+class BesselCorrection(Model):
+    key, bug_class, says = "bessel", "#12", "Bessel's correction, the variance divided by N - 1"
+
+    def applies(self, dtype, hidden):
+        return hidden > 1
+
+    def statistics(self, x, eps, acc):
+        n = x.shape[1]
+        mean = x.mean(axis=1, dtype=acc)
+        centered = x - mean[:, None]
+        return mean, self.rstd((centered * centered).sum(axis=1, dtype=acc) / acc(n - 1), eps, acc)
+
+
+class EpsIgnored(Model):
+    key, bug_class, says = "eps-ignored", "#13", "eps ignored (eps = 0)"
+
+    def rstd(self, var, eps, acc):
+        return super().rstd(var, 0.0, acc)
+
+
+class EpsFixed(Model):
+    key, bug_class, says = "eps-fixed", "#13", "the caller's eps not propagated (a default eps = 1e-5 used)"
+
+    def rstd(self, var, eps, acc):
+        return super().rstd(var, 1e-5, acc)
+
+
+class SingleElementIdentity(Model):
+    key, bug_class, says = "n1-identity", "#14", "N = 1 special-cased as y = x*weight + bias"
+
+    def applies(self, dtype, hidden):
+        return hidden == 1
+
+    def normalize(self, x, mean, rstd):
+        return x if x.shape[1] == 1 else super().normalize(x, mean, rstd)
+
+
+class Float64InFloat32(Model):
+    key, bug_class, says = "float64-in-float32", "#15", "float64 data computed in float32"
+    changes = frozenset({"y", "mean", "rstd", "dx", "dweight"})
+
+    def applies(self, dtype, hidden):
+        return dtype == "float64"
+
+    def precision(self, dtype):
+        return F32
+
+    def bound_dtype(self, dtype):
+        return "float32"
+
+
+class SavedStatisticsInInputDtype(Model):
+    key, bug_class = "saved-statistics-input-dtype", "#17"
+    says = "mean and rstd stored in the input dtype (half precision), not fp32, and reused by the backward"
+    changes = frozenset({"mean", "rstd", "dx", "dweight"})
+
+    def applies(self, dtype, hidden):
+        return dtype in ("float16", "bfloat16")
+
+    def saved(self, mean, rstd, dtype):
+        half = host_dtype(dtype)
+        return mean.astype(half).astype(mean.dtype), rstd.astype(half).astype(rstd.dtype)
+
+
+class BackwardRstdWithoutEps(Model):
+    key, bug_class, says = "backward-rstd-without-eps", "#17", "a backward that recomputes rstd without eps"
+    changes = frozenset({"dx", "dweight"})
+
+    def backward_statistics(self, x, eps, acc, dtype):
+        return self.saved(*self.statistics(x, 0.0, acc), dtype)
+
+
+class ExpandedDx(Model):
+    key, bug_class = "dx-expanded", "#7"
+    says = ("dx in the expanded form rstd*g + c2*x + c3 in fp32 (sums over x, not x - mean: "
+            "cancels at large row means)")
+    changes = frozenset({"dx"})
+
+    def dx(self, g, x, mean, rstd, acc):
+        n = acc(x.shape[1])
+        ds = (g * x).sum(axis=1, dtype=acc)
+        db = g.sum(axis=1, dtype=acc)
+        c2 = (db * mean - ds) * rstd * rstd * rstd / n
+        c3 = -c2 * mean - db * rstd / n
+        return rstd[:, None] * g + c2[:, None] * x + c3[:, None]
+
+
+class NoMeanTerm(Model):
+    key, bug_class, says = "dx-no-mean-term", "#7", "dx without the mean(dy*weight) term"
+    changes = frozenset({"dx"})
+
+    def input_grad(self, g, xhat, rstd, acc):
+        return rstd[:, None] * (g - xhat * row_mean(g * xhat, acc))
+
+
+class MeanTermTwice(Model):
+    key, bug_class, says = "dx-mean-twice", "#7", "dx with the mean(dy*weight) term subtracted twice"
+    changes = frozenset({"dx"})
+
+    def input_grad(self, g, xhat, rstd, acc):
+        return super().input_grad(g, xhat, rstd, acc) - rstd[:, None] * row_mean(g, acc)
+
+
+class NoProjection(Model):
+    key, bug_class, says = "dx-no-projection", "#7", "dx without the xhat*mean(dy*weight*xhat) projection"
+    changes = frozenset({"dx"})
+
+    def input_grad(self, g, xhat, rstd, acc):
+        return rstd[:, None] * (g - row_mean(g, acc))
+
+
+class DbiasTimesWeight(Model):
+    key, bug_class, says = "dbias-times-weight", "#8", "dbias computed as sum(dy*weight)"
+    changes = frozenset({"dbias"})
+
+    def bias_terms(self, dy, w):
+        return dy * w
+
+
+class DbiasSevered(Model):
+    key, bug_class, says = "dbias-severed", "#8", "the bias gradient severed (zeros, not sum(dy))"
+    changes = frozenset({"dbias"})
+
+    def bias_terms(self, dy, w):
+        return np.zeros_like(dy)
+
+
+class DweightLastBlockDropped(Model):
+    key, bug_class = "dweight-last-block", "#6"
+    says = "dweight reduced over blocks of 256 rows with the last partial block dropped"
+    changes = frozenset({"dweight"})
+    BLOCK = 256
+
+    def weight_grad(self, terms, dtype):
+        return terms[: (terms.shape[0] // self.BLOCK) * self.BLOCK].sum(axis=0)
+
+
+class DweightHalfAccumulation(Model):
+    key, bug_class = "dweight-half-accumulation", "#4, #6"
+    says = "dweight accumulated row by row in the input dtype (half precision)"
+    changes = frozenset({"dweight"})
+
+    def applies(self, dtype, hidden):
+        return dtype in ("float16", "bfloat16")
+
+    def weight_grad(self, terms, dtype):
+        half = host_dtype(dtype)
+        rounded = terms.astype(half)
+        total = np.zeros(terms.shape[1], half)
+        for row in rounded:
+            total = (total + row).astype(half)
+        return total.astype(F32)
+
+
+class InterpreterBf16Truncation(Model):
+    key, bug_class, runtime = "interpreter-bf16-truncation", "", True
+    says = ("a correct LayerNorm whose fp32 -> bfloat16 conversion truncates (the Triton interpreter's "
+            "conversion: 0.57 -> 0.56640625, where a GPU rounds to nearest even, 0.5703125)")
+    changes = frozenset({"y", "dx"})
+
+    def applies(self, dtype, hidden):
+        return dtype == "bfloat16"
+
+    def precision(self, dtype):
+        return F32
+
+    def finish(self, y, dtype):
+        return truncate_to_bfloat16(y)
+
+    def outputs(self, inputs, dy=None):
+        out = super().outputs(inputs, dy)
+        if "dx" in out:
+            out["dx"] = truncate_to_bfloat16(out["dx"])
+        return out
+
+
+def truncate_to_bfloat16(values: np.ndarray) -> np.ndarray:
+    """float64 values through fp32, then to bfloat16 by truncating the low 16 bits (toward 0).
+
+    >>> float(truncate_to_bfloat16(np.array([0.57]))[0])  # rounding to nearest even gives 0.5703125
+    0.56640625
+    """
+    bits = np.asarray(values, dtype=F64).astype(F32).view(np.uint32) & np.uint32(0xFFFF0000)
+    return bits.view(F32).astype(F64)
+
+
+#: every hypothesis, in the order a failure lists ties
+REGISTRY: tuple[Model, ...] = tuple(cls() for cls in (
+    EpsFloat32, OnePassVariance, OnePassNegativeVariance, VarianceFloor, HalfAccumulation, SequentialMean,
+    PaddedLanes, EpsOutsideSqrt, BesselCorrection, EpsIgnored, EpsFixed, SingleElementIdentity,
+    Float64InFloat32, SavedStatisticsInInputDtype, BackwardRstdWithoutEps, ExpandedDx, NoMeanTerm,
+    MeanTermTwice, NoProjection, DbiasTimesWeight, DbiasSevered, DweightLastBlockDropped, DweightHalfAccumulation,
+    InterpreterBf16Truncation))
+CORRECT = Model()
+BY_KEY: dict[str, Model] = {h.key: h for h in REGISTRY}
+assert len(BY_KEY) == len(REGISTRY), "hypothesis keys must be unique"
+
+
+@dataclass(frozen=True)
+class Match:
+    """How far a backend's output is from a hypothesis's, in multiples of the bound."""
+
+    hypothesis: Model
+    ratio: float           # the largest |got - predicted|/bound over the rows it matches
+    rows: int = 0          # rows that match (0: not counted by rows)
+    of: int = 0            # rows compared
+
+    @property
+    def matches(self) -> bool:
+        return self.ratio <= 1
+
+    def words(self) -> str:
+        h = self.hypothesis
+        tag = f" (bug class {h.bug_class})" if h.bug_class else ""
+        where = f" in {self.rows} of {self.of} rows" if self.rows < self.of else ""
+        return f"{h.says}{tag}: {multiple(self.ratio)} the bound{where}"
+
+
+def row_ratios(got: np.ndarray, predicted: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """``|got - predicted|/bound`` elementwise; a non-finite value agrees only with a non-finite
+    prediction (and then counts 0), as the conformance comparison does."""
+    got, predicted, bound = np.broadcast_arrays(np.asarray(got, F64), np.asarray(predicted, F64),
+                                                np.asarray(bound, F64))
+    with np.errstate(invalid="ignore", over="ignore"):
+        r = ratios(np.abs(got - predicted), bound)
+    return np.where(~np.isfinite(got) & ~np.isfinite(predicted), 0.0, r)
+
+
+#: a hypothesis matches a result of many rows (at least ``TIE_ROWS``) when it reproduces all but
+#: ``TIE_FRACTION`` of them: its statistics, computed in another order, may round the other way
+#: at an exact tie of the storage dtype (a row mean of exactly 2.8046875 stored in bfloat16)
+TIE_ROWS, TIE_FRACTION = 100, 0.01
+
+
+def _match(h: Model, r: np.ndarray, by_rows: bool) -> Match:
+    if not r.size:
+        return Match(h, 0.0)
+    if not by_rows or r.shape[0] < TIE_ROWS:
+        return Match(h, float(r.max()))
+    per_row = r.reshape(r.shape[0], -1).max(axis=1)
+    good = per_row <= 1
+    if good.all() or (~good).sum() > TIE_FRACTION * r.shape[0]:
+        return Match(h, float(per_row.max()), len(per_row), len(per_row))
+    return Match(h, float(per_row[good].max()), int(good.sum()), len(per_row))
+
+
+def _rounding(what: str, predicted: np.ndarray, case) -> np.ndarray:
+    """The output-rounding term of the error model at the hypothesis's value: the bound that
+    failed rounds at the correct value's magnitude, and a bug may make the value far larger
+    (dx without its mean term), which a kernel then rounds to its output dtype (saved
+    statistics: to at most the input dtype)."""
+    dtype = case.params if what in ("dweight", "dbias") else case.dtype
+    with np.errstate(invalid="ignore", over="ignore"):
+        return 3 * (UNIT_ROUNDOFF[dtype] * np.abs(np.nan_to_num(predicted)) + SUBNORMAL_SPACING[dtype] / 2)
+
+
+#: a hypothesis that misses the bound is still named as the closest when it is this many times
+#: closer to the backend's output than a correct LayerNorm is
+CLOSER = 10.0
+
+
+def explain(what: str, got: np.ndarray, bound: np.ndarray, inputs: Inputs, *, dy: np.ndarray | None = None,
+            bound_for: Callable[[str], np.ndarray] | None = None, runtime_note: str | None = None,
+            failing_ratio: float = np.inf) -> tuple[str, ...]:
+    """The lines a failure of ``what`` (y, mean, rstd, dx, dweight, dbias) adds: which known bug
+    hypotheses reproduce ``got`` within ``bound`` (``bound_for(dtype)``: the bound in another
+    dtype's precision, for hypotheses about precision), else the closest one if it is
+    :data:`CLOSER` times closer than ``failing_ratio`` (the failure's own multiple of the bound).
+    ``runtime_note``: the backend's ``runtime_note``; runtime hypotheses are tried only with one.
+
+    >>> from normbench import cases
+    >>> case = cases.Case("demo", (4, 8), (8,), "float64", dist="sigmasqrteps")
+    >>> inputs = cases.make_inputs(case, 0)
+    >>> y = EpsFloat32().outputs(inputs)["y"]
+    >>> explain("y", y, np.full(y.shape, 1e-15), inputs)[0]
+    'explained: y matches LayerNorm with eps rounded to float32 (bug class #13): 0x the bound'
+    """
+    case = inputs.case
+    shape = np.shape(got)
+    got = np.asarray(got, dtype=F64)
+    matches = []
+    for h in REGISTRY:
+        if what not in h.changes or not h.applies(case.dtype, case.hidden) or (h.runtime and not runtime_note):
+            continue
+        try:
+            predicted = h.outputs(inputs, dy)[what]
+        except Exception:  # a hypothesis that cannot be computed on this case explains nothing
+            continue
+        hb = bound if h.bound_dtype(case.dtype) == case.dtype or bound_for is None else \
+            bound_for(h.bound_dtype(case.dtype))
+        predicted = np.reshape(predicted, shape)
+        r = row_ratios(got, predicted, np.reshape(hb, shape) + _rounding(what, predicted, case))
+        matches.append(_match(h, r, what in ("y", "dx", "mean", "rstd") and r.ndim == 2))
+    if not matches:
+        return ()
+    matches.sort(key=lambda m: m.ratio)
+    good = [m for m in matches if m.matches]
+    lines = []
+    for m in good:
+        if m.hypothesis.runtime:
+            lines.append(f"explained by the runtime, not the kernel: {runtime_note}; {what} matches {m.words()}")
+        else:
+            lines.append(f"explained: {what} matches {m.words()}")
+    if good:
+        return tuple(lines)
+    best = matches[0]
+    closest = f"; closest: {best.words()}" if np.isfinite(best.ratio) and best.ratio * CLOSER <= failing_ratio else ""
+    return (f"no known bug hypothesis reproduces {what} within the bound (normbench.check.hypotheses, "
+            f"{len(matches)} tried){closest}",)
