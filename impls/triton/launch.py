@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 import struct
 from collections.abc import Iterator, Sequence
 
@@ -52,11 +53,22 @@ def statistics_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-@functools.cache
+#: under the interpreter, launch with a GPU's configuration of this many SMs (set by
+#: ``normbench.perf.traffic.emulated_gpu`` to count a GPU launch's traffic)
+EMULATED_SM_COUNT_ENV = "NORMBENCH_EMULATED_SM_COUNT"
+
+
 def _target(device: torch.device) -> heuristics.Target:
-    """What the heuristics need to know about the device (queried once, at the first launch)."""
+    """What the heuristics need to know about the device."""
     if device.type != "cuda":
-        return heuristics.Target.interpreted()
+        emulated = os.environ.get(EMULATED_SM_COUNT_ENV, "").strip()
+        return heuristics.Target(int(emulated)) if emulated else heuristics.Target.interpreted()
+    return _cuda_target(device)
+
+
+@functools.cache
+def _cuda_target(device: torch.device) -> heuristics.Target:
+    """A CUDA device's (queried once, at its first launch)."""
     return heuristics.Target(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
