@@ -397,21 +397,26 @@ class DweightHalfAccumulation(Model):
 
 class InterpreterBf16Truncation(Model):
     key, bug_class, runtime = "interpreter-bf16-truncation", "", True
-    says = ("a correct LayerNorm whose fp32 -> bfloat16 conversion truncates (the Triton interpreter's "
-            "conversion: 0.57 -> 0.56640625, where a GPU rounds to nearest even, 0.5703125)")
+    says = ("a correct LayerNorm whose bfloat16 steps (xhat, weight*xhat, + bias, and dx) are converted from fp32 "
+            "by truncation, as the Triton interpreter converts (0.57 -> 0.56640625, where a GPU rounds to nearest "
+            "even, 0.5703125)")
     changes = frozenset({"y", "dx"})
 
     def applies(self, dtype, hidden):
         return dtype == "bfloat16"
 
-    def precision(self, dtype):
-        return F32
-
-    def finish(self, y, dtype):
-        return truncate_to_bfloat16(y)
-
     def outputs(self, inputs, dy=None):
         out = super().outputs(inputs, dy)
+        case, n = inputs.case, inputs.case.hidden
+        x = np.asarray(inputs.x, dtype=F32).reshape(-1, n)
+        with np.errstate(all="ignore"):
+            mean, rstd = self.statistics(x, case.eps, F32)
+            y = truncate_to_bfloat16(self.normalize(x, mean, rstd))
+            if inputs.weight is not None:
+                y = truncate_to_bfloat16(y * np.asarray(inputs.weight, F64).reshape(-1))
+            if inputs.bias is not None:
+                y = truncate_to_bfloat16(y + np.asarray(inputs.bias, F64).reshape(-1))
+        out["y"] = y
         if "dx" in out:
             out["dx"] = truncate_to_bfloat16(out["dx"])
         return out
