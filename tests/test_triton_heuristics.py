@@ -23,7 +23,7 @@ def test_forward_covers_every_row_once(target, acc_bytes):
             assert cfg.looped == (h.next_pow2(n) * acc_bytes > h.FUSED_MAX_BYTES)
             assert cfg.looped or cfg.block_n >= n
             assert cfg.grid[0] * cfg.block_m >= rows > (cfg.grid[0] - 1) * cfg.block_m
-            assert cfg.num_warps in (1, 2, 4, 8, 16)
+            assert cfg.num_warps in (1, 2, 4, 8, 16, 32)
 
 
 @pytest.mark.parametrize("acc_bytes", [4, 8])
@@ -39,8 +39,8 @@ def test_backward_programs_cover_every_row_and_none_is_idle(target, acc_bytes):
             assert cfg.programs <= max(target.sm_count * h.PROGRAMS_PER_SM, 2 * math.isqrt(units) + 2)
             chain = cfg.tiles_per_program + (cfg.block_m if target.interpreter else 0)
             assert chain <= 2 * max(h.CHAIN_MIN, math.isqrt(rows)), "dweight/dbias sums must stay blocked"
-            assert cfg.column_chunks * cfg.block_n >= n
-            assert cfg.looped == (cfg.column_chunks > 1 or h.next_pow2(n) * acc_bytes > h.BACKWARD_FUSED_MAX_BYTES)
+            assert cfg.looped or cfg.block_n >= n  # a looped program walks whole rows in chunks
+            assert cfg.looped == (h.next_pow2(n) * acc_bytes > h.BACKWARD_FUSED_MAX_BYTES)
             r = h.reduce_config(cfg.programs, n, target)
             assert r.grid[0] * r.block_n >= n and r.block_p <= h.next_pow2(cfg.programs)
 
@@ -61,3 +61,62 @@ def test_row_in_registers_up_to_16k_fp32_values():
     assert h.forward_config(8192, 8193, 8, GPU).looped
     small = h.forward_config(8192, 256, 4, GPU)
     assert small.block_m == h.TILE_BYTES // 4 // 256 and small.grid == (8192 * 256 * 4 // h.TILE_BYTES,)
+
+
+# -- traffic and static pins for the GPU sweep (issue 14): plain Python and the published tables --
+
+import csv  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from normbench.cases import THROUGHPUT_GPU_CASES  # noqa: E402
+from normbench.perf.roofline import direction_bytes  # noqa: E402
+
+REPORT = Path(__file__).resolve().parents[1] / "reports" / "traffic-h100"
+ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def traffic_target(direction: str, hidden: int) -> float:
+    """Issue 14: forward <= 1.02x the byte model; backward <= 1.05x up to 32768, <= 1.20x at 65536."""
+    return 1.02 if direction == "forward" else (1.05 if hidden <= 32768 else 1.20)
+
+
+def predicted_unique(rows: int, hidden: int, dtype: str, direction: str) -> int:
+    return (direction_bytes(rows, hidden, dtype, direction)
+            + h.traffic_beyond_model(rows, hidden, 4, GPU, direction, ITEMSIZE[dtype]))
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_every_shape_of_the_gpu_sweep_is_at_the_traffic_floor(direction):
+    """Unique traffic / byte model with the H100 launch configuration (the counter checks the
+    formula in tests/test_traffic_triton.py); the worst backward is 1.043 (bf16, hidden >= 16384)."""
+    for c in THROUGHPUT_GPU_CASES:
+        ratio = predicted_unique(c.rows, c.hidden, c.dtype, direction) / direction_bytes(c.rows, c.hidden, c.dtype,
+                                                                                        direction)
+        assert ratio <= traffic_target(direction, c.hidden), (c.id, direction, ratio)
+
+
+#: launches of the sweep below 32 resident warps per SM by the static estimate, by arch: the
+#: half-type backward rows (74-76 registers at 16 warps: one CTA per SM; see
+#: docs/triton-kernels.md, what is left), besides the final reduction, whose grid
+#: (hidden/128 programs) is smaller than the GPU
+BELOW_32_WARPS = {
+    90: {("layer_norm_backward_rows", dtype, n) for dtype in ("bfloat16", "float16") for n in (512, 1024)},
+    80: {("layer_norm_backward_rows", dtype, 2048) for dtype in ("bfloat16", "float16")},
+}
+
+
+@pytest.mark.parametrize("arch", [90, 80])
+def test_the_published_static_table_has_no_spills_and_16_byte_accesses(arch):
+    """reports/traffic-h100/kernels-sm<arch>.csv (``python -m normbench.perf.kernel_stats``; sm_80
+    with an A100's launch configuration and limits)."""
+    with open(REPORT / f"kernels-sm{arch}.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {(int(r["rows"]), int(r["hidden"]), r["dtype"]) for r in rows} == {
+        (c.rows, c.hidden, c.dtype) for c in THROUGHPUT_GPU_CASES}
+    for r in rows:
+        assert int(r["spill_bytes"]) == 0, r["label"]
+        if r["kernel"] == "layer_norm_reduce_partials":
+            continue
+        assert int(r["widest_load"]) == 16 and int(r["widest_store"]) == 16, r["label"]
+        if (r["kernel"], r["dtype"], int(r["hidden"])) not in BELOW_32_WARPS[arch]:
+            assert int(r["resident_warps"]) >= 32, r["label"]

@@ -10,7 +10,9 @@ recomputed) and ``g = dy * weight``::
 dweight and dbias are column sums over all M rows. A *persistent* grid of
 programs each walks a contiguous range of rows, keeps ACC partial sums in
 registers, and writes them once to row ``pid`` of a ``(programs, N)`` buffer;
-``layer_norm_reduce_partials`` then sums that buffer's rows in a fixed order.
+``layer_norm_reduce_partials`` then sums that buffer's rows in a fixed order
+(rows too long for registers: ``layer_norm_backward_looped``, whole rows per
+program in chunks, partial rows in memory).
 No atomics, no locks: the result is bit-identical from run to run.
 
 Layout as in the forward: x and dy through row strides (dy's may be 0, a
@@ -47,6 +49,7 @@ def layer_norm_backward_rows(
     ACC: tl.constexpr,  # accumulation dtype
     BLOCK_M: tl.constexpr,  # rows per tile
     BLOCK_N: tl.constexpr,  # next power of two >= N: whole rows in registers
+    TILE_ACCUMULATORS: tl.constexpr,  # partial sums as (BLOCK_M, BLOCK_N) tiles, else per column
 ):
     """Persistent: contiguous tiles of BLOCK_M whole rows, partial sums in registers."""
     pid = tl.program_id(0)
@@ -54,8 +57,12 @@ def layer_norm_backward_rows(
     col_mask = cols < N
     if HAS_WEIGHT:
         w = tl.load(W + cols, mask=col_mask, other=0.0).to(ACC)
-    dw_acc = tl.zeros((BLOCK_M, BLOCK_N), ACC)
-    db_acc = tl.zeros((BLOCK_M, BLOCK_N), ACC)
+    if TILE_ACCUMULATORS:
+        dw_acc = tl.zeros((BLOCK_M, BLOCK_N), ACC)
+        db_acc = tl.zeros((BLOCK_M, BLOCK_N), ACC)
+    else:
+        dw_acc = tl.zeros((BLOCK_N,), ACC)
+        db_acc = tl.zeros((BLOCK_N,), ACC)
     first = pid * tiles_per_program
     for tile in range(first, first + tiles_per_program):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -75,105 +82,104 @@ def layer_norm_backward_rows(
             mean_g = tl.sum(g, axis=1) / N
             dx = (g - (xhat * mean_gx[:, None] + mean_g[:, None])) * rstd[:, None]
             tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        if COMPUTE_DW:
-            dw_acc += dy * xhat
-        if COMPUTE_DB:
-            db_acc += dy
+        if TILE_ACCUMULATORS:
+            if COMPUTE_DW:
+                dw_acc += dy * xhat
+            if COMPUTE_DB:
+                db_acc += dy
+        else:  # a column sum per tile: 1-D accumulators, fewer registers (see heuristics)
+            if COMPUTE_DW:
+                dw_acc += tl.sum(dy * xhat, axis=0)
+            if COMPUTE_DB:
+                db_acc += tl.sum(dy, axis=0)
+    if TILE_ACCUMULATORS:
+        dw_sum = tl.sum(dw_acc, axis=0)
+        db_sum = tl.sum(db_acc, axis=0)
+    else:
+        dw_sum = dw_acc
+        db_sum = db_acc
     partial = pid.to(tl.int64) * N + cols
     if COMPUTE_DW:
-        tl.store(DW_PARTIAL + partial, tl.sum(dw_acc, axis=0), mask=col_mask)
+        tl.store(DW_PARTIAL + partial, dw_sum, mask=col_mask)
     if COMPUTE_DB:
-        tl.store(DB_PARTIAL + partial, tl.sum(db_acc, axis=0), mask=col_mask)
+        tl.store(DB_PARTIAL + partial, db_sum, mask=col_mask)
 
 
 @triton.jit
-def layer_norm_backward_row_sums(
+def layer_norm_backward_looped(
     DY,  # *dy: element (row, col) at DY + row * stride_dy_row + col
     X,  # *x: element (row, col) at X + row * stride_x_row + col
     W,  # *weight (N,), contiguous; read only if HAS_WEIGHT
     MEAN,  # *mean (M,), ACC dtype
     RSTD,  # *rstd (M,), ACC dtype
-    SUMS,  # *(M, 2) ACC, written: mean(g * xhat) and mean(g) of each row
-    stride_dy_row,  # elements between consecutive rows of dy
-    stride_x_row,  # elements between consecutive rows of x
-    N,  # elements per row
-    HAS_WEIGHT: tl.constexpr,
-    ACC: tl.constexpr,  # accumulation dtype
-    BLOCK_N: tl.constexpr,  # chunk size
-):
-    """Looped path, step 1: one program per row, the two row means dx needs."""
-    row = tl.program_id(0).to(tl.int64)
-    mean = tl.load(MEAN + row)
-    rstd = tl.load(RSTD + row)
-    acc_gx = tl.zeros((BLOCK_N,), ACC)
-    acc_g = tl.zeros((BLOCK_N,), ACC)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(ACC)
-        g = tl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(ACC)
-        if HAS_WEIGHT:
-            g = g * tl.load(W + cols, mask=mask, other=0.0).to(ACC)
-        acc_gx += g * tl.where(mask, (x - mean) * rstd, 0.0)
-        acc_g += g
-    tl.store(SUMS + 2 * row, tl.sum(acc_gx, axis=0) / N)
-    tl.store(SUMS + 2 * row + 1, tl.sum(acc_g, axis=0) / N)
-
-
-@triton.jit
-def layer_norm_backward_columns(
-    DY,  # *dy: element (row, col) at DY + row * stride_dy_row + col
-    X,  # *x: element (row, col) at X + row * stride_x_row + col
-    W,  # *weight (N,), contiguous; read only if HAS_WEIGHT
-    MEAN,  # *mean (M,), ACC dtype
-    RSTD,  # *rstd (M,), ACC dtype
-    SUMS,  # *(M, 2) ACC from layer_norm_backward_row_sums
     DX,  # *dx: contiguous (M, N), x's dtype; written only if COMPUTE_DX
-    DW_PARTIAL,  # *(programs, N) ACC: row pid, columns of this chunk
-    DB_PARTIAL,  # *(programs, N) ACC
+    DW_PARTIAL,  # *(programs, N) ACC: this program's row of dweight partial sums
+    DB_PARTIAL,  # *(programs, N) ACC: the same for dbias
     stride_dy_row,  # elements between consecutive rows of dy
     stride_x_row,  # elements between consecutive rows of x
     M,  # number of rows
     N,  # elements per row
-    rows_per_program,  # program (pid, chunk) walks rows [pid, pid + 1) * rows_per_program
+    rows_per_program,  # program pid walks rows [pid, pid + 1) * rows_per_program
     HAS_WEIGHT: tl.constexpr,
     COMPUTE_DX: tl.constexpr,
     COMPUTE_DW: tl.constexpr,
     COMPUTE_DB: tl.constexpr,
     ACC: tl.constexpr,  # accumulation dtype
-    BLOCK_N: tl.constexpr,  # columns per chunk
+    BLOCK_N: tl.constexpr,  # chunk size: each row is walked in chunks of BLOCK_N
 ):
-    """Looped path, step 2: a grid of (row ranges, column chunks); each program
-    walks its contiguous rows over one chunk, writes dx and keeps partial sums."""
+    """Rows too long for registers: persistent programs, each walking contiguous whole rows.
+
+    For each row, pass 1 walks it in chunks for the two row means dx needs;
+    pass 2 walks it again (its chunks still in L1/L2: one row of x and dy per
+    program), writes dx, and adds the row's dweight/dbias terms to this
+    program's row of the partial buffers (read back from L2; the program's
+    first row writes it without reading). x and dy leave DRAM once, in one
+    launch; the partial rows are written once per program. Fixed order, no
+    atomics: bit-identical run to run.
+    """
     pid = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = cols < N
-    if HAS_WEIGHT:
-        w = tl.load(W + cols, mask=mask, other=0.0).to(ACC)
-    dw_acc = tl.zeros((BLOCK_N,), ACC)
-    db_acc = tl.zeros((BLOCK_N,), ACC)
     first = pid * rows_per_program
+    partial = pid.to(tl.int64) * N
     for r in range(first, tl.minimum(first + rows_per_program, M)):
         row = tl.cast(r, tl.int64)
-        x = tl.load(X + row * stride_x_row + cols, mask=mask, other=0.0).to(ACC)
-        dy = tl.load(DY + row * stride_dy_row + cols, mask=mask, other=0.0).to(ACC)
+        x_row = X + row * stride_x_row
+        dy_row = DY + row * stride_dy_row
+        mean = tl.load(MEAN + row)
         rstd = tl.load(RSTD + row)
-        xhat = tl.where(mask, (x - tl.load(MEAN + row)) * rstd, 0.0)
         if COMPUTE_DX:
-            g = dy
-            if HAS_WEIGHT:
-                g = dy * w
-            dx = (g - (xhat * tl.load(SUMS + 2 * row) + tl.load(SUMS + 2 * row + 1))) * rstd
-            tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
-        if COMPUTE_DW:
-            dw_acc += dy * xhat
-        if COMPUTE_DB:
-            db_acc += dy
-    partial = pid.to(tl.int64) * N + cols
-    if COMPUTE_DW:
-        tl.store(DW_PARTIAL + partial, dw_acc, mask=mask)
-    if COMPUTE_DB:
-        tl.store(DB_PARTIAL + partial, db_acc, mask=mask)
+            acc_gx = tl.zeros((BLOCK_N,), ACC)
+            acc_g = tl.zeros((BLOCK_N,), ACC)
+            for start in range(0, N, BLOCK_N):
+                cols = start + tl.arange(0, BLOCK_N)
+                mask = cols < N
+                x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+                g = tl.load(dy_row + cols, mask=mask, other=0.0).to(ACC)
+                if HAS_WEIGHT:
+                    g = g * tl.load(W + cols, mask=mask, other=0.0).to(ACC)
+                acc_gx += g * tl.where(mask, (x - mean) * rstd, 0.0)
+                acc_g += g
+            mean_gx = tl.sum(acc_gx, axis=0) / N
+            mean_g = tl.sum(acc_g, axis=0) / N
+        read_partials = tl.where(r > first, N, 0)  # the program's first row starts its partial sums
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = cols < N
+            again = cols < read_partials
+            x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+            dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(ACC)
+            xhat = tl.where(mask, (x - mean) * rstd, 0.0)
+            if COMPUTE_DX:
+                g = dy
+                if HAS_WEIGHT:
+                    g = dy * tl.load(W + cols, mask=mask, other=0.0).to(ACC)
+                dx = (g - (xhat * mean_gx + mean_g)) * rstd
+                tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
+            if COMPUTE_DW:
+                dw = tl.load(DW_PARTIAL + partial + cols, mask=again, other=0.0)
+                tl.store(DW_PARTIAL + partial + cols, dw + dy * xhat, mask=mask)
+            if COMPUTE_DB:
+                db = tl.load(DB_PARTIAL + partial + cols, mask=again, other=0.0)
+                tl.store(DB_PARTIAL + partial + cols, db + dy, mask=mask)
 
 
 @triton.jit

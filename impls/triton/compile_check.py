@@ -19,6 +19,7 @@ the one ``triton/tools/compile.py`` uses, present in Triton 3.0 to 3.9.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import subprocess
@@ -48,8 +49,8 @@ class Variant:
 
     @property
     def label(self) -> str:
-        shown = {k: v for k, v in self.constexprs if k.startswith("BLOCK")}
-        flags = [k for k, value in self.constexprs if value is False]
+        shown = {k: v for k, v in self.constexprs if k.startswith("BLOCK") or k == "TILE_ACCUMULATORS"}
+        flags = [k for k, value in self.constexprs if value is False and k != "TILE_ACCUMULATORS"]
         absent = f", no {'/'.join(flags)}" if flags else ""
         return f"{self.kernel}[{self.x}/{self.params}, N={self.n}, warps={self.num_warps}, {shown}{absent}]"
 
@@ -59,30 +60,48 @@ AFFINES = {"wb": (True, True, True, True, True), "none": (False, False, True, Fa
            "dweight-only": (True, False, False, True, False)}
 
 
-def variants(n: int, x: str, params: str, affine: str = "wb") -> list[Variant]:
-    """Every kernel the wrappers launch for ROWS x n inputs of these dtypes and ``affine``."""
+def variants(n: int, x: str, params: str, affine: str = "wb", rows: int = ROWS,
+             target: heuristics.Target = TARGET) -> list[Variant]:
+    """Every kernel the wrappers launch for ``rows`` x n inputs of these dtypes and ``affine``."""
+    return [v for v, _ in _launches(n, x, params, affine, rows, target)]
+
+
+def _launches(n: int, x: str, params: str, affine: str, rows: int,
+              target: heuristics.Target) -> list[tuple[Variant, int]]:
+    """Each kernel a forward and a backward launch, with its number of programs."""
     acc_bytes = 8 if x == "float64" else 4
     has_w, has_b, dx, dw, db = AFFINES[affine]
     flags = (("HAS_WEIGHT", has_w), ("HAS_BIAS", has_b))
     grads = (("HAS_WEIGHT", has_w), ("COMPUTE_DX", dx), ("COMPUTE_DW", dw), ("COMPUTE_DB", db))
     out = []
-    f = heuristics.forward_config(ROWS, n, acc_bytes, TARGET)
+    f = heuristics.forward_config(rows, n, acc_bytes, target)
     name = "layer_norm_forward_looped" if f.looped else "layer_norm_forward_rows"
     block = (("BLOCK_N", f.block_n),) if f.looped else (("BLOCK_M", f.block_m), ("BLOCK_N", f.block_n))
-    out.append(Variant(name, x, params, n, f.num_warps, flags + block))
-    b = heuristics.backward_config(ROWS, n, acc_bytes, TARGET)
+    out.append((Variant(name, x, params, n, f.num_warps, flags + block), math.prod(f.grid)))
+    b = heuristics.backward_config(rows, n, acc_bytes, target, 2 if x in ("float16", "bfloat16") else acc_bytes)
     if b.looped:
-        out.append(Variant("layer_norm_backward_row_sums", x, params, n, b.num_warps,
-                           (("HAS_WEIGHT", has_w), ("BLOCK_N", b.block_n))))
-        out.append(Variant("layer_norm_backward_columns", x, params, n, b.num_warps, grads + (("BLOCK_N", b.block_n),)))
+        out.append((Variant("layer_norm_backward_looped", x, params, n, b.num_warps, grads + (("BLOCK_N", b.block_n),)),
+                    b.programs))
     else:
-        out.append(Variant("layer_norm_backward_rows", x, params, n, b.num_warps,
-                           grads + (("BLOCK_M", b.block_m), ("BLOCK_N", b.block_n))))
+        out.append((Variant("layer_norm_backward_rows", x, params, n, b.num_warps,
+                            grads + (("BLOCK_M", b.block_m), ("BLOCK_N", b.block_n),
+                                     ("TILE_ACCUMULATORS", b.tile_accumulators))), b.programs))
     if dw or db:
-        r = heuristics.reduce_config(b.programs, n, TARGET)
-        out.append(Variant("layer_norm_reduce_partials", x, params, n, r.num_warps,
-                           (("COMPUTE_DW", dw), ("COMPUTE_DB", db), ("BLOCK_P", r.block_p), ("BLOCK_N", r.block_n))))
+        r = heuristics.reduce_config(b.programs, n, target)
+        out.append((Variant("layer_norm_reduce_partials", x, params, n, r.num_warps,
+                            (("COMPUTE_DW", dw), ("COMPUTE_DB", db), ("BLOCK_P", r.block_p), ("BLOCK_N", r.block_n))),
+                    math.prod(r.grid)))
     return out
+
+
+def compiled_kernels(rows: int, hidden: int, dtype: str, arch: int, sm_count: int) -> list[tuple[str, str, object, int]]:
+    """The kernel-provider protocol of ``normbench.perf.kernel_stats``: every launch of a
+    forward and a backward (weight and bias in x's dtype) on a GPU of ``sm_count`` SMs, as
+    ``(kernel, label, compiled kernel, programs)``."""
+    os.environ["TRITON_INTERPRET"] = "0"
+    target = heuristics.Target(sm_count=sm_count)
+    return [(v.kernel, v.label, compile_variant(v, arch), programs)
+            for v, programs in _launches(hidden, dtype, dtype, "wb", rows, target)]
 
 
 #: pointer arguments that a launch passes as None when the flag is False

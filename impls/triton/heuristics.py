@@ -27,9 +27,13 @@ Backward (``backward_config``), from the saved mean and rstd:
   programs are added when needed so that none walks more than sqrt(tiles)
   tiles: each dweight/dbias value is then a sum with sequential chains of
   about sqrt(M) additions, within the error model's k(M) = 16 + 2*sqrt(M).
-* **looped** beyond that: one program per row computes the two row sums dx
-  needs, then a grid of (row ranges x column chunks) writes dx and the
-  partials; x and dy are read twice (5·M·N·e bytes instead of 3), a tuning item.
+* **looped** beyond that: ``LOOPED_PROGRAMS_PER_SM`` persistent programs per
+  SM, each walking contiguous whole rows in ``BACKWARD_CHUNK_BYTES`` chunks,
+  twice per row (row sums, then dx and the partial sums); the second walk
+  reads the row from L1/L2, so x and dy leave DRAM once. The partial rows
+  live in memory (read back from L2), one per program: ``8*N*programs``
+  bytes written and read again by the reduction, the traffic beyond the byte
+  model, hence one program (of up to ``LOOPED_MAX_WARPS`` warps) per SM.
 
 Warps: about ``ELEMENTS_PER_THREAD`` values per thread (16-byte loads of half
 types), between 1 and ``MAX_WARPS``.
@@ -53,15 +57,24 @@ from dataclasses import dataclass
 #: the most accumulator bytes of one padded row kept in registers (forward)
 FUSED_MAX_BYTES = 64 * 1024
 #: the same for the backward, which keeps more values live per element
-BACKWARD_FUSED_MAX_BYTES = 32 * 1024
+BACKWARD_FUSED_MAX_BYTES = 16 * 1024
 #: the accumulator bytes of one chunk of a looped row
 CHUNK_BYTES = 16 * 1024
 #: accumulator bytes per program for short rows (several rows per program): 4096 fp32 values
 TILE_BYTES = 16 * 1024
 ELEMENTS_PER_THREAD = 8
 MAX_WARPS = 16
+#: the forward's whole rows of 16384 values take 32 warps (16 per thread: 74 registers
+#: at 16 warps left one CTA per SM in bf16)
+FORWARD_MAX_WARPS = 32
 #: persistent backward programs per SM
 PROGRAMS_PER_SM = 2
+#: the looped backward: one program per SM (its partial rows, 8*N bytes each, are the
+#: traffic beyond the byte model), of up to 32 warps, walking rows in chunks of this many
+#: accumulator bytes (8192 fp32 values: 8 per thread, 16-byte loads of half types)
+LOOPED_PROGRAMS_PER_SM = 1
+LOOPED_MAX_WARPS = 32
+BACKWARD_CHUNK_BYTES = 32 * 1024
 #: under the interpreter: the stand-in SM count, and values per row tile
 INTERPRETER_SM_COUNT = 4
 INTERPRETER_TILE_BYTES = 256 * 1024
@@ -95,9 +108,9 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def warps_for(elements: int) -> int:
-    """Warps for a program holding ``elements`` values: ELEMENTS_PER_THREAD each, 1..MAX_WARPS."""
-    return max(1, min(MAX_WARPS, next_pow2(cdiv(elements, 32 * ELEMENTS_PER_THREAD))))
+def warps_for(elements: int, most: int = MAX_WARPS) -> int:
+    """Warps for a program holding ``elements`` values: ELEMENTS_PER_THREAD each, 1..``most``."""
+    return max(1, min(most, next_pow2(cdiv(elements, 32 * ELEMENTS_PER_THREAD))))
 
 
 @dataclass(frozen=True)
@@ -123,7 +136,8 @@ def forward_config(rows: int, n: int, acc_bytes: int, target: Target) -> Forward
     block_n = next_pow2(n)
     if block_n * acc_bytes <= FUSED_MAX_BYTES:
         block_m = _row_tile(rows, block_n, acc_bytes, target)
-        return ForwardConfig(False, block_m, block_n, warps_for(block_m * block_n), (cdiv(rows, block_m),))
+        return ForwardConfig(False, block_m, block_n, warps_for(block_m * block_n, FORWARD_MAX_WARPS),
+                             (cdiv(rows, block_m),))
     chunk = min(block_n, CHUNK_BYTES // acc_bytes)
     return ForwardConfig(True, 1, chunk, warps_for(chunk), (rows,))
 
@@ -133,9 +147,9 @@ class BackwardConfig:
     """How the backward launches.
 
     Row in registers: ``programs`` persistent programs, each walking
-    ``tiles_per_program`` tiles of ``block_m`` rows. Looped: a row-sums pass
-    (one program per row), then ``programs`` row ranges of ``rows_per_program``
-    rows times ``column_chunks`` chunks of ``block_n`` columns.
+    ``tiles_per_program`` tiles of ``block_m`` rows. Looped: ``programs``
+    persistent programs, each walking ``tiles_per_program`` whole rows in
+    chunks of ``block_n`` columns.
     """
 
     looped: bool
@@ -144,7 +158,10 @@ class BackwardConfig:
     num_warps: int
     programs: int  # rows of the partial-sum buffer
     tiles_per_program: int  # row tiles (row in registers) or rows (looped) per program
-    column_chunks: int  # 1 unless looped
+    column_chunks: int  # always 1 (programs own whole rows)
+    #: row in registers: dweight/dbias partial sums kept as (block_m, block_n) tiles
+    #: (fewer registers for half inputs) or summed per tile into one row (fewer for fp32)
+    tile_accumulators: bool = False
 
 
 def _chain_limit(units: int) -> int:
@@ -160,8 +177,8 @@ def _units_per_program(units: int, programs: int) -> int:
     return max(1, min(cdiv(units, min(units, programs)), _chain_limit(units)))
 
 
-def backward_config(rows: int, n: int, acc_bytes: int, target: Target) -> BackwardConfig:
-    """The backward launch for ``rows`` rows of ``n`` values."""
+def backward_config(rows: int, n: int, acc_bytes: int, target: Target, x_bytes: int = 4) -> BackwardConfig:
+    """The backward launch for ``rows`` rows of ``n`` values of ``x_bytes`` bytes each."""
     rows, programs = max(rows, 1), max(1, target.sm_count * PROGRAMS_PER_SM)
     block_n = next_pow2(n)
     if block_n * acc_bytes <= BACKWARD_FUSED_MAX_BYTES:
@@ -171,11 +188,11 @@ def backward_config(rows: int, n: int, acc_bytes: int, target: Target) -> Backwa
         tiles = cdiv(rows, block_m)
         per_program = _units_per_program(tiles, programs)
         return BackwardConfig(False, block_m, block_n, warps_for(block_m * block_n), cdiv(tiles, per_program),
-                              per_program, 1)
-    chunk = min(block_n, CHUNK_BYTES // acc_bytes)
-    chunks = cdiv(n, chunk)
-    per_program = _units_per_program(rows, max(1, programs // chunks))
-    return BackwardConfig(True, 1, chunk, warps_for(chunk), cdiv(rows, per_program), per_program, chunks)
+                              per_program, 1, x_bytes < 4)
+    chunk = min(block_n, BACKWARD_CHUNK_BYTES // acc_bytes)
+    per_program = _units_per_program(rows, max(1, target.sm_count * LOOPED_PROGRAMS_PER_SM))
+    warps = min(LOOPED_MAX_WARPS, next_pow2(cdiv(chunk, 32 * ELEMENTS_PER_THREAD)))
+    return BackwardConfig(True, 1, chunk, warps, cdiv(rows, per_program), per_program, 1)
 
 
 @dataclass(frozen=True)
@@ -193,3 +210,23 @@ def reduce_config(programs: int, n: int, target: Target) -> ReduceConfig:
     block_p = min(REDUCE_BLOCK_P, next_pow2(programs))
     block_n = min(INTERPRETER_REDUCE_BLOCK_N if target.interpreter else REDUCE_BLOCK_N, next_pow2(n))
     return ReduceConfig(block_p, block_n, warps_for(block_p * block_n), (cdiv(n, block_n),))
+
+
+def traffic_beyond_model(rows: int, n: int, acc_bytes: int, target: Target, direction: str, x_bytes: int = 4) -> int:
+    """The unique bytes our kernels move beyond the byte model (``normbench.perf.roofline``),
+    as ``normbench.perf.traffic`` counts them (re-reads inside a launch cached):
+
+    * forward: the saved mean and rstd, ``2*rows*acc_bytes`` (the inference model has none);
+    * backward: the partial-sum buffers, each ``programs x n`` accumulators written by the
+      main kernel and read by the reduction (dweight and dbias: ``4*programs*n*acc_bytes``),
+      and statistics wider than the model's fp32 (fp64: ``2*rows*4`` more).
+
+    Everything else (x, dy, y, dx, weight, bias, dweight, dbias) leaves or reaches DRAM
+    once. ``tests/test_traffic_triton.py`` checks this against the counter.
+    """
+    if direction == "forward":
+        return 2 * rows * acc_bytes
+    if direction == "backward":
+        programs = backward_config(rows, n, acc_bytes, target, x_bytes).programs
+        return 4 * programs * n * acc_bytes + 2 * rows * (acc_bytes - 4)
+    raise ValueError(f"direction must be forward or backward, not {direction!r}")

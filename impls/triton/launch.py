@@ -197,7 +197,7 @@ def _launch_backward(dy2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor | None
     m, n = x2.shape
     acc = mean.dtype
     target = _target(x2.device)
-    cfg = heuristics.backward_config(m, n, acc.itemsize, target)
+    cfg = heuristics.backward_config(m, n, acc.itemsize, target, x2.element_size())
     partial = lambda out: None if out is None else torch.empty((cfg.programs, n), dtype=acc, device=x2.device)
     dw_partial, db_partial = partial(dw), partial(db)
     flags = dict(HAS_WEIGHT=w is not None, COMPUTE_DX=dx is not None, COMPUTE_DW=dw is not None,
@@ -205,17 +205,13 @@ def _launch_backward(dy2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor | None
                  num_warps=cfg.num_warps)
     with _launching(x2.device):
         if cfg.looped:
-            sums = torch.empty((m, 2), dtype=acc, device=x2.device)
-            bk.layer_norm_backward_row_sums[(m,)](dy2, x2, w, mean, rstd, sums, dy2.stride(0), x2.stride(0), n,
-                                                  HAS_WEIGHT=w is not None, ACC=flags["ACC"], BLOCK_N=cfg.block_n,
-                                                  num_warps=cfg.num_warps)
-            bk.layer_norm_backward_columns[(cfg.programs, cfg.column_chunks)](
-                dy2, x2, w, mean, rstd, sums, dx, dw_partial, db_partial, dy2.stride(0), x2.stride(0), m, n,
+            bk.layer_norm_backward_looped[(cfg.programs,)](
+                dy2, x2, w, mean, rstd, dx, dw_partial, db_partial, dy2.stride(0), x2.stride(0), m, n,
                 cfg.tiles_per_program, **flags)
         else:
             bk.layer_norm_backward_rows[(cfg.programs,)](
                 dy2, x2, w, mean, rstd, dx, dw_partial, db_partial, dy2.stride(0), x2.stride(0), m, n,
-                cfg.tiles_per_program, BLOCK_M=cfg.block_m, **flags)
+                cfg.tiles_per_program, BLOCK_M=cfg.block_m, TILE_ACCUMULATORS=cfg.tile_accumulators, **flags)
         if dw is not None or db is not None:
             rc = heuristics.reduce_config(cfg.programs, n, target)
             bk.layer_norm_reduce_partials[rc.grid](dw_partial, db_partial, dw, db, cfg.programs, n,

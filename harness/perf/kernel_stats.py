@@ -1,0 +1,188 @@
+"""Static checks of compiled Triton kernels for a GPU, on a machine without one.
+
+For each compiled kernel (a ``triton.compile`` result for ``sm_90`` or ``sm_80``,
+built without a device by Triton's ahead-of-time API) this reads:
+
+* **registers** per thread and **spill** bytes, from ``ptxas -v`` (the ptxas
+  Triton bundles) run on the kernel's PTX;
+* **shared memory** per CTA, from the compiled kernel's metadata (what Triton
+  allocates for reductions and layout conversions);
+* **resident CTAs and warps per SM**, estimated from those and the GPU's
+  limits (:class:`normbench.perf.traffic.GPUProfile`: 64K registers allocated
+  per warp in units of 256, 2048 threads, 32 CTAs, the shared memory per SM),
+  and capped by the programs the launch gives each SM
+  (``ceil(programs / SMs)``): ``resident_warps`` is what can actually be in
+  flight, ``capacity_warps`` what the resources would allow;
+* the **widths of global accesses**: every ``ld.global``/``st.global`` in the
+  PTX by bytes per thread (a ``v4.b32`` is 16 bytes, the widest).
+
+An estimate from the compiler's output, never a measurement: it says nothing
+about time. The kernels come from a *kernel provider*, a module that knows how
+its backend launches: a function ``compiled_kernels(rows, hidden, dtype, arch,
+sm_count)`` returning ``(kernel name, label, compiled kernel, programs)`` for
+every launch of a forward and a backward (normbench's own:
+``normbench.impls.triton.compile_check``). Run::
+
+    python -m normbench.perf.kernel_stats --kernels normbench.impls.triton.compile_check --gpu h100 \\
+        --out reports/traffic-h100/kernels-sm90.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from normbench.perf.traffic import GPUS, GPUProfile, gpu_sweep_shapes
+
+#: the columns of a kernel-stats row, in order
+STATS_COLUMNS: tuple[str, ...] = (
+    "kernel", "label", "dtype", "rows", "hidden", "gpu", "arch", "num_warps", "programs", "registers",
+    "spill_bytes", "shared_bytes", "ctas_per_sm", "capacity_warps", "resident_warps", "limited_by",
+    "load_widths", "store_widths", "widest_load", "widest_store",
+)
+
+_ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[A-Za-z0-9_:]+)*?)(?:\.v(\d))?\.([bfsu])(\d+)\b")
+
+
+def access_widths(ptx: str) -> tuple[Counter, Counter]:
+    """(loads, stores): how many ``ld.global``/``st.global`` instructions of each width in bytes.
+
+    >>> access_widths("ld.global.v4.b32 {%r1,%r2,%r3,%r4}, [%rd1]; @%p st.global.b16 [%rd2], %rs1;")
+    (Counter({16: 1}), Counter({2: 1}))
+    """
+    loads, stores = Counter(), Counter()
+    for op, _mods, vec, _kind, bits in _ACCESS.findall(ptx):
+        (loads if op == "ld" else stores)[int(vec or 1) * int(bits) // 8] += 1
+    return loads, stores
+
+
+def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
+    """(registers per thread, spill store + load bytes) that ``ptxas -v`` reports for one kernel's PTX."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    suffix = "a" if arch >= 90 else ""
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ptx)
+        f.flush()
+        log = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name=sm_{arch}{suffix}", f.name, "-o", os.devnull],
+                             capture_output=True, text=True, check=True).stderr
+    registers = re.search(r"Used (\d+) registers", log)
+    stores = re.search(r"(\d+) bytes spill stores", log)
+    loads = re.search(r"(\d+) bytes spill loads", log)
+    return (int(registers[1]) if registers else -1,
+            (int(stores[1]) if stores else 0) + (int(loads[1]) if loads else 0))
+
+
+def occupancy(registers: int, shared_bytes: int, num_warps: int, gpu: GPUProfile) -> tuple[int, str]:
+    """(CTAs of ``num_warps`` warps that fit on one SM, the resource that limits them).
+
+    >>> occupancy(74, 8192, 16, GPUS["h100"])
+    (1, 'registers')
+    >>> occupancy(64, 8192, 16, GPUS["h100"])
+    (2, 'registers')
+    """
+    per_warp = math.ceil(max(registers, 1) * 32 / gpu.register_granularity) * gpu.register_granularity
+    limits = {
+        "threads": gpu.max_threads_per_sm // (32 * num_warps),
+        "registers": gpu.registers_per_sm // (per_warp * num_warps),
+        "ctas": gpu.max_ctas_per_sm,
+        # the driver reserves 1 KiB of shared memory per CTA
+        "shared memory": gpu.shared_bytes_per_sm // (shared_bytes + 1024),
+    }
+    limit = min(limits, key=lambda k: (limits[k], k != "registers"))
+    return limits[limit], limit
+
+
+def kernel_stats(compiled: Any, gpu: GPUProfile, arch: int, programs: int) -> dict:
+    """The static facts of one compiled kernel launched as ``programs`` programs on ``gpu``."""
+    ptx = compiled.asm["ptx"]
+    registers, spills = ptxas_usage(ptx, arch)
+    num_warps = int(compiled.metadata.num_warps)
+    shared = int(compiled.metadata.shared)
+    ctas, limited_by = occupancy(registers, shared, num_warps, gpu)
+    per_sm = math.ceil(programs / gpu.sm_count)
+    if per_sm < ctas:
+        limited_by = "grid"
+    loads, stores = access_widths(ptx)
+    fmt = lambda c: " ".join(f"{w}B:{n}" for w, n in sorted(c.items(), reverse=True))
+    return {
+        "gpu": gpu.name, "arch": f"sm_{arch}", "num_warps": num_warps, "programs": programs,
+        "registers": registers, "spill_bytes": spills, "shared_bytes": shared, "ctas_per_sm": ctas,
+        "capacity_warps": ctas * num_warps, "resident_warps": min(ctas, per_sm) * num_warps,
+        "limited_by": limited_by, "load_widths": fmt(loads), "store_widths": fmt(stores),
+        "widest_load": max(loads, default=0), "widest_store": max(stores, default=0),
+    }
+
+
+def stats_rows(provider: Any, shapes: Sequence[tuple[int, int, str]], gpu: GPUProfile, arch: int,
+               progress=None) -> list[dict]:
+    """Stats rows for every launch ``provider.compiled_kernels`` names at each (rows, hidden, dtype)."""
+    out = []
+    for rows, hidden, dtype in shapes:
+        for kernel, label, compiled, programs in provider.compiled_kernels(rows, hidden, dtype, arch, gpu.sm_count):
+            row = {"kernel": kernel, "label": label, "dtype": dtype, "rows": rows, "hidden": hidden,
+                   **kernel_stats(compiled, gpu, arch, programs)}
+            out.append({k: row[k] for k in STATS_COLUMNS})
+            if progress:
+                progress(out[-1])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m normbench.perf.kernel_stats", description=__doc__.split("\n")[0])
+    parser.add_argument("--kernels", default="normbench.impls.triton.compile_check",
+                        help="the kernel provider module (see the module doc). Default: %(default)s")
+    parser.add_argument("--gpu", default="h100", choices=sorted(GPUS))
+    parser.add_argument("--arch", type=int, help="compute capability x10. Default: the GPU's")
+    parser.add_argument("--shapes", default="sweep", help="'sweep' or ROWSxHIDDEN:DTYPE,...")
+    parser.add_argument("--out", help="write the rows as CSV here")
+    args = parser.parse_args(argv)
+    os.environ["TRITON_INTERPRET"] = "0"  # compile, whatever the machine
+    gpu = GPUS[args.gpu]
+    arch = args.arch or gpu.arch
+    if args.shapes == "sweep":
+        shapes = gpu_sweep_shapes()
+    else:
+        shapes = []
+        for item in args.shapes.split(","):
+            size, _, dtype = item.partition(":")
+            m, _, n = size.partition("x")
+            shapes.append((int(m), int(n), dtype or "bfloat16"))
+    provider = importlib.import_module(args.kernels)  # a plugin's module, named on the command line
+    print(f"# static estimates for {gpu.name} ({gpu.sm_count} SMs), sm_{arch}: compiler output, not speeds")
+
+    def show(r: dict) -> None:
+        print(f"{r['label']}: {r['registers']} regs, {r['spill_bytes']} B spilled, {r['shared_bytes']} B smem, "
+              f"{r['resident_warps']} resident warps/SM ({r['limited_by']}), loads {r['load_widths']}, "
+              f"stores {r['store_widths']}", flush=True)
+
+    start = time.monotonic()
+    rows = stats_rows(provider, shapes, gpu, arch, show)
+    print(f"# {len(rows)} kernels in {time.monotonic() - start:.0f} s")
+    if args.out:
+        write_csv_rows(rows, args.out)
+    return 0
+
+
+def write_csv_rows(rows: Sequence[dict], path: str) -> None:
+    import csv
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=STATS_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
