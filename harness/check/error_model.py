@@ -228,7 +228,8 @@ def row_sum_bound(dy: np.ndarray, ref: oracle.Forward, dx: np.ndarray, dtype: st
     m, n = ref.x.shape
     dx2 = np.asarray(dx, dtype=np.float64).reshape(m, n)
     allowance = _allowance(dx2, dtype, dx_accumulation(dy, ref, dtype))
-    return allowance.sum(axis=1) + max(n - 1, 0) * UNIT_ROUNDOFF["float64"] * np.abs(dx2).sum(axis=1)
+    with np.errstate(invalid="ignore", over="ignore"):  # a non-finite dx makes the bound NaN: out of bound
+        return allowance.sum(axis=1) + max(n - 1, 0) * UNIT_ROUNDOFF["float64"] * np.abs(dx2).sum(axis=1)
 
 
 def xhat_projection_bound(dy: np.ndarray, ref: oracle.Forward, dx: np.ndarray, dtype: str) -> np.ndarray:
