@@ -95,6 +95,21 @@ def test_every_shape_of_the_gpu_sweep_is_at_the_traffic_floor(direction):
         assert ratio <= traffic_target(direction, c.hidden), (c.id, direction, ratio)
 
 
+def test_the_published_traffic_table_is_current_and_at_the_floor():
+    """reports/traffic-h100/traffic.csv: every case of the sweep, both directions, counted by
+    ``python -m normbench.perf.traffic`` and equal to what the kernels move today."""
+    with open(REPORT / "traffic.csv") as f:
+        rows = list(csv.DictReader(f))
+    got = {(r["dtype"], int(r["rows"]), int(r["hidden"]), r["direction"]): r for r in rows}
+    want = {(c.dtype, c.rows, c.hidden, d) for c in THROUGHPUT_GPU_CASES for d in ("forward", "backward")}
+    assert set(got) == want
+    for (dtype, m, n, direction), r in got.items():
+        assert (r["backend"], r["normalization"], r["sm_count"]) == ("triton", "layernorm", "132")
+        assert int(r["model_bytes"]) == direction_bytes(m, n, dtype, direction)
+        assert int(r["unique_bytes"]) == predicted_unique(m, n, dtype, direction), (dtype, m, n, direction)
+        assert float(r["ratio"]) <= traffic_target(direction, n)
+
+
 #: launches of the sweep below 32 resident warps per SM by the static estimate, by arch: the
 #: half-type backward rows (74-76 registers at 16 warps: one CTA per SM; see
 #: docs/triton-kernels.md, what is left), besides the final reduction, whose grid
