@@ -227,10 +227,12 @@ def _exit_code(codes: list[int]) -> int:
 
 
 def _skipped_lines(selection) -> list[str]:
-    """The backends left out (with the reason) and those not timed (with their timing_note)."""
+    """The backends left out (with the reason), those not timed (with their timing_note) and
+    those whose runtime computes differently from the device they stand for (their runtime_note)."""
     lines = [f"skipped: {name}: {reason}" for name, reason in selection.skipped]
     return lines + [f"not timed: {b.name}: {b.timing_note} (the conformance suites ran on it)"
-                    for b in selection.backends if b.timing_note]
+                    for b in selection.backends if b.timing_note] + [
+        f"runtime note: {b.name}: {b.runtime_note}" for b in selection.backends if b.runtime_note]
 
 
 def _say(line: str) -> None:
@@ -257,6 +259,8 @@ def _header(args: argparse.Namespace, run_id: str, folder):
             say(f"    {name}: skipped: {result}")
         else:
             say(f"    {describe(result)}" + (f"; not timed: {result.timing_note}" if result.timing_note else ""))
+            if result.runtime_note:
+                say(f"      runtime note: {result.runtime_note}")
 
     selection = get_registry().select(args.impl or ALL, progress=created)
     for name, reason in selection.skipped:

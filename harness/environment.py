@@ -79,7 +79,8 @@ ENVIRONMENT_FIELDS = record({}, {
     "last_level_cache": record({}, {"bytes": nullable(integer(0)), "source": text()}),
     "gpus": list_of(mapping(text())), "libraries": mapping(text()), "ceilings": mapping(_CEILING),
     "backends": mapping(record({}, {"version": nullable(text()), "device": nullable(text())})),
-    "skipped_backends": mapping(text()), "not_timed": mapping(text()), "sessions": list_of(text()),
+    "skipped_backends": mapping(text()), "not_timed": mapping(text()), "runtime_notes": mapping(text()),
+    "sessions": list_of(text()),
     "status": STATUS_FIELDS,
 })
 _FIX = f"correct or remove that field (the file was edited or damaged), or re-run to write a new {ENVIRONMENT_FILE}"
@@ -162,7 +163,9 @@ def environment(run_id: str, command: Sequence[str] | None = None) -> dict[str, 
 def backends_record(selection: Any) -> dict[str, Any]:
     """The run's backends as plain data for ``environment.json`` (a :class:`normbench.registry.Selection`):
     ``backends`` (name -> library version and device), ``skipped_backends`` (name -> why it did not
-    run) and ``not_timed`` (name -> its ``timing_note``: it ran the conformance suites only).
+    run), ``not_timed`` (name -> its ``timing_note``: it ran the conformance suites only) and
+    ``runtime_notes`` (name -> its ``runtime_note``: what its runtime computes differently from the device
+    it stands for, e.g. the Triton interpreter).
 
     >>> from types import SimpleNamespace as B
     >>> triton = B(name="triton", device="interpreter", timing_note="interpreted", library_version=lambda: "3.0")
@@ -173,6 +176,7 @@ def backends_record(selection: Any) -> dict[str, Any]:
         "backends": {b.name: {"version": b.library_version(), "device": b.device} for b in selection.backends},
         "skipped_backends": dict(selection.skipped),
         "not_timed": {b.name: b.timing_note for b in selection.backends if getattr(b, "timing_note", None)},
+        "runtime_notes": {b.name: b.runtime_note for b in selection.backends if getattr(b, "runtime_note", None)},
     }
 
 

@@ -97,6 +97,7 @@ def _header(config: pytest.Config) -> list[str]:
     seed = options.format_seeds(seeds) + (f" ({len(seeds)} seeds)" if len(seeds) > 1 else "")
     shown = ", ".join(describe(b) for b in sel.backends) or "none"
     lines = [f"normbench {__version__}: backends {shown}; seed {seed}"]
+    lines += [f"normbench: runtime note: {b.name}: {b.runtime_note}" for b in sel.backends if b.runtime_note]
     lines += [f"normbench: skipped {name}: {reason}" for name, reason in sel.skipped]
     lines += [f"normbench: warning: {message}" for message in sel.warnings]
     declared = _declared(config, sel)

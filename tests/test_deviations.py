@@ -151,4 +151,4 @@ def test_a_known_deviation_is_xfailed_and_strict_fails_it(runner):
     assert result.parseoutcomes().get("xfailed") == 1, result.stdout.str()[-2000:]
     assert "known deviation (suites/known_deviations.txt:" in result.stdout.str()
     strict = runner.pytest(*args, "--normbench-strict")
-    assert strict.ret == 1 and strict.parseoutcomes().get("failed") == 1 and "dbias[" in strict.stdout.str()
+    assert strict.ret == 1 and strict.parseoutcomes().get("failed") == 1 and "dx[" in strict.stdout.str()

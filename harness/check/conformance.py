@@ -16,7 +16,7 @@ from normbench.backend import Backend
 from normbench.cases import Case, Inputs
 from normbench.check import error_model, hypotheses, oracle
 from normbench.check.worst import Worst, worst_violation
-from normbench.dtypes import UNIT_ROUNDOFF, dtype_name, host_dtype
+from normbench.dtypes import dtype_name, host_dtype
 
 
 class ConformanceError(AssertionError):
@@ -150,24 +150,6 @@ def run_forward(backend: Backend, inputs: Inputs) -> ForwardRun:
                                f"expected one per row ({case.rows})")
     as64 = (np.asarray(mean, dtype=np.float64).reshape(-1), np.asarray(rstd, dtype=np.float64).reshape(-1))
     return ForwardRun(y_host, as64, (x, w, b), originals)
-
-
-def _stored_dtype(backend: Backend, mean: np.ndarray, rstd: np.ndarray) -> str:
-    """The coarser of the saved statistics' two dtypes."""
-    try:
-        return min((dtype_name(mean.dtype), dtype_name(rstd.dtype)), key=lambda d: -UNIT_ROUNDOFF[d])
-    except ValueError as exc:
-        raise ConformanceError(f"{backend.name}: statistics: {exc}") from None
-
-
-def statistics_dtype(backend: Backend, x, case: Case, weight=None, bias=None) -> str | None:
-    """The dtype ``backend`` stores its saved statistics in for native ``x`` (what
-    ``layer_norm_statistics`` returns), or None when it does not expose them. Informative
-    only: no bound depends on it (``error_model``: one bound for every backend)."""
-    stats = backend.layer_norm_statistics(x, case.normalized_shape, weight, bias, case.eps)
-    if stats is None:
-        return None
-    return _stored_dtype(backend, *(np.asarray(backend.to_numpy(s)) for s in stats))
 
 
 def reference(inputs: Inputs) -> oracle.Forward:

@@ -148,8 +148,7 @@ def _rounded(value_abs: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def backward_bounds(dy: np.ndarray, ref: oracle.Forward, grads: oracle.Backward, dtype: str,
-                    param_dtype: str | None = None, stats_dtype: str | None = None
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    param_dtype: str | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bounds on ``|dx - dx_ref|`` (M, N), ``|dweight - ref|`` and ``|dbias - ref|`` (N,).
 
     With r = 1/sigma_eps and c = (|x| + mean|x|)*r (NUMERICS.md, with mean|x| for |mu| as above):
@@ -166,10 +165,7 @@ def backward_bounds(dy: np.ndarray, ref: oracle.Forward, grads: oracle.Backward,
     statistics stored coarser than the accumulation and reused by the backward are a
     defect, judged as one (a known deviation where a library has it; the hypothesis
     ``saved statistics rounded to the input dtype`` names it in the failure).
-    ``stats_dtype`` is ignored; it is accepted only so that callers written for the
-    bound that depended on it keep running, and will be removed.
     """
-    del stats_dtype  # one bound, whatever a backend exposes
     params = param_dtype or dtype
     with np.errstate(invalid="ignore", over="ignore"):
         dx = _rounded(np.abs(grads.dx), dtype) + dx_accumulation(dy, ref, dtype)

@@ -269,6 +269,7 @@ def environment_items(rs: ResultSet) -> list[tuple[str, str]]:
              ("CPU", env.get("cpu_model", "")), ("GPUs", gpus), ("ceiling (measured copy bandwidth)", "; ".join(ceilings)),
              ("backends", ", ".join(backends)),
              ("not timed", "; ".join(f"{k}: {v}" for k, v in (env.get("not_timed") or {}).items())),
+             ("runtime notes", "; ".join(f"{k}: {v}" for k, v in (env.get("runtime_notes") or {}).items())),
              ("backends skipped", "; ".join(f"{k}: {v}" for k, v in (env.get("skipped_backends") or {}).items())),
              ("seed", ", ".join(map(str, seeds))),
              ("normbench", f"{env.get('normbench', '')} {env.get('git_commit', '')}".strip()),
