@@ -229,6 +229,9 @@ class Recorder:
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         """Under xdist the controller collects nothing: count the cases to measure from the worker's ids."""
+        if int(node.workerinput.get("workercount", 1)) > 1:  # the workers skip every case (XDIST_REASON)
+            self.config.stash[COUNT] = 0
+            return
         cases = self._sweep()
         self.config.stash[COUNT] = sum(1 for i in ids if _is_throughput(i) and _case_id(i) in cases
                                        and not cases[_case_id(i)][1])
