@@ -56,22 +56,30 @@ def cmd_list(args: argparse.Namespace) -> int:
             command = [sys.executable, "-m", "normbench.cli", "list", "--in-process", f"--progress-file={progress_file}",
                        *(["--probe"] if args.probe else []), *(f"--left-out={name}" for name in args.left_out),
                        *(f"--problem={p}" for p in problems)]
-            child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-            loading, since = "", time.monotonic()
-            while child.poll() is None:
-                time.sleep(0.05)
-                now = _read(progress_file)
-                if now != loading:
-                    loading, since = now, time.monotonic()
-                elif loading and time.monotonic() - since > args.plugin_timeout:
-                    child.kill()
-                    child.wait()
-                    break
-            out = child.stdout.read() if child.stdout else ""
+            listing = os.path.join(folder, "listing")
+            with open(listing, "w", encoding="utf-8") as sink:  # a file, not a pipe: a long listing never blocks
+                child = subprocess.Popen(command, stdout=sink, text=True)
+                loading, since = "", time.monotonic()
+                while child.poll() is None:
+                    time.sleep(0.05)
+                    now = _read(progress_file)
+                    if now != loading:
+                        loading, since = now, time.monotonic()
+                    elif time.monotonic() - since > args.plugin_timeout * (1 if loading else 2):
+                        child.kill()  # one plugin, or the discovery before the first, took too long
+                        child.wait()
+                        break
+            out = _read(listing)
             loading, _, provider = _read(progress_file).partition("\t")
-            if child.returncode == 0 or not loading or loading in args.left_out:
+            if child.returncode == 0 or loading in args.left_out:
                 sys.stdout.write(out)
                 return child.returncode if child.returncode >= 0 else 1
+            if not loading:  # before the first plugin (entry-point discovery), or after the last
+                sys.stdout.write(out)
+                raise NormbenchError(f"listing the backends ended with exit status {child.returncode} outside any "
+                                     f"one plugin (a hang in entry-point discovery ends after "
+                                     f"{2 * args.plugin_timeout:g} s). Fix: `python -m normbench.cli list --in-process` "
+                                     f"shows the traceback")
             what = (f"did not finish loading within {args.plugin_timeout:g} s (it hangs?); --plugin-timeout "
                     f"changes the limit" if child.returncode < 0 else f"ended the process with exit status "
                     f"{child.returncode} while loading")
@@ -207,7 +215,8 @@ def _conformance_args(args: argparse.Namespace, extra: Sequence[str], workers: b
 
 
 def _throughput_args(args: argparse.Namespace, run_id: str) -> list[str]:
-    """pytest arguments for the throughput suite: one process, the run's folder, the filters; quiet,
+    """pytest arguments for the throughput suite: one worker process (a crash ends only it; cases are
+    still timed one at a time), the run's folder, the filters; quiet,
     so that its progress lines are all it writes per case (no ``[ nn%]``: the classic console style)."""
     out = [str(SUITES_DIRECTORY / "test_throughput.py"), "-p", "no:cacheprovider", "-W",
            "ignore::pytest.PytestAssertRewriteWarning", *_selection_args(args), "-n", "1",
@@ -278,6 +287,8 @@ def _counts(args: argparse.Namespace, run_id: str, extra: Sequence[str], selecti
     say = _say
     if "conformance" in args.suites:
         found = collect(_conformance_args(args, extra, workers=False), selection)
+        if found.code == INTERRUPTED:  # pytest.main swallowed a Ctrl-C or SIGTERM: the run stops here
+            raise KeyboardInterrupt
         skips = f", {sum(found.skips.values())} more collected to skip (the summary says why)" if found.skips else ""
         workers = "one worker process" if args.workers == "0" else f"-n {args.workers}"
         if found.code not in (0, 5):  # the run's own session reports the problem in full
@@ -288,6 +299,8 @@ def _counts(args: argparse.Namespace, run_id: str, extra: Sequence[str], selecti
             say(f"  conformance: {found.runs} tests{skips}; {workers}")
     if "throughput" in args.suites:
         found = collect(_throughput_args(args, run_id) + list(extra), selection)
+        if found.code == INTERRUPTED:
+            raise KeyboardInterrupt
         timed = [b.name for b in selection.backends if not b.timing_note]
         untimed = [b.name for b in selection.backends if b.timing_note]
         say(f"  throughput:  {found.runs} case{'s' if found.runs != 1 else ''} on {', '.join(timed) or 'no backend'}, "
@@ -350,7 +363,7 @@ def _run(args: argparse.Namespace, extra: Sequence[str], folder, run_id: str, se
         codes.append(code)
         report.append(_throughput_report(folder))
     interrupted = next((c.interrupted for c in collectors if c.interrupted), "")
-    done = sum(1 for c in collectors for o in c.outcomes if o.outcome != "not run")
+    done = sum(1 for c in collectors for o in c.outcomes if o.outcome != results.NOT_RUN)
     total = sum(len(c.outcomes) for c in collectors)
     mark_status(folder, "interrupted" if interrupted else "finished", interrupted or last_signal() or None, done, total)
     skipped = _skipped_lines(selection)

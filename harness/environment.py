@@ -3,7 +3,9 @@
 Read without importing heavy frameworks: library versions come from package
 metadata, GPUs from ``nvidia-smi`` when it exists, torch's thread count only if
 torch is already imported. Written as ``environment.json`` in the run folder,
-and merged (never overwritten) when a second session adds to the same run.
+and merged (never overwritten) when another session of the same run adds to it (``normbench run``'s
+throughput session after its conformance one; a second *run* into a folder holding results is
+refused, :mod:`normbench.run_folder`).
 
 Its fields are :data:`ENVIRONMENT_FIELDS` (checked at load by :func:`read_environment`);
 ``status`` (:data:`STATUS_FIELDS`) says whether the run is ``running``, ``finished`` or was

@@ -19,6 +19,11 @@ def note_signal(signum: int) -> None:
     _RECEIVED.append(signum)
 
 
+def forget_signals() -> None:
+    """Forget the signals recorded so far (a new pytest session starts with none)."""
+    _RECEIVED.clear()
+
+
 def note_sigint(signum: int, frame) -> None:
     """A SIGINT handler: record it, then raise ``KeyboardInterrupt`` as Python's default handler does."""
     note_signal(signum)

@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from normbench import options
-from normbench.interrupts import note_sigint, received_signal
+from normbench.interrupts import forget_signals, note_sigint, received_signal
 from normbench.runner import TIMEOUT_MESSAGE, backend_of
 
 #: crashes of one backend after which its remaining tests are not run
@@ -53,6 +53,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    forget_signals()  # a signal that ended an earlier session in this process says nothing about this one
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         try:
             signal.signal(signal.SIGINT, note_sigint)
@@ -78,7 +79,7 @@ class Quarantine:
         self.path = path
         self.crashes: Counter[str] = Counter()
         self.first: dict[str, str] = {}
-        self._seen: tuple[float, set[str]] = (-1.0, set())
+        self._seen: tuple[tuple[int, int], set[str]] = ((-1, -1), set())
 
     def crashed(self, backend: str, nodeid: str) -> None:
         """``nodeid`` of ``backend`` crashed the test process or ran out of time."""
@@ -90,12 +91,13 @@ class Quarantine:
 
     def reason(self, backend: str) -> str | None:
         try:
-            mtime = self.path.stat().st_mtime
+            stat = self.path.stat()
         except OSError:
             return None
-        if mtime != self._seen[0]:
+        version = (stat.st_mtime_ns, stat.st_size)  # two appends in one mtime tick still differ in size
+        if version != self._seen[0]:
             lines = self.path.read_text(encoding="utf-8").splitlines()
-            self._seen = (mtime, {line.split("\t")[0] for line in lines})
+            self._seen = (version, {line.split("\t")[0] for line in lines})
         if backend not in self._seen[1]:
             return None
         return (f"not run: backend {backend!r} crashed the test process or ran out of time {CRASH_LIMIT} times; "

@@ -38,6 +38,7 @@ import pytest
 
 from normbench import options
 from normbench.perf.sweep import Filters
+from normbench.results import ResultsError
 from normbench.runner import SELECTION
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     session.config.stash[COUNT] = sum(1 for i in session.items if i.get_closest_marker("throughput")
                                       and not i.get_closest_marker("skip"))
-    if session.config.stash[COUNT] and RECORDER in session.config.stash:
+    if session.config.stash[COUNT] and RECORDER in session.config.stash and not session.config.option.collectonly:
         session.config.stash[RECORDER].claim()
 
 
@@ -207,8 +208,10 @@ class Recorder:
     """Writes the run folder, in the process pytest reports to (the xdist controller, or the
     only process): each throughput test's row as its report arrives, ``environment.json`` with
     the ceilings, and a row for a case that never produced one: ``crashed`` (its worker died),
-    ``timeout`` (pytest-timeout stopped it) or ``error``. The folder is claimed
-    (:mod:`normbench.run_folder`) at the first row and released at the end of the session."""
+    ``timeout`` (pytest-timeout stopped it) or ``error`` (an exception, in the test or its setup).
+    The folder is claimed (:mod:`normbench.run_folder`) as soon as collection says a case will be
+    measured (never by ``--collect-only``) and released at the end of the session. A write that
+    fails (a full disk) is said once; the cases go on and the session exits 4."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -216,6 +219,8 @@ class Recorder:
         self.ceilings: dict[str, dict] = {}
         self._claim: Any = None
         self._writer: Any = None
+        #: the first failed write, said once (the run goes on)
+        self.error: Exception | None = None
         self._cases: dict[str, tuple] | None = None
 
     @property
@@ -235,13 +240,12 @@ class Recorder:
         cases = self._sweep()
         self.config.stash[COUNT] = sum(1 for i in ids if _is_throughput(i) and _case_id(i) in cases
                                        and not cases[_case_id(i)][1])
-        if self.config.stash[COUNT]:
+        if self.config.stash[COUNT] and not self.config.option.collectonly:
             self.claim()
 
     def claim(self) -> None:
         """Claim the run folder before anything is measured (:mod:`normbench.run_folder`): a bad
         run id, another writer or a folder already holding results ends the session with one message."""
-        from normbench.results import ResultsError
         from normbench.run_folder import claim
 
         if self._claim is None:
@@ -260,8 +264,9 @@ class Recorder:
         return self._cases
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when not in ("call", "???") or not _is_throughput(report.nodeid):  # "???": xdist's crash report
-            return
+        failed_setup = report.when == "setup" and report.failed  # a fixture error: the case never ran
+        if not (report.when in ("call", "???") or failed_setup) or not _is_throughput(report.nodeid):
+            return  # "???": xdist's report of a test whose worker died
         props = dict(report.user_properties)
         self.ceilings.update(props.get(CEILINGS) or {})
         row = props.get(ROW)
@@ -292,27 +297,44 @@ class Recorder:
         from normbench.environment import backends_record, environment, write_environment
         from normbench.results import ResultsWriter
 
-        if self._writer is None:
-            self.claim()
-            self._writer = ResultsWriter(self.folder, _run_id(self.config))
-        self._writer.add(row)
-        self.rows.append(row)
-        if ceilings_changed or len(self.rows) == 1:
-            env = environment(_run_id(self.config), sys.argv)
-            env["ceilings"] = dict(self.ceilings)
-            if SELECTION in self.config.stash:
-                env.update(backends_record(self.config.stash[SELECTION]))
-            write_environment(self.folder, env)
+        self.rows.append(row)  # the summary shows every row, written or not
+        if self.error is not None:
+            return
+        try:
+            if self._writer is None:
+                self.claim()
+                self._writer = ResultsWriter(self.folder, _run_id(self.config))
+            self._writer.add(row)
+            if ceilings_changed or len(self.rows) == 1:
+                env = environment(_run_id(self.config), sys.argv)
+                env["ceilings"] = dict(self.ceilings)
+                if SELECTION in self.config.stash:
+                    env.update(backends_record(self.config.stash[SELECTION]))
+                write_environment(self.folder, env)
+        except ResultsError as exc:
+            self._failed(exc)
+
+    def _failed(self, exc: Exception) -> None:
+        """A write failed (a full disk): say it once; the cases go on and the summary shows them."""
+        if self.error is None:
+            self.error = exc
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(f"normbench: error: {exc}. The cases go on; the summary shows every row")
 
     @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
         try:
             if self._writer is not None:
                 self._writer.close()
+        except ResultsError as exc:
+            self._failed(exc)
         finally:
             if self._claim is not None:
                 self._claim.release()
             self._writer = self._claim = None
+        if self.error is not None and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR  # 4: the results are not all on disk
 
 
 def _is_throughput(nodeid: str) -> bool:

@@ -668,6 +668,9 @@ def _load_csv(path: Path, schema: str) -> pd.DataFrame:
         raise ResultsError(f"{path} has no schema_version column: not a normbench {schema} CSV")
     if len(set(header)) != len(header):
         raise ResultsError(f"{path}: its header repeats a column. Fix: {_FIX_FILE}")
+    for record, line in zip(body, starts):
+        if len(record) != len(header):
+            raise ResultsError(f"{path}, line {line} has {len(record)} fields, the header {len(header)}. Fix: {_FIX_FILE}")
     names = [c.name for c in SCHEMAS[schema]]
     version_of_header = body[0][header.index("schema_version")] if body else str(SCHEMA_VERSION)
     if version_of_header == str(SCHEMA_VERSION) and sorted(header) != sorted(names):
@@ -676,9 +679,6 @@ def _load_csv(path: Path, schema: str) -> pd.DataFrame:
                                            f"has columns not in {schema} version {SCHEMA_VERSION}: {', '.join(unknown)}"
                                            if unknown else "") if part)
         raise ResultsError(f"{path}: its header {said}. Fix: {_FIX_FILE}")
-    for record, line in zip(body, starts):
-        if len(record) != len(header):
-            raise ResultsError(f"{path}, line {line} has {len(record)} fields, the header {len(header)}. Fix: {_FIX_FILE}")
     rows = [dict(zip(header, record)) for record in body]
     versions = sorted({r["schema_version"] for r in rows})
     if len(versions) > 1 or not all(v.isdigit() for v in versions):

@@ -97,7 +97,7 @@ def test_an_existing_run_id_is_refused_before_anything_runs(tmp_path):
     assert again.stdout == "" and files() == before
 
 
-def test_a_corrupt_results_file_is_refused_before_anything_is_measured(tmp_path):
+def test_a_folder_holding_a_results_file_even_a_corrupt_one_is_refused_before_anything_runs(tmp_path):
     (tmp_path / "r1").mkdir()
     (tmp_path / "r1" / "throughput.csv").write_text("garbage\n")
     out = normbench("run", "--impl=numpy", f"--out={tmp_path}", "--run-id=r1")
@@ -153,3 +153,41 @@ def test_a_failed_conformance_write_is_said_once_and_the_run_goes_on(capsys):
     sink.close()
     assert capsys.readouterr().err.count("No space left on device") == 1 and FullDisk.calls == 1
     assert isinstance(sink.error, ResultsError)
+
+
+def test_collecting_the_throughput_suite_creates_no_run_folder(tmp_path):
+    from normbench.suites import DIRECTORY
+
+    out = subprocess.run([sys.executable, "-m", "pytest", str(DIRECTORY / "test_throughput.py"), "--impl=numpy",
+                          f"--normbench-out={tmp_path}", "--normbench-shape=256x16384", "--co", "-q",
+                          "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "test_throughput[numpy-" in out.stdout, out.stdout[-2000:]
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_failed_throughput_write_is_said_once_and_the_cases_go_on(pytester, monkeypatch, tmp_path):
+    from normbench import results
+    from normbench.pytest_throughput import RECORDER
+
+    class FullDisk:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def add(self, row):
+            raise results.ResultsError("cannot write row 1 to throughput.csv: No space left on device")
+
+        def close(self):
+            raise results.ResultsError("cannot write row 1 to throughput.csv: No space left on device")
+
+    monkeypatch.setattr(results, "ResultsWriter", FullDisk)
+    config = pytester.parseconfigure(f"--normbench-out={tmp_path}", "--normbench-run-id=r1")
+    recorder = config.stash[RECORDER]
+    said = []
+    monkeypatch.setattr(config.pluginmanager, "get_plugin",
+                        lambda name: type("R", (), {"write_line": lambda self, line: said.append(line)})())
+    for n in range(3):
+        recorder._write({"backend": "numpy", "n": n}, False)
+    session = type("S", (), {"exitstatus": pytest.ExitCode.OK})()
+    recorder.pytest_sessionfinish(session)
+    assert len(said) == 1 and "No space left on device" in said[0] and len(recorder.rows) == 3
+    assert session.exitstatus == pytest.ExitCode.USAGE_ERROR

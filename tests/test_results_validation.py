@@ -187,6 +187,15 @@ def test_a_short_line_inside_the_journal_is_refused(tmp_path):
         load(path)
 
 
+def test_a_blank_line_after_the_header_is_refused_naming_it(tmp_path):
+    results.save(tmp_path, results.frame(rows()))
+    path = tmp_path / "throughput.csv"
+    lines = path.read_text().split("\n")
+    path.write_text("\n".join([lines[0], "", *lines[1:]]))
+    with pytest.raises(ResultsError, match=r"throughput.csv, line 2 has 0 fields"):
+        load(path)
+
+
 # -- item 6: empty results are valid -------------------------------------------------------------
 
 
