@@ -110,20 +110,11 @@ def test_the_published_traffic_table_is_current_and_at_the_floor():
         assert float(r["ratio"]) <= traffic_target(direction, n)
 
 
-#: launches of the sweep below 32 resident warps per SM by the static estimate, by arch: the
-#: half-type backward rows (74-76 registers at 16 warps: one CTA per SM; see
-#: docs/triton-kernels.md, what is left), besides the final reduction, whose grid
-#: (hidden/128 programs) is smaller than the GPU
-BELOW_32_WARPS = {
-    90: {("layer_norm_backward_rows", dtype, n) for dtype in ("bfloat16", "float16") for n in (512, 1024)},
-    80: {("layer_norm_backward_rows", dtype, 2048) for dtype in ("bfloat16", "float16")},
-}
-
-
 @pytest.mark.parametrize("arch", [90, 80])
 def test_the_published_static_table_has_no_spills_and_16_byte_accesses(arch):
     """reports/traffic-h100/kernels-sm<arch>.csv (``python -m normbench.perf.kernel_stats``; sm_80
-    with an A100's launch configuration and limits)."""
+    with an A100's launch configuration and limits): no spills, 16-byte vectors, and at least
+    32 resident warps per SM for every forward and backward launch of the sweep."""
     with open(REPORT / f"kernels-sm{arch}.csv") as f:
         rows = list(csv.DictReader(f))
     assert {(int(r["rows"]), int(r["hidden"]), r["dtype"]) for r in rows} == {
@@ -133,5 +124,4 @@ def test_the_published_static_table_has_no_spills_and_16_byte_accesses(arch):
         if r["kernel"] == "layer_norm_reduce_partials":
             continue
         assert int(r["widest_load"]) == 16 and int(r["widest_store"]) == 16, r["label"]
-        if (r["kernel"], r["dtype"], int(r["hidden"])) not in BELOW_32_WARPS[arch]:
-            assert int(r["resident_warps"]) >= 32, r["label"]
+        assert int(r["resident_warps"]) >= 32, r["label"]  # the reduction's grid (hidden/128) is smaller

@@ -49,20 +49,18 @@ def layer_norm_backward_rows(
     ACC: tl.constexpr,  # accumulation dtype
     BLOCK_M: tl.constexpr,  # rows per tile
     BLOCK_N: tl.constexpr,  # next power of two >= N: whole rows in registers
-    TILE_ACCUMULATORS: tl.constexpr,  # partial sums as (BLOCK_M, BLOCK_N) tiles, else per column
+    PARTIALS_IN_MEMORY: tl.constexpr,  # partial sums in this program's partial rows, not registers
 ):
-    """Persistent: contiguous tiles of BLOCK_M whole rows, partial sums in registers."""
+    """Persistent: contiguous tiles of BLOCK_M whole rows; each tile's column sums are added
+    to partial sums in registers, or (PARTIALS_IN_MEMORY) to this program's partial rows."""
     pid = tl.program_id(0)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
     if HAS_WEIGHT:
         w = tl.load(W + cols, mask=col_mask, other=0.0).to(ACC)
-    if TILE_ACCUMULATORS:
-        dw_acc = tl.zeros((BLOCK_M, BLOCK_N), ACC)
-        db_acc = tl.zeros((BLOCK_M, BLOCK_N), ACC)
-    else:
-        dw_acc = tl.zeros((BLOCK_N,), ACC)
-        db_acc = tl.zeros((BLOCK_N,), ACC)
+    partial = pid.to(tl.int64) * N  # this program's row of the partial buffers
+    dw_acc = tl.zeros((BLOCK_N,), ACC)
+    db_acc = tl.zeros((BLOCK_N,), ACC)
     first = pid * tiles_per_program
     for tile in range(first, first + tiles_per_program):
         rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -82,27 +80,27 @@ def layer_norm_backward_rows(
             mean_g = tl.sum(g, axis=1) / N
             dx = (g - (xhat * mean_gx[:, None] + mean_g[:, None])) * rstd[:, None]
             tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        if TILE_ACCUMULATORS:
+        dw_tile = tl.sum(dy * xhat, axis=0)  # this tile's column sums
+        db_tile = tl.sum(dy, axis=0)
+        if PARTIALS_IN_MEMORY:  # added to the program's partial rows (in L1/L2): fewer registers
+            # the replicas of a column's sum live in several threads: the one that reads a
+            # partial back need not be the one that wrote it, so a barrier orders the two
+            tl.debug_barrier()
+            again = cols < tl.where(tile > first, N, 0)  # the first tile starts the sums
             if COMPUTE_DW:
-                dw_acc += dy * xhat
+                dw_prev = tl.load(DW_PARTIAL + partial + cols, mask=again, other=0.0)
+                tl.store(DW_PARTIAL + partial + cols, dw_prev + dw_tile, mask=col_mask)
             if COMPUTE_DB:
-                db_acc += dy
-        else:  # a column sum per tile: 1-D accumulators, fewer registers (see heuristics)
-            if COMPUTE_DW:
-                dw_acc += tl.sum(dy * xhat, axis=0)
-            if COMPUTE_DB:
-                db_acc += tl.sum(dy, axis=0)
-    if TILE_ACCUMULATORS:
-        dw_sum = tl.sum(dw_acc, axis=0)
-        db_sum = tl.sum(db_acc, axis=0)
-    else:
-        dw_sum = dw_acc
-        db_sum = db_acc
-    partial = pid.to(tl.int64) * N + cols
-    if COMPUTE_DW:
-        tl.store(DW_PARTIAL + partial, dw_sum, mask=col_mask)
-    if COMPUTE_DB:
-        tl.store(DB_PARTIAL + partial, db_sum, mask=col_mask)
+                db_prev = tl.load(DB_PARTIAL + partial + cols, mask=again, other=0.0)
+                tl.store(DB_PARTIAL + partial + cols, db_prev + db_tile, mask=col_mask)
+        else:  # kept in registers, written once at the end
+            dw_acc += dw_tile
+            db_acc += db_tile
+    if not PARTIALS_IN_MEMORY:
+        if COMPUTE_DW:
+            tl.store(DW_PARTIAL + partial + cols, dw_acc, mask=col_mask)
+        if COMPUTE_DB:
+            tl.store(DB_PARTIAL + partial + cols, db_acc, mask=col_mask)
 
 
 @triton.jit
@@ -160,6 +158,9 @@ def layer_norm_backward_looped(
                 acc_g += g
             mean_gx = tl.sum(acc_gx, axis=0) / N
             mean_g = tl.sum(acc_g, axis=0) / N
+        # each partial value is written and read back by the same thread (1-D chunks, 8 values
+        # per thread, no replicas); the barrier makes that ordering not depend on the layout
+        tl.debug_barrier()
         read_partials = tl.where(r > first, N, 0)  # the program's first row starts its partial sums
         for start in range(0, N, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)

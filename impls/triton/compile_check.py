@@ -49,8 +49,8 @@ class Variant:
 
     @property
     def label(self) -> str:
-        shown = {k: v for k, v in self.constexprs if k.startswith("BLOCK") or k == "TILE_ACCUMULATORS"}
-        flags = [k for k, value in self.constexprs if value is False and k != "TILE_ACCUMULATORS"]
+        shown = {k: v for k, v in self.constexprs if k.startswith("BLOCK") or k == "PARTIALS_IN_MEMORY"}
+        flags = [k for k, value in self.constexprs if value is False and k != "PARTIALS_IN_MEMORY"]
         absent = f", no {'/'.join(flags)}" if flags else ""
         return f"{self.kernel}[{self.x}/{self.params}, N={self.n}, warps={self.num_warps}, {shown}{absent}]"
 
@@ -85,7 +85,7 @@ def _launches(n: int, x: str, params: str, affine: str, rows: int,
     else:
         out.append((Variant("layer_norm_backward_rows", x, params, n, b.num_warps,
                             grads + (("BLOCK_M", b.block_m), ("BLOCK_N", b.block_n),
-                                     ("TILE_ACCUMULATORS", b.tile_accumulators))), b.programs))
+                                     ("PARTIALS_IN_MEMORY", b.partials_in_memory))), b.programs))
     if dw or db:
         r = heuristics.reduce_config(b.programs, n, target)
         out.append((Variant("layer_norm_reduce_partials", x, params, n, r.num_warps,

@@ -19,10 +19,12 @@ Forward (``forward_config``):
 Backward (``backward_config``), from the saved mean and rstd:
 
 * **row in registers** up to ``BACKWARD_FUSED_MAX_BYTES`` (it holds x, dy,
-  xhat, g and two fp32 partial-sum tiles): a *persistent* grid of at most
+  xhat, g and the partial sums): a *persistent* grid of at most
   ``PROGRAMS_PER_SM`` programs per SM; each walks a contiguous range of row
   tiles, writes dx, and keeps dweight/dbias partial sums in registers, written
-  once per program to a ``(programs, N)`` buffer that ``reduce_config``'s
+  once per program to a ``(programs, N)`` buffer (or added to that
+  buffer's row after each tile for half inputs of 512-2048 columns, see
+  ``BackwardConfig.partials_in_memory``) that ``reduce_config``'s
   kernel sums in a fixed order (no atomics: bit-identical run to run). More
   programs are added when needed so that none walks more than sqrt(tiles)
   tiles: each dweight/dbias value is then a sum with sequential chains of
@@ -69,6 +71,10 @@ MAX_WARPS = 16
 FORWARD_MAX_WARPS = 32
 #: persistent backward programs per SM
 PROGRAMS_PER_SM = 2
+#: half inputs with padded rows in this range keep the backward's partial sums in memory
+#: (``BackwardConfig.partials_in_memory``): in registers they need 74-86 registers
+PARTIALS_IN_MEMORY_MIN = 512
+PARTIALS_IN_MEMORY_MAX = 2048
 #: the looped backward: one program per SM (its partial rows, 8*N bytes each, are the
 #: traffic beyond the byte model), of up to 32 warps, walking rows in chunks of this many
 #: accumulator bytes (8192 fp32 values: 8 per thread, 16-byte loads of half types)
@@ -159,9 +165,11 @@ class BackwardConfig:
     programs: int  # rows of the partial-sum buffer
     tiles_per_program: int  # row tiles (row in registers) or rows (looped) per program
     column_chunks: int  # always 1 (programs own whole rows)
-    #: row in registers: dweight/dbias partial sums kept as (block_m, block_n) tiles
-    #: (fewer registers for half inputs) or summed per tile into one row (fewer for fp32)
-    tile_accumulators: bool = False
+    #: row in registers: each tile's dweight/dbias column sums are added to partial sums in
+    #: registers, or to the program's partial rows in memory, read back from L1/L2: half
+    #: inputs of 512 to 2048 columns (63-64 registers instead of 74-86, two 16-warp CTAs per
+    #: SM), at the price of 2*N*4 bytes read and written per tile in L1/L2
+    partials_in_memory: bool = False
 
 
 def _chain_limit(units: int) -> int:
@@ -188,7 +196,8 @@ def backward_config(rows: int, n: int, acc_bytes: int, target: Target, x_bytes: 
         tiles = cdiv(rows, block_m)
         per_program = _units_per_program(tiles, programs)
         return BackwardConfig(False, block_m, block_n, warps_for(block_m * block_n), cdiv(tiles, per_program),
-                              per_program, 1, x_bytes < 4)
+                              per_program, 1,
+                              x_bytes < 4 and PARTIALS_IN_MEMORY_MIN <= block_n <= PARTIALS_IN_MEMORY_MAX)
     chunk = min(block_n, BACKWARD_CHUNK_BYTES // acc_bytes)
     per_program = _units_per_program(rows, max(1, target.sm_count * LOOPED_PROGRAMS_PER_SM))
     warps = min(LOOPED_MAX_WARPS, next_pow2(cdiv(chunk, 32 * ELEMENTS_PER_THREAD)))

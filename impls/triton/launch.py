@@ -211,7 +211,7 @@ def _launch_backward(dy2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor | None
         else:
             bk.layer_norm_backward_rows[(cfg.programs,)](
                 dy2, x2, w, mean, rstd, dx, dw_partial, db_partial, dy2.stride(0), x2.stride(0), m, n,
-                cfg.tiles_per_program, BLOCK_M=cfg.block_m, TILE_ACCUMULATORS=cfg.tile_accumulators, **flags)
+                cfg.tiles_per_program, BLOCK_M=cfg.block_m, PARTIALS_IN_MEMORY=cfg.partials_in_memory, **flags)
         if dw is not None or db is not None:
             rc = heuristics.reduce_config(cfg.programs, n, target)
             bk.layer_norm_reduce_partials[rc.grid](dw_partial, db_partial, dw, db, cfg.programs, n,
