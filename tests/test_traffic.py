@@ -101,6 +101,7 @@ def test_outside_the_block_nothing_is_recorded_and_the_interpreter_is_restored()
 # count (4 programs, extrapolated) equals the full count, byte for byte.
 PATHS = {
     "rows": (128, 256, "bfloat16"),  # forward rows (16 rows per program), persistent backward
+    "rows-partials-in-memory": (64, 1024, "bfloat16"),  # the backward's partial rows read back per tile
     "looped-backward": (8, 16384, "float32"),  # backward past the row-in-registers limit
     "looped-forward": (8, 32768, "float32"),  # forward in chunks
 }

@@ -29,7 +29,8 @@ TARGET = heuristics.Target(H100.sm_count)
 
 #: every kernel path, small enough to count in seconds (the formula's terms do not depend on size)
 SHAPES = {
-    "rows-half": (256, 256, "bfloat16"),  # forward rows, backward rows with tile accumulators
+    "rows-half": (256, 256, "bfloat16"),  # forward rows, backward rows, partial sums in registers
+    "rows-half-partials-in-memory": (96, 1024, "float16"),  # partial sums read back per tile
     "rows-fp32": (200, 1000, "float32"),  # backward rows with per-column accumulators, padded columns
     "looped-backward": (140, 8192, "float16"),  # the looped backward from 8192 half values
     "looped-backward-fp32-chunks": (9, 20000, "float32"),  # several chunks, one ragged
