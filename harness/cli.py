@@ -7,6 +7,8 @@
                                       results in reports/<run-id>/ (with report.html), and a summary
     normbench table1 [--impl NAME]    the paper's Table 1 (and §3.1) measured, beside the paper's
     normbench report RESULTS... [-o FILE]   the HTML report of one or more runs (default: into the first run's folder)
+    normbench traffic --impl triton --gpu h100   bytes each Triton launch moves, / the byte model (interpreter)
+    normbench kernel-stats --gpu h100            registers, spills, occupancy of the kernels compiled for sm_90
 
 Every user error prints one line ``normbench: error: ...`` with the fix and exits 2.
 Slow steps (creating a backend imports its framework) print a progress line to stderr
@@ -569,6 +571,11 @@ def parser() -> argparse.ArgumentParser:
     _run_options(p)
     _add_table1(sub)
     _add_report(sub)
+    # their own argument parsers (normbench traffic --help): counts and compiler estimates, never speeds
+    sub.add_parser("traffic", add_help=False, help="count the bytes a Triton backend's kernels move under a GPU's "
+                                                   "launch configuration, in the interpreter (docs/triton-kernels.md)")
+    sub.add_parser("kernel-stats", add_help=False, help="registers, spills, occupancy and access widths of kernels "
+                                                        "compiled for a GPU (sm_90, sm_80) without one")
     return top
 
 
@@ -609,6 +616,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED
+#: subcommands that are tools with their own argument parser: name -> module (its main(argv))
+TOOLS = {"traffic": "normbench.perf.traffic", "kernel-stats": "normbench.perf.kernel_stats"}
 
 
 def _add_table1(sub) -> None:
@@ -629,6 +638,14 @@ def _add_table1(sub) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.command in TOOLS:  # a tool with its own parser: everything after its name is its
+        import importlib
+
+        try:
+            return importlib.import_module(TOOLS[args.command]).main(extra)
+        except NormbenchError as exc:
+            print(f"normbench: error: {exc}", file=sys.stderr)
+            return 2
     if extra and args.command not in ("test", "run"):
         parser().error(f"unrecognized arguments: {' '.join(extra)}")
     try:

@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from normbench.perf.traffic import GPUS, GPUProfile, gpu_sweep_shapes
+from normbench.perf.traffic import GPUS, GPUProfile, parse_shapes
 
 #: the columns of a kernel-stats row, in order
 STATS_COLUMNS: tuple[str, ...] = (
@@ -139,25 +139,18 @@ def stats_rows(provider: Any, shapes: Sequence[tuple[int, int, str]], gpu: GPUPr
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m normbench.perf.kernel_stats", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="normbench kernel-stats", description=__doc__.split("\n")[0])
     parser.add_argument("--kernels", default="normbench.impls.triton.compile_check",
                         help="the kernel provider module (see the module doc). Default: %(default)s")
     parser.add_argument("--gpu", default="h100", choices=sorted(GPUS))
     parser.add_argument("--arch", type=int, help="compute capability x10. Default: the GPU's")
-    parser.add_argument("--shapes", default="sweep", help="'sweep' or ROWSxHIDDEN:DTYPE,...")
+    parser.add_argument("--shapes", default="sweep", type=parse_shapes, help="'sweep' or ROWSxHIDDEN:DTYPE,...")
     parser.add_argument("--out", help="write the rows as CSV here")
     args = parser.parse_args(argv)
     os.environ["TRITON_INTERPRET"] = "0"  # compile, whatever the machine
     gpu = GPUS[args.gpu]
     arch = args.arch or gpu.arch
-    if args.shapes == "sweep":
-        shapes = gpu_sweep_shapes()
-    else:
-        shapes = []
-        for item in args.shapes.split(","):
-            size, _, dtype = item.partition(":")
-            m, _, n = size.partition("x")
-            shapes.append((int(m), int(n), dtype or "bfloat16"))
+    shapes = args.shapes
     provider = importlib.import_module(args.kernels)  # a plugin's module, named on the command line
     print(f"# static estimates for {gpu.name} ({gpu.sm_count} SMs), sm_{arch}: compiler output, not speeds")
 

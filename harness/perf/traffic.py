@@ -499,25 +499,48 @@ def write_csv(rows: Sequence[dict], path: str) -> None:
         writer.writerows(rows)
 
 
+def parse_shapes(text: str) -> list[tuple[int, int, str]]:
+    """``sweep`` (the GPU throughput sweep) or ``ROWSxHIDDEN:DTYPE,...`` (an argparse type: a bad
+    value is one usage message).
+
+    >>> parse_shapes("8192x1024:float16,4x8")
+    [(8192, 1024, 'float16'), (4, 8, 'bfloat16')]
+    """
+    if text == "sweep":
+        return gpu_sweep_shapes()
+    from normbench.dtypes import DTYPES
+
+    shapes = []
+    for item in text.split(","):
+        size, _, dtype = item.partition(":")
+        m, x, n = size.partition("x")
+        dtype = dtype or "bfloat16"
+        if not (x and m.isdigit() and n.isdigit() and int(m) > 0 and int(n) > 0) or dtype not in DTYPES:
+            raise argparse.ArgumentTypeError(f"{item!r}: give 'sweep' or ROWSxHIDDEN[:DTYPE] items separated by "
+                                             f"commas, e.g. 8192x1024:bfloat16 (dtypes: {', '.join(DTYPES)})")
+        shapes.append((int(m), int(n), dtype))
+    return shapes
+
+
+def _directions(text: str) -> list[str]:
+    chosen = [d.strip() for d in text.split(",")]
+    if not chosen or any(d not in ("forward", "backward") for d in chosen):
+        raise argparse.ArgumentTypeError(f"{text!r}: give forward, backward or forward,backward")
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m normbench.perf.traffic", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="normbench traffic", description=__doc__.split("\n")[0])
     parser.add_argument("--impl", default="triton", help="a backend whose kernels are Triton. Default: %(default)s")
     parser.add_argument("--gpu", default="h100", choices=sorted(GPUS), help="launch configuration. Default: %(default)s")
-    parser.add_argument("--shapes", default="sweep",
+    parser.add_argument("--shapes", default="sweep", type=parse_shapes,
                         help="'sweep' (the GPU throughput sweep) or ROWSxHIDDEN:DTYPE,... Default: %(default)s")
-    parser.add_argument("--directions", default="forward,backward")
+    parser.add_argument("--directions", default="forward,backward", type=_directions)
     parser.add_argument("--all-programs", action="store_true", help="run every program (slow), no extrapolation")
     parser.add_argument("--out", help="write the rows as CSV here")
     args = parser.parse_args(argv)
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    if args.shapes == "sweep":
-        shapes = gpu_sweep_shapes()
-    else:
-        shapes = []
-        for item in args.shapes.split(","):
-            size, _, dtype = item.partition(":")
-            m, _, n = size.partition("x")
-            shapes.append((int(m), int(n), dtype or "bfloat16"))
+    shapes = args.shapes
     from normbench import get_registry
 
     backend = get_registry().create(args.impl)
@@ -529,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
               f"(requested {row['requested_ratio']:.3f}) {row['kernels']}", flush=True)
 
     start = time.monotonic()
-    rows = traffic_rows(backend, args.impl, shapes, gpu, args.directions.split(","), not args.all_programs, show)
+    rows = traffic_rows(backend, args.impl, shapes, gpu, args.directions, not args.all_programs, show)
     print(f"# {len(rows)} rows in {time.monotonic() - start:.0f} s")
     if args.out:
         write_csv(rows, args.out)
