@@ -9,6 +9,9 @@ reporting belong to the harness, so a backend stays a page of code.
 Required: ``name``, :meth:`asarray`, :meth:`to_numpy`, :meth:`layer_norm`.
 Optional: :meth:`layer_norm_backward` (set ``has_backward = False`` if absent),
 :meth:`layer_norm_statistics`, :meth:`synchronize`, :meth:`warmup`,
+:meth:`prepare_backward` and :meth:`forward_backward` (so that the throughput suite times
+a backward alone, and a training step as exactly one forward and one backward; set
+``backward_includes_forward`` when ``layer_norm_backward`` runs a forward itself),
 :meth:`availability`, :meth:`library_version`, the ``device``, ``max_elements``
 and ``timing_note`` attributes, the documented ``limits`` and the ``runtime_note``, and
 ``known_deviations`` (failures it is known to have, with the reasons). :func:`device_label` writes a ``device`` string in the form
@@ -48,7 +51,7 @@ from __future__ import annotations
 import abc
 import importlib.metadata
 import importlib.util
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -178,6 +181,10 @@ class Backend(abc.ABC):
     #: patterns, fp32 -> bf16 conversion by truncation). A failure that such a runtime explains
     #: says so (``normbench.check.hypotheses``); ``normbench run`` shows it in its header and report.
     runtime_note: str | None = None
+    #: whether :meth:`layer_norm_backward` runs a forward pass itself (an autograd backend builds the
+    #: graph first). Without :meth:`prepare_backward` such a backward cannot be timed alone: its
+    #: throughput rows are measured and modelled as forward-training+backward, and say so.
+    backward_includes_forward: ClassVar[bool] = False
     #: the documented limits of the library (eps range, minimum rank, layouts): cases outside them
     #: are skipped with the reason, and the paper's invariance checks choose re-scaling factors
     #: whose eps/delta^2 stays inside the eps range (or skip, saying so). Default: none.
@@ -240,6 +247,29 @@ class Backend(abc.ABC):
         """The vector-Jacobian product: ``(dx, dweight, dbias)``, None where
         weight or bias is None. Implement it, or set ``has_backward = False``."""
         raise NotImplementedError(f"backend {self.name!r} has no backward (has_backward = False)")
+
+    def prepare_backward(
+        self, dy: Any, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float
+    ) -> Callable[[], tuple[Any, Any, Any]] | None:
+        """Optional, for timing: run now whatever the backward needs (the forward, an autograd
+        graph, saved residuals) and return a callable that runs only the backward and returns
+        ``(dx, dweight, dbias)`` as :meth:`layer_norm_backward` does, the same on every call. The
+        throughput suite times that callable, so a backward's GB/s counts backward traffic only.
+        None (the default): the suite times :meth:`layer_norm_backward` (see ``backward_includes_forward``)."""
+        return None
+
+    def forward_backward(
+        self, dy: Any, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float
+    ) -> tuple[Any, tuple[Any, Any, Any]]:
+        """One training step, exactly one forward and one backward: ``(y, (dx, dweight, dbias))``.
+        The default calls :meth:`layer_norm` then :meth:`layer_norm_backward`, right unless the
+        backward runs a forward itself (``backward_includes_forward``): such a backend overrides it."""
+        return (self.layer_norm(x, normalized_shape, weight, bias, eps),
+                self.layer_norm_backward(dy, x, normalized_shape, weight, bias, eps))
+
+    def separates_backward(self) -> bool:
+        """Whether a backward can be timed alone: it runs no forward, or :meth:`prepare_backward` prepares one."""
+        return not self.backward_includes_forward or type(self).prepare_backward is not Backend.prepare_backward
 
     def layer_norm_statistics(
         self, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float

@@ -96,10 +96,37 @@ def vjp_of(jax: Any, forward: Callable) -> Callable:
     by ``jax.vjp`` (None where weight or bias is None)."""
 
     def backward(dy, x, weight, bias, eps, normalized_shape):
-        _, vjp = jax.vjp(lambda x_, w_, b_: forward(x_, w_, b_, eps, normalized_shape), x, weight, bias)
-        return vjp(dy)
+        return forward_and_vjp(jax, forward)(dy, x, weight, bias, eps, normalized_shape)[1]
 
     return backward
+
+
+def forward_and_vjp(jax: Any, forward: Callable) -> Callable:
+    """One training step of ``forward``: a function of ``(dy, x, weight, bias, eps, normalized_shape)``
+    returning ``(y, (dx, dweight, dbias))``, one forward and one backward."""
+
+    def step(dy, x, weight, bias, eps, normalized_shape):
+        y, vjp = residuals_of(jax, forward, with_output=True)(x, weight, bias, eps, normalized_shape)
+        return y, vjp(dy)
+
+    return step
+
+
+def residuals_of(jax: Any, forward: Callable, with_output: bool = False) -> Callable:
+    """A function of ``(x, weight, bias, eps, normalized_shape)`` returning ``forward``'s VJP: a pytree
+    holding the saved residuals, applied to dy by :func:`apply_vjp` (the backward alone); with
+    ``with_output``, ``(y, vjp)``."""
+
+    def residuals(x, weight, bias, eps, normalized_shape):
+        y, vjp = jax.vjp(lambda x_, w_, b_: forward(x_, w_, b_, eps, normalized_shape), x, weight, bias)
+        return (y, vjp) if with_output else vjp
+
+    return residuals
+
+
+def apply_vjp(vjp: Any, dy: Any) -> tuple:
+    """The backward alone: a VJP of :func:`residuals_of` applied to dy (jit it)."""
+    return vjp(dy)
 
 
 class JaxBackendBase(Backend):
@@ -109,6 +136,8 @@ class JaxBackendBase(Backend):
 
     requires: ClassVar[tuple[str, ...]] = ("jax",)
     devices: ClassVar[str] = "gpu if JAX sees one, else cpu"
+    #: the jitted VJP recomputes the forward's residuals; prepare_backward separates them for timing
+    backward_includes_forward: ClassVar[bool] = True
 
     def __init__(self) -> None:
         import jax
@@ -125,6 +154,9 @@ class JaxBackendBase(Backend):
         forward = self.make_forward()
         self._forward = self.jit(forward)
         self._backward = self.jit(vjp_of(jax, forward))
+        self._step = self.jit(forward_and_vjp(jax, forward))
+        self._residuals = self.jit(residuals_of(jax, forward))
+        self._apply_vjp = jax.jit(apply_vjp)
 
     @abc.abstractmethod
     def make_forward(self) -> Callable:
@@ -175,6 +207,22 @@ class JaxBackendBase(Backend):
         with self.scope(dy, x, weight, bias):
             grads = self._backward(dy, x, weight, bias, float(eps), normalized_shape=tuple(normalized_shape))
         return self.queued(tuple(grads))
+
+    def prepare_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        """The forward's residuals now (jitted ``jax.vjp``); the callable applies the jitted VJP to dy."""
+        with self.scope(dy, x, weight, bias):
+            vjp = self._residuals(x, weight, bias, float(eps), normalized_shape=tuple(normalized_shape))
+
+        def backward():
+            with self.scope(dy, x, weight, bias):
+                return self.queued(tuple(self._apply_vjp(vjp, dy)))
+
+        return backward
+
+    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        with self.scope(dy, x, weight, bias):
+            y, grads = self._step(dy, x, weight, bias, float(eps), normalized_shape=tuple(normalized_shape))
+        return self.queued((y, tuple(grads)))
 
     def warmup(self, x, normalized_shape, weight, bias, eps):
         """Compile the forward, the statistics (if any) and the backward for arrays like these

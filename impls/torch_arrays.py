@@ -1,4 +1,4 @@
-"""Host NumPy arrays to torch tensors and back, keeping the layout.
+"""Host NumPy arrays to torch tensors and back, keeping the layout; and the autograd plumbing.
 
 Shared by the torch-based backends (``normbench.impls.torch_native``, ``normbench.impls.triton``): the tensor rebuilt on
 the device has the host view's shape, strides, storage offset and stride-0
@@ -36,3 +36,19 @@ def to_host(torch: Any, tensor: Any) -> np.ndarray:
 
         return t.contiguous().view(torch.uint16).numpy().view(ml_dtypes.bfloat16).reshape(t.shape)
     return t.numpy()
+
+
+def autograd_graph(torch: Any, layer_norm: Any, x: Any, normalized_shape, weight: Any, bias: Any, eps: float):
+    """Run ``layer_norm`` (``F.layer_norm``, or our Triton autograd function) on leaves that require
+    grad: ``(y, leaves)``, the graph ready for :func:`gradients` (None leaves where weight or bias is None)."""
+    leaves = [t.detach().requires_grad_(True) if t is not None else None for t in (x, weight, bias)]
+    with torch.enable_grad():
+        y = layer_norm(leaves[0], normalized_shape, leaves[1], leaves[2], eps)
+    return y, leaves
+
+
+def gradients(torch: Any, y: Any, leaves: list, dy: Any, retain_graph: bool = False) -> tuple:
+    """``(dx, dweight, dbias)`` of ``y`` against ``dy`` (None where a leaf is None); ``retain_graph``
+    keeps the graph for another call (a backward timed alone, many times over one forward)."""
+    grads = iter(torch.autograd.grad(y, [t for t in leaves if t is not None], dy, retain_graph=retain_graph))
+    return tuple(next(grads) if t is not None else None for t in leaves)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from normbench import Backend
 from normbench.backend import device_label
-from normbench.impls.torch_arrays import from_host, to_host
+from normbench.impls.torch_arrays import autograd_graph, from_host, gradients, to_host
 
 
 class TorchBackend(Backend):
@@ -18,6 +18,7 @@ class TorchBackend(Backend):
     requires = ("torch",)
     install_hint = "pip install 'normbench[torch]'"
     devices = "cuda if available, else cpu"
+    backward_includes_forward = True  # autograd: the graph comes from a forward (prepare_backward separates them)
 
     def __init__(self) -> None:
         import torch
@@ -45,13 +46,19 @@ class TorchBackend(Backend):
         return mean, rstd
 
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        torch = self.torch
-        leaves = [t.detach().requires_grad_(True) if t is not None else None for t in (x, weight, bias)]
-        with torch.enable_grad():
-            y = torch.nn.functional.layer_norm(leaves[0], normalized_shape, leaves[1], leaves[2], eps)
-            wanted = [t for t in leaves if t is not None]
-            grads = iter(torch.autograd.grad(y, wanted, dy))
-        return tuple(next(grads) if t is not None else None for t in leaves)
+        return self.forward_backward(dy, x, normalized_shape, weight, bias, eps)[1]
+
+    def _graph(self, x, normalized_shape, weight, bias, eps):
+        return autograd_graph(self.torch, self.torch.nn.functional.layer_norm, x, normalized_shape, weight, bias, eps)
+
+    def prepare_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        """The forward and its autograd graph now; the callable runs ``autograd.grad`` on it (graph retained)."""
+        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
+        return lambda: gradients(self.torch, y, leaves, dy, retain_graph=True)
+
+    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
+        return y.detach(), gradients(self.torch, y, leaves, dy)
 
     def synchronize(self):
         if self._device.type == "cuda":

@@ -64,14 +64,33 @@ class Prepared:
 
 
 def prepare(backend: Backend, reference: Reference, direction: str) -> Prepared:
+    """The timed op of ``direction``, which does exactly what the byte model counts: the forward;
+    the backward alone (its forward and autograd graph made here, untimed, through the backend's
+    ``prepare_backward``; a backend that cannot separate them has its backward timed, and
+    modelled, with its forward: :func:`model_direction`); or exactly one forward and one backward
+    (``forward_backward``)."""
     case = reference.case
     wanted = reference.arrays if direction != "forward" else (*reference.arrays[:3], None)
     x, w, b, g = (None if a is None else backend.asarray(a.copy()) for a in wanted)
     ns, eps = case.normalized_shape, case.eps
-    forward = lambda: backend.layer_norm(x, ns, w, b, eps)
-    backward = lambda: backend.layer_norm_backward(g, x, ns, w, b, eps)
-    op = {"forward": forward, "backward": backward, "forward+backward": lambda: (forward(), backward())}[direction]
+    if direction == "forward":
+        op = lambda: backend.layer_norm(x, ns, w, b, eps)
+    elif direction == "backward":
+        op = backend.prepare_backward(g, x, ns, w, b, eps) or (lambda: backend.layer_norm_backward(g, x, ns, w, b, eps))
+    else:
+        op = lambda: backend.forward_backward(g, x, ns, w, b, eps)
     return Prepared((x, w, b, g), op)
+
+
+def model_direction(backend: Backend, direction: str) -> str:
+    """The direction whose byte model a measurement of ``direction`` is judged by: a backward that
+    cannot be timed without its forward (``Backend.separates_backward``) is forward+backward's.
+
+    >>> from normbench import get_registry
+    >>> model_direction(get_registry().create("numpy"), "backward")
+    'backward'
+    """
+    return "forward+backward" if direction == "backward" and not backend.separates_backward() else direction
 
 
 @dataclass
@@ -125,12 +144,13 @@ class ThroughputRunner:
         """The row of ``case`` before it is measured: what was to be measured, where, with which byte model."""
         from normbench.results import new_row
 
+        modelled = model_direction(backend, direction)
         return new_row(run_id=self.run_id, time=now_utc(), host=socket.gethostname(), device=backend.device,
                        device_name=device_name(backend.device), backend=backend.name,
                        backend_version=type(backend).library_version(), direction=direction, dtype=case.dtype,
                        param_dtype=case.params, rows=case.rows, hidden=case.hidden, shape=shape_name(case),
-                       case_id=case.id, seed=self.seed, byte_model=BYTE_MODELS[direction],
-                       bytes=direction_bytes(case.rows, case.hidden, case.dtype, direction, case.params,
+                       case_id=case.id, seed=self.seed, byte_model=BYTE_MODELS[modelled],
+                       bytes=direction_bytes(case.rows, case.hidden, case.dtype, modelled, case.params,
                                              weight=case.affine in ("wb", "w"), bias=case.affine in ("wb", "b")),
                        cache=self.options.cache)
 
@@ -193,6 +213,9 @@ class ThroughputRunner:
                 f"GB/s: faster than the device can move the byte model's {row['bytes']} bytes, so an output is "
                 f"cached or work is skipped; recorded as an error, not a speed")}
         notes = []
+        if row["direction"] == "backward" and row["byte_model"] != BYTE_MODELS["backward"]:
+            notes.append("timed with its forward (the backend cannot run its backward alone: no prepare_backward), "
+                         "so bytes and byte model are forward-training+backward's")
         if timing.wide:
             notes.append(f"wide spread: IQR is {100 * timing.rel_spread:.0f}% of the median (a busy machine?)")
         if not ceiling.buffer_ok:

@@ -57,6 +57,7 @@ class TritonBackend(Backend):
     description = ("normbench's Triton kernels (impls/triton): fp32 two-pass statistics, deterministic "
                    "persistent backward; CUDA, or the Triton interpreter on CPU")
     strided = True
+    backward_includes_forward = True  # autograd: prepare_backward separates them for timing
     requires = ("triton", "torch")
     install_hint = "pip install 'normbench[triton]'"
     devices = "cuda, or the Triton interpreter on CPU"
@@ -96,12 +97,16 @@ class TritonBackend(Backend):
 
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
         """Through the autograd function, as a PyTorch user would run it."""
-        torch = self.torch
-        leaves = [t.detach().requires_grad_(True) if t is not None else None for t in (x, weight, bias)]
-        with torch.enable_grad():
-            y = self.autograd.layer_norm(leaves[0], normalized_shape, leaves[1], leaves[2], eps)
-            grads = iter(torch.autograd.grad(y, [t for t in leaves if t is not None], dy))
-        return tuple(next(grads) if t is not None else None for t in leaves)
+        return self.forward_backward(dy, x, normalized_shape, weight, bias, eps)[1]
+
+    def prepare_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        """The forward kernel and the autograd graph now; the callable launches the backward kernels only."""
+        y, leaves = torch_arrays.autograd_graph(self.torch, self.autograd.layer_norm, x, normalized_shape, weight, bias, eps)
+        return lambda: torch_arrays.gradients(self.torch, y, leaves, dy, retain_graph=True)
+
+    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        y, leaves = torch_arrays.autograd_graph(self.torch, self.autograd.layer_norm, x, normalized_shape, weight, bias, eps)
+        return y.detach(), torch_arrays.gradients(self.torch, y, leaves, dy)
 
     def warmup(self, x, normalized_shape, weight, bias, eps):
         """Compile (on CUDA) every kernel that arrays like these launch, forward and
