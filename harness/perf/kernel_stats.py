@@ -34,15 +34,14 @@ import importlib
 import math
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from normbench.perf.traffic import GPUS, GPUProfile, parse_shapes
+from normbench.ptxas import ptxas_usage
 
 #: the columns of a kernel-stats row, in order
 STATS_COLUMNS: tuple[str, ...] = (
@@ -64,23 +63,6 @@ def access_widths(ptx: str) -> tuple[Counter, Counter]:
     for op, _mods, vec, _kind, bits in _ACCESS.findall(ptx):
         (loads if op == "ld" else stores)[int(vec or 1) * int(bits) // 8] += 1
     return loads, stores
-
-
-def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
-    """(registers per thread, spill store + load bytes) that ``ptxas -v`` reports for one kernel's PTX."""
-    from triton.backends.nvidia.compiler import get_ptxas
-
-    suffix = "a" if arch >= 90 else ""
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(ptx)
-        f.flush()
-        log = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name=sm_{arch}{suffix}", f.name, "-o", os.devnull],
-                             capture_output=True, text=True, check=True).stderr
-    registers = re.search(r"Used (\d+) registers", log)
-    stores = re.search(r"(\d+) bytes spill stores", log)
-    loads = re.search(r"(\d+) bytes spill loads", log)
-    return (int(registers[1]) if registers else -1,
-            (int(stores[1]) if stores else 0) + (int(loads[1]) if loads else 0))
 
 
 def occupancy(registers: int, shared_bytes: int, num_warps: int, gpu: GPUProfile) -> tuple[int, str]:

@@ -21,13 +21,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 
 from normbench.impls.triton import heuristics
+from normbench.ptxas import ptxas_usage
 
 ROWS = 8192
 #: an H100 SXM
@@ -154,21 +152,6 @@ def compile_variant(v: Variant, arch: int):
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": v.num_warps})
-
-
-def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
-    """(registers, spill store bytes) that ``ptxas -v`` reports for one kernel's PTX."""
-    from triton.backends.nvidia.compiler import get_ptxas
-
-    suffix = "a" if arch >= 90 else ""
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(ptx)
-        f.flush()
-        log = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name=sm_{arch}{suffix}", f.name, "-o", os.devnull],
-                             capture_output=True, text=True, check=True).stderr
-    registers = re.search(r"Used (\d+) registers", log)
-    spills = re.search(r"(\d+) bytes spill stores", log)
-    return int(registers[1]) if registers else -1, int(spills[1]) if spills else 0
 
 
 def main(argv: list[str] | None = None) -> int:
