@@ -594,16 +594,21 @@ def _version(value: Any, where: str) -> int:
     return value
 
 
+def _read_json(path: Path, fix: str) -> Any:
+    """The JSON value in ``path``; a file that cannot be read or parsed is one ResultsError."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise ResultsError(f"cannot read {path}: its JSON is nested too deeply to be a normbench file. "
+                           f"Fix: {fix}") from None
+    except (OSError, ValueError) as exc:
+        raise ResultsError(f"cannot read {path}: {exc}") from None
+
+
 def _load_json(path: Path, schema: str) -> pd.DataFrame:
     import pandas as pd
 
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise ResultsError(f"cannot read {path}: its JSON is nested too deeply to be a normbench file. "
-                           f"Fix: point at a {FILES[schema]}.json normbench wrote") from None
-    except (OSError, ValueError) as exc:
-        raise ResultsError(f"cannot read {path}: {exc}") from None
+    document = _read_json(path, f"point at a {FILES[schema]}.json normbench wrote")
     if not isinstance(document, dict) or document.get("schema") != schema or "rows" not in document:
         found = document.get("schema") if isinstance(document, dict) else type(document).__name__
         raise ResultsError(f"{path} is not a {schema} results file (its schema is {found!r}). "
@@ -876,13 +881,7 @@ def check_document(document: Any, spec: Field, source: str, fix: str) -> None:
 
 def read_document(path: Path, schema: str, version: int, spec: Field, fix: str) -> dict[str, Any]:
     """A JSON document of ``schema`` and ``version`` at ``path``, checked against ``spec``."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except RecursionError:
-        raise ResultsError(f"cannot read {path}: its JSON is nested too deeply to be a normbench file. "
-                           f"Fix: {fix}") from None
-    except (OSError, ValueError) as exc:
-        raise ResultsError(f"cannot read {path}: {exc}") from None
+    document = _read_json(path, fix)
     if not isinstance(document, dict) or document.get("schema") != schema:
         found = document.get("schema") if isinstance(document, dict) else type(document).__name__
         raise ResultsError(f"{path} is not a {schema} file (its schema is {found!r})")

@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from normbench.perf.traffic import GPUS, GPUProfile, parse_shapes
+from normbench.perf.traffic import GPUS, GPUProfile, parse_shapes, write_csv
 from normbench.ptxas import ptxas_usage
 
 #: the columns of a kernel-stats row, in order
@@ -145,18 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = stats_rows(provider, shapes, gpu, arch, show)
     print(f"# {len(rows)} kernels in {time.monotonic() - start:.0f} s")
     if args.out:
-        write_csv_rows(rows, args.out)
+        write_csv(rows, args.out, STATS_COLUMNS)
     return 0
-
-
-def write_csv_rows(rows: Sequence[dict], path: str) -> None:
-    import csv
-
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=STATS_COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 if __name__ == "__main__":

@@ -491,10 +491,11 @@ def gpu_sweep_shapes() -> list[tuple[int, int, str]]:
     return [(c.rows, c.hidden, c.dtype) for c in THROUGHPUT_GPU_CASES]
 
 
-def write_csv(rows: Sequence[dict], path: str) -> None:
+def write_csv(rows: Sequence[dict], path: str, columns: Sequence[str] = TRAFFIC_COLUMNS) -> None:
+    """``rows`` as a CSV file with ``columns`` (traffic rows by default; kernel-stats rows too)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=TRAFFIC_COLUMNS, lineterminator="\n")
+        writer = csv.DictWriter(f, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
 
