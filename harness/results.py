@@ -9,6 +9,14 @@ A run folder (``reports/<run-id>/``, one writer at a time: :mod:`normbench.run_f
 * ``environment.json``: the machine, libraries, commit, command, the measured
   ceilings and the run's status (:mod:`normbench.environment`).
 
+Two more schemas describe counts, not runs, written as CSV only by
+:func:`write_csv`: ``traffic.csv`` (:data:`TRAFFIC`, ``normbench traffic``: bytes
+a Triton backend's launches move, counted in the interpreter with a GPU's launch
+configuration) and ``kernels-sm90.csv``, ``kernels-sm80.csv``, ...
+(:data:`KERNEL_STATS`, ``normbench kernel-stats``: registers, spills, occupancy,
+access widths of the compiled kernels). Neither holds a speed. :func:`load` reads
+them like the others (a folder's ``kernels-*.csv`` together).
+
 **Writing** (:class:`ResultsWriter`). The CSV is the journal: every row is
 appended as one complete line, handed to the operating system at once (a killed
 run keeps it) and fsynced at least every :attr:`ResultsWriter.SYNC_EVERY_S`
@@ -202,10 +210,105 @@ CONFORMANCE_COLUMNS: tuple[Column, ...] = (
     Column("message", "str", "the failure's first line or the skip reason"),
 )
 
-SCHEMAS: dict[str, tuple[Column, ...]] = {THROUGHPUT: THROUGHPUT_COLUMNS, CONFORMANCE: CONFORMANCE_COLUMNS}
-FILES: dict[str, str] = {THROUGHPUT: "throughput", CONFORMANCE: "conformance"}
+#: traffic rows count bytes, they do not time them: directions and byte models the counter covers
+TRAFFIC_DIRECTIONS = ("forward", "backward")
+#: the dtypes a traffic or kernel-stats row may name (normbench.dtypes.DTYPES, spelled out: core imports no ml_dtypes here)
+COUNTED_DTYPES = ("float16", "bfloat16", "float32", "float64")
+#: no kernel worth publishing moves a thousand times the byte model: a larger ratio is a broken row
+MAX_TRAFFIC_RATIO = 1000.0
+#: the widest global access one PTX instruction makes (a v4 of 64-bit values), bytes
+MAX_ACCESS_BYTES = 32
+
+#: the traffic schema, version 1: one row per (backend, shape, dtype, direction) of ``normbench traffic``
+#: (normbench.perf.traffic): bytes counted in the Triton interpreter with a GPU's launch configuration, never a speed
+TRAFFIC_COLUMNS: tuple[Column, ...] = (
+    Column("schema_version", "int", "the schema version of this row (1)"),
+    Column("backend", "str", "the backend whose Triton kernels were counted (--impl)"),
+    Column("normalization", "str", "what the kernels compute (layernorm)"),
+    Column("direction", "str", "forward or backward", choices=TRAFFIC_DIRECTIONS),
+    Column("dtype", "str", "the dtype of x, y, dy and dx (weight and bias too)", choices=COUNTED_DTYPES),
+    Column("rows", "int", "M, the number of rows", low=1),
+    Column("hidden", "int", "N, the normalized size", low=1),
+    Column("gpu", "str", "the GPU whose launch configuration the kernels were given (normbench.perf.traffic.GPUS)"),
+    Column("sm_count", "int", "that GPU's SM count, as the launch heuristics saw it", low=1),
+    Column("byte_model", "str", "forward-inference or backward (normbench.perf.roofline)",
+           choices=("forward-inference", "backward")),
+    Column("model_bytes", "int", "the bytes the byte model says the direction must move", low=1),
+    Column("unique_bytes", "int", "distinct addresses read plus written, per launch, summed over launches: the DRAM "
+                                  "traffic if every re-read inside a launch hits L1/L2 (modelled, not measured)", low=0),
+    Column("requested_bytes", "int", "every unmasked lane of every load and store, re-reads included: what the kernels "
+                                     "ask of L1", low=0),
+    Column("ratio", "float", "unique_bytes / model_bytes, rounded to 5 decimals; never empty", low=0.0,
+           high=MAX_TRAFFIC_RATIO),
+    Column("requested_ratio", "float", "requested_bytes / model_bytes, rounded to 5 decimals; never empty", low=0.0,
+           high=MAX_TRAFFIC_RATIO),
+    Column("launches", "int", "kernel launches the direction made (a backward's repeat of the forward not counted)",
+           low=1),
+    Column("kernels", "str", "the launched kernels' names, in order, joined by +"),
+    Column("programs_run", "int", "programs the interpreter ran (the rest extrapolated, checked on program 2)", low=1),
+    Column("programs_total", "int", "programs of every launch's grid", low=1),
+    Column("breakdown", "str", "per kernel argument: kernel.ARG:unique reads r + unique writes w, each / model_bytes"),
+)
+
+#: the kernel-stats schema, version 1: one row per launch of ``normbench kernel-stats`` (normbench.perf.kernel_stats):
+#: compiler output and occupancy estimates for a GPU, without one; never a speed
+KERNEL_STATS_COLUMNS: tuple[Column, ...] = (
+    Column("schema_version", "int", "the schema version of this row (1)"),
+    Column("kernel", "str", "the Triton kernel's name"),
+    Column("label", "str", "the kernel with its dtypes, N, warps and constexpr configuration"),
+    Column("dtype", "str", "the dtype of x of the case launching it", choices=COUNTED_DTYPES),
+    Column("rows", "int", "M, the number of rows of the case", low=1),
+    Column("hidden", "int", "N, the normalized size of the case", low=1),
+    Column("gpu", "str", "the GPU whose limits and SM count the estimate uses"),
+    Column("arch", "str", "the compile target, sm_XY"),
+    Column("num_warps", "int", "warps per CTA (program)", low=1, high=32),
+    Column("programs", "int", "programs the launch's grid holds", low=1),
+    Column("registers", "int", "registers per thread (ptxas -v)", low=0, high=255),
+    Column("spill_bytes", "int", "spill stores plus spill loads, bytes (ptxas -v)", low=0),
+    Column("shared_bytes", "int", "shared memory per CTA, bytes (Triton's metadata)", low=0, high=1 << 20),
+    Column("ctas_per_sm", "int", "CTAs that fit on one SM by registers, threads, CTAs and shared memory", low=0,
+           high=32),
+    Column("capacity_warps", "int", "ctas_per_sm * num_warps: warps per SM the resources allow", low=0, high=64),
+    Column("resident_warps", "int", "warps per SM in flight, also capped by the programs the grid gives each SM",
+           low=0, high=64),
+    Column("limited_by", "str", "what limits the resident CTAs: registers, threads, ctas, shared memory or grid",
+           choices=("registers", "threads", "ctas", "shared memory", "grid")),
+    Column("load_widths", "str", "ld.global instructions by bytes per thread, widest first: 16B:3 4B:2"),
+    Column("store_widths", "str", "st.global instructions by bytes per thread, widest first"),
+    Column("widest_load", "int", "the widest ld.global, bytes per thread (0: none)", low=0, high=MAX_ACCESS_BYTES),
+    Column("widest_store", "int", "the widest st.global, bytes per thread (0: none)", low=0, high=MAX_ACCESS_BYTES),
+)
+
+TRAFFIC = "normbench.traffic"
+KERNEL_STATS = "normbench.kernel_stats"
+SCHEMAS: dict[str, tuple[Column, ...]] = {THROUGHPUT: THROUGHPUT_COLUMNS, CONFORMANCE: CONFORMANCE_COLUMNS,
+                                          TRAFFIC: TRAFFIC_COLUMNS, KERNEL_STATS: KERNEL_STATS_COLUMNS}
+#: schema -> the stem of its files; a kernel-stats file is one per compile target, ``kernels-sm90.csv``
+FILES: dict[str, str] = {THROUGHPUT: "throughput", CONFORMANCE: "conformance", TRAFFIC: "traffic",
+                         KERNEL_STATS: "kernels"}
 #: the names of the results files a run folder may hold (a folder holding one holds a run's results)
-RESULT_FILES: tuple[str, ...] = tuple(f"{name}.{ext}" for name in FILES.values() for ext in ("csv", "json"))
+RESULT_FILES: tuple[str, ...] = tuple(f"{FILES[s]}.{ext}" for s in (THROUGHPUT, CONFORMANCE) for ext in ("csv", "json"))
+#: the files of counts and static estimates (``normbench traffic``, ``normbench kernel-stats``): CSV only, and
+#: not a run's results (a run folder may sit beside them); kernel-stats files match :data:`KERNEL_STATS_PATTERN`
+TRAFFIC_FILE = "traffic.csv"
+KERNEL_STATS_PATTERN = "kernels-*.csv"
+
+
+def counts_files(folder: str | os.PathLike) -> list[Path]:
+    """The traffic and kernel-stats files in ``folder``, traffic first, kernel stats by name."""
+    folder = Path(folder)
+    found = [folder / TRAFFIC_FILE] if (folder / TRAFFIC_FILE).is_file() else []
+    return found + sorted(p for p in folder.glob(KERNEL_STATS_PATTERN) if p.is_file())
+
+
+def schema_of_counts_file(path: str | os.PathLike) -> str | None:
+    """:data:`TRAFFIC` or :data:`KERNEL_STATS` for a file named like one, else None."""
+    path = Path(path)
+    if path.name == TRAFFIC_FILE:
+        return TRAFFIC
+    if path.match(KERNEL_STATS_PATTERN):
+        return KERNEL_STATS
+    return None
 
 
 def _ok_row_is_a_speed(row: dict[str, Any]) -> str | None:
@@ -217,9 +320,61 @@ def _ok_row_is_a_speed(row: dict[str, Any]) -> str | None:
     return None
 
 
+def _ratios_are_the_counts(row: dict[str, Any]) -> str | None:
+    for name, part in (("ratio", "unique_bytes"), ("requested_ratio", "requested_bytes")):
+        exact = row[part] / row["model_bytes"]
+        if row[name] is None:
+            return f"field {name} is empty; it must be {part} / model_bytes ({exact:.5f})"
+        if abs(row[name] - exact) > 6e-6:  # rounded to 5 decimals, nothing more
+            return (f"field {name} is {row[name]!r}, but {part} / model_bytes is {exact:.5f} ({row[part]} / "
+                    f"{row['model_bytes']}): the counts and the ratio disagree")
+    return None
+
+
+def _requested_covers_unique(row: dict[str, Any]) -> str | None:
+    if row["requested_bytes"] < row["unique_bytes"]:
+        return (f"requested_bytes ({row['requested_bytes']}) is below unique_bytes ({row['unique_bytes']}): every "
+                f"unique byte is requested at least once")
+    if row["programs_run"] > row["programs_total"]:
+        return f"programs_run ({row['programs_run']}) exceeds programs_total ({row['programs_total']})"
+    if row["byte_model"] != ("forward-inference" if row["direction"] == "forward" else "backward"):
+        return f"byte_model {row['byte_model']} is not the byte model of direction {row['direction']}"
+    return None
+
+
+def _widths(text: str) -> dict[int, int] | None:
+    """``"16B:3 4B:2"`` as {16: 3, 4: 2}; None if it is not that form."""
+    out = {}
+    for part in text.split():
+        width, colon, count = part.partition("B:")
+        if not (colon and width.isdigit() and count.isdigit()):
+            return None
+        out[int(width)] = int(count)
+    return out
+
+
+def _stats_agree(row: dict[str, Any]) -> str | None:
+    if not (row["arch"].startswith("sm_") and row["arch"][3:].isdigit()):
+        return f"field arch is {row['arch']!r}, not sm_ and a compute capability x10 (sm_90)"
+    if row["capacity_warps"] != row["ctas_per_sm"] * row["num_warps"]:
+        return (f"capacity_warps ({row['capacity_warps']}) is not ctas_per_sm * num_warps "
+                f"({row['ctas_per_sm']} * {row['num_warps']})")
+    if row["resident_warps"] > row["capacity_warps"]:
+        return f"resident_warps ({row['resident_warps']}) exceeds capacity_warps ({row['capacity_warps']})"
+    for kind in ("load", "store"):
+        widths = _widths(row[f"{kind}_widths"])
+        if widths is None:
+            return f"field {kind}_widths is {row[f'{kind}_widths']!r}, not WIDTHB:COUNT items (16B:3 4B:2)"
+        if max(widths, default=0) != row[f"widest_{kind}"]:
+            return (f"field widest_{kind} is {row[f'widest_{kind}']}, but the widest of {kind}_widths is "
+                    f"{max(widths, default=0)}")
+    return None
+
+
 #: schema -> checks of a whole row (its values already parsed: floats may be None): each returns what is wrong, or None
 ROW_RULES: dict[str, tuple[Callable[[dict[str, Any]], str | None], ...]] = {
     THROUGHPUT: (_ok_row_is_a_speed,), CONFORMANCE: (),
+    TRAFFIC: (_ratios_are_the_counts, _requested_covers_unique), KERNEL_STATS: (_stats_agree,),
 }
 
 #: (schema, version) -> a function turning a frame of that version into the next version.
@@ -378,6 +533,29 @@ def _csv_text(rows: list[dict[str, Any]], columns: tuple[Column, ...], header: b
         writer.writerow(["" if row[c.name] is None else repr(row[c.name]) if c.kind == "float" else row[c.name]
                          for c in columns])
     return out.getvalue()
+
+
+def _file_name(schema: str, ext: str = "csv") -> str:
+    """How ``schema``'s files are named, for messages: ``throughput.csv``, ``kernels-sm90.csv``."""
+    return f"{FILES[schema]}-sm90.{ext}" if schema == KERNEL_STATS else f"{FILES[schema]}.{ext}"
+
+
+def write_csv(path: str | os.PathLike, rows: Iterable[dict[str, Any]], schema: str) -> Path:
+    """``rows`` of ``schema`` (dicts of its columns; ``schema_version`` added when absent) as one CSV file,
+    validated like a loaded file and written whole (no JSON beside it: the traffic and kernel-stats tables
+    are CSV). A row that breaks the schema is one ResultsError naming the row and the field, before
+    anything is written."""
+    path = Path(path)
+    rows = [{"schema_version": SCHEMA_VERSION, **row} for row in rows]
+    clean = _validated_rows(rows, schema, f"the {schema} rows to write to {path}",
+                            "this is a normbench bug: please report it")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, _csv_text(clean, SCHEMAS[schema], header=True))
+    except OSError as exc:
+        raise ResultsError(f"cannot write {len(clean)} {schema} rows to {path}: {exc.strerror or exc}. "
+                           f"Fix: {_fix_disk(exc)}") from None
+    return path
 
 
 def _fix_disk(exc: OSError) -> str:
@@ -663,11 +841,11 @@ def _load_csv(path: Path, schema: str) -> pd.DataFrame:
         raise ResultsError(f"cannot read {path}: {exc}") from None
     if not text:
         raise ResultsError(f"cannot read {path}: it is empty (a normbench CSV has a header line even with no rows). "
-                           f"Fix: point at a {FILES[schema]}.csv normbench wrote")
+                           f"Fix: point at a {_file_name(schema)} normbench wrote")
     records_, starts, torn = _csv_records(path, text)
     if not records_:
-        raise ResultsError(f"cannot read {path}: its header line is incomplete. Fix: point at a {FILES[schema]}.csv "
-                           f"normbench wrote")
+        raise ResultsError(f"cannot read {path}: its header line is incomplete. Fix: point at a "
+                           f"{_file_name(schema)} normbench wrote")
     header, body, starts = records_[0], records_[1:], starts[1:]
     if "schema_version" not in header:
         raise ResultsError(f"{path} has no schema_version column: not a normbench {schema} CSV")
@@ -739,6 +917,8 @@ def load(path: str | os.PathLike, schema: str = THROUGHPUT) -> pd.DataFrame:
     """
     path = Path(path)
     name = FILES[schema]
+    if path.is_dir() and schema == KERNEL_STATS:
+        return _load_kernel_stats_folder(path)
     if path.is_dir():
         have = [p for p in (path / f"{name}.json", path / f"{name}.csv") if p.exists()]
         if len(have) == 2:
@@ -748,6 +928,20 @@ def load(path: str | os.PathLike, schema: str = THROUGHPUT) -> pd.DataFrame:
         raise ResultsError(f"no results at {path}. Fix: give a run folder (reports/<run-id>) or one of its "
                            f"{name}.csv / .json files")
     return _load_json(path, schema) if path.suffix == ".json" else _load_csv(path, schema)
+
+
+def _load_kernel_stats_folder(folder: Path) -> pd.DataFrame:
+    """Every ``kernels-*.csv`` of ``folder`` (one per compile target), in name order, as one frame."""
+    import pandas as pd
+
+    paths = sorted(p for p in folder.glob(KERNEL_STATS_PATTERN) if p.is_file())
+    if not paths:
+        raise ResultsError(f"no kernel statistics in {folder} (no {KERNEL_STATS_PATTERN}). Fix: give a folder "
+                           f"`normbench kernel-stats --out FOLDER/kernels-sm90.csv` wrote into, or one of its files")
+    frames = [_load_csv(p, KERNEL_STATS) for p in paths]
+    df = _coerce(pd.concat(frames, ignore_index=True), KERNEL_STATS_COLUMNS)
+    df.attrs["notes"] = [n for f in frames for n in notes(f)]
+    return df
 
 
 def merge(sources: Iterable[str | os.PathLike | pd.DataFrame], schema: str = THROUGHPUT) -> pd.DataFrame:

@@ -40,15 +40,13 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from normbench import results
 from normbench.perf.traffic import GPUS, GPUProfile, parse_shapes, write_csv
 from normbench.ptxas import ptxas_usage
 
-#: the columns of a kernel-stats row, in order
-STATS_COLUMNS: tuple[str, ...] = (
-    "kernel", "label", "dtype", "rows", "hidden", "gpu", "arch", "num_warps", "programs", "registers",
-    "spill_bytes", "shared_bytes", "ctas_per_sm", "capacity_warps", "resident_warps", "limited_by",
-    "load_widths", "store_widths", "widest_load", "widest_store",
-)
+#: the columns of a kernel-stats row, in order: the results schema ``normbench.kernel_stats``
+#: (:data:`normbench.results.KERNEL_STATS_COLUMNS` documents each), less ``schema_version``, which the writer adds
+STATS_COLUMNS: tuple[str, ...] = tuple(c.name for c in results.KERNEL_STATS_COLUMNS if c.name != "schema_version")
 
 _ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[A-Za-z0-9_:]+)*?)(?:\.v(\d))?\.([bfsu])(\d+)\b")
 
@@ -145,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = stats_rows(provider, shapes, gpu, arch, show)
     print(f"# {len(rows)} kernels in {time.monotonic() - start:.0f} s")
     if args.out:
-        write_csv(rows, args.out, STATS_COLUMNS)
+        write_csv(rows, args.out, results.KERNEL_STATS)
     return 0
 
 

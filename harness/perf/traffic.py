@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import math
 import os
 import sys
@@ -64,6 +63,7 @@ from typing import Any
 
 import numpy as np
 
+from normbench import results
 from normbench.exceptions import NormbenchError
 from normbench.perf.roofline import BYTE_MODELS, direction_bytes
 
@@ -71,12 +71,9 @@ from normbench.perf.roofline import BYTE_MODELS, direction_bytes
 EMULATED_SM_COUNT_ENV = "NORMBENCH_EMULATED_SM_COUNT"
 #: launches with at most this many programs along grid axis 0 run every program
 SAMPLE_ALL_BELOW = 7
-#: the columns of a traffic row, in order (the results schema of ``normbench traffic``)
-TRAFFIC_COLUMNS: tuple[str, ...] = (
-    "backend", "normalization", "direction", "dtype", "rows", "hidden", "gpu", "sm_count", "byte_model",
-    "model_bytes", "unique_bytes", "requested_bytes", "ratio", "requested_ratio", "launches", "kernels",
-    "programs_run", "programs_total", "breakdown",
-)
+#: the columns of a traffic row, in order: the results schema ``normbench.traffic``
+#: (:data:`normbench.results.TRAFFIC_COLUMNS` documents each), less ``schema_version``, which the writer adds
+TRAFFIC_COLUMNS: tuple[str, ...] = tuple(c.name for c in results.TRAFFIC_COLUMNS if c.name != "schema_version")
 #: what a ratio means, printed with every table
 RATIO_NOTE = ("ratio = unique bytes / byte model: counted in the Triton interpreter with the GPU's launch "
               "configuration; re-reads inside a launch are assumed to hit L1/L2 (modelled, not measured); "
@@ -448,7 +445,7 @@ def count_direction(backend: Any, rows: int, hidden: int, dtype: str, direction:
 
 def traffic_row(backend_name: str, launches: Sequence[Launch], rows: int, hidden: int, dtype: str, direction: str,
                 gpu: GPUProfile, normalization: str = "layernorm") -> dict:
-    """One results row (:data:`TRAFFIC_COLUMNS`) from a direction's launches."""
+    """One results row (:data:`TRAFFIC_COLUMNS`, schema ``normbench.traffic``) from a direction's launches."""
     model = direction_bytes(rows, hidden, dtype, direction)
     unique = sum(launch.unique for launch in launches)
     requested = sum(launch.requested for launch in launches)
@@ -491,13 +488,11 @@ def gpu_sweep_shapes() -> list[tuple[int, int, str]]:
     return [(c.rows, c.hidden, c.dtype) for c in THROUGHPUT_GPU_CASES]
 
 
-def write_csv(rows: Sequence[dict], path: str, columns: Sequence[str] = TRAFFIC_COLUMNS) -> None:
-    """``rows`` as a CSV file with ``columns`` (traffic rows by default; kernel-stats rows too)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+def write_csv(rows: Sequence[dict], path: str | os.PathLike, schema: str = results.TRAFFIC) -> None:
+    """``rows`` as a CSV file of ``schema`` (``normbench.traffic`` by default; ``normbench.kernel_stats`` too),
+    validated field by field and written whole (:func:`normbench.results.write_csv`; read it back with
+    :func:`normbench.results.load`)."""
+    results.write_csv(path, rows, schema)
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, str]]:
