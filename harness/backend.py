@@ -8,7 +8,8 @@ reporting belong to the harness, so a backend stays a page of code.
 
 Required: ``name``, :meth:`asarray`, :meth:`to_numpy`, :meth:`layer_norm`.
 Optional: :meth:`layer_norm_backward` (set ``has_backward = False`` if absent),
-:meth:`layer_norm_statistics`, :meth:`synchronize`, :meth:`warmup`,
+:meth:`layer_norm_statistics` (and :meth:`layer_norm_with_statistics`, both from one call),
+:meth:`synchronize`, :meth:`warmup`, :meth:`set_threads` (the library's CPU thread count),
 :meth:`prepare_backward` and :meth:`forward_backward` (so that the throughput suite times
 a backward alone, and a training step as exactly one forward and one backward; set
 ``backward_includes_forward`` when ``layer_norm_backward`` runs a forward itself),
@@ -277,6 +278,26 @@ class Backend(abc.ABC):
         """Optional: the statistics the forward saves, ``(mean, rstd)``, one value
         per row (any shape with that many elements; fp32 or wider), with
         ``rstd = 1/sqrt(var + eps)``. Return None (the default) if not exposed."""
+        return None
+
+    def layer_norm_with_statistics(
+        self, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float
+    ) -> tuple[Any, tuple[Any, Any] | None]:
+        """``(y, statistics)``: what :meth:`layer_norm` returns, and what :meth:`layer_norm_statistics`
+        returns for the same call. The forward suite checks both from this one call. The default
+        calls the two; override it where one launch gives both (an autograd function's forward
+        saves them), so a case costs one forward, not two. Its ``y`` must be bit-identical to
+        :meth:`layer_norm`'s: the suite compares them (a subclass that overrides
+        :meth:`layer_norm` must override this too)."""
+        return (self.layer_norm(x, normalized_shape, weight, bias, eps),
+                self.layer_norm_statistics(x, normalized_shape, weight, bias, eps))
+
+    def set_threads(self, threads: int | None) -> int | None:
+        """Optional: set the CPU threads the backend's library computes with to ``threads`` (None:
+        the library's own default, as it was when the backend was created) and return the count
+        now in effect; None (the default) when the library has no such setting. The conformance
+        suites run every backend with one thread (``--normbench-threads``), so that a CPU kernel's
+        reduction order, and with it which cases pass, does not depend on the machine's cores."""
         return None
 
     def synchronize(self) -> None:

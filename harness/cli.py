@@ -200,7 +200,8 @@ def _pytest_args(args: argparse.Namespace, extra: Sequence[str], workers: bool =
 
 def _selection_args(args: argparse.Namespace) -> list[str]:
     """The backends and seeds as the pytest plugin's own options (which need no suites/conftest.py)."""
-    return [f"--normbench-impl={args.impl or ALL}", f"--normbench-seed={options.format_seeds(args.seed)}"]
+    return [f"--normbench-impl={args.impl or ALL}", f"--normbench-seed={options.format_seeds(args.seed)}",
+            f"--normbench-threads={'library' if args.threads is None else args.threads}"]
 
 
 def cmd_test(args: argparse.Namespace, extra: Sequence[str]) -> int:
@@ -279,6 +280,11 @@ def _header(args: argparse.Namespace, run_id: str, folder):
             say(f"    {name}: skipped: {reason}")
     for message in selection.warnings:
         say(f"  warning: {message}")
+    if selection.backends:
+        from normbench import threads
+
+        say(f"  threads:     conformance: {threads.describe(selection.backends, args.threads)}"
+            + ("; throughput: each library's own" if "throughput" in args.suites else ""))
     return selection
 
 
@@ -565,6 +571,7 @@ def parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         options.add_impl_option(p.add_argument, prefix="")
         options.add_seed_option(p.add_argument, prefix="")
+        options.add_threads_option(p.add_argument, prefix="")
         p.add_argument("-n", "--workers", default="auto", metavar="N", type=options.parse_workers,
                        help="pytest-xdist workers for conformance ('0' for none; throughput always runs alone). "
                             "Default: %(default)r")

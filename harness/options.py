@@ -176,6 +176,25 @@ def parse_workers(value: str) -> str:
                         "'logical' (one per logical CPU), e.g. -n 4")
 
 
+def parse_threads(value: str) -> int | None:
+    """``--normbench-threads``: a library thread count >= 1, or ``library`` (None: each library's own)."""
+    text = value.strip().lower()
+    if text == "library":
+        return None
+    if _DIGITS.fullmatch(text) and len(text) <= 4 and int(text) >= 1:
+        return int(text)
+    raise _error(value, "Use a number of threads >= 1, or 'library' for each library's own default, e.g. 1")
+
+
+def add_threads_option(addoption: Callable, prefix: str) -> None:
+    """``--<prefix>threads``: the CPU threads each backend's library computes with in the conformance suites."""
+    addoption(f"--{prefix}threads", metavar="N", type=parse_threads, default="1",
+              help="CPU threads each backend's library computes with in the conformance suites (Backend."
+                   "set_threads: torch's and our Triton backend's torch.set_num_threads), so that which cases "
+                   "pass does not depend on the machine's cores; 'library': each library's own default. The "
+                   "throughput suite always runs with the library's own. Default: %(default)r")
+
+
 def parse_seconds(value: str) -> float:
     """A finite number of seconds >= 0."""
     try:

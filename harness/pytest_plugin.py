@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from normbench import __version__, deviations, options
+from normbench import __version__, deviations, options, threads
 from normbench.exceptions import NormbenchError
 from normbench.registry import ALL, Selection, describe, get_registry
 from normbench.runner import SELECTION
@@ -51,6 +51,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_impl_option(group.addoption, prefix="normbench-",
                             note=" On normbench's suites folder, --impl is the same option.")
     options.add_seed_option(group.addoption, prefix="normbench-")
+    options.add_threads_option(group.addoption, prefix="normbench-")
     group.addoption("--normbench-deviations", metavar="FILE", type=options.parse_deviations_file, action="append",
                     default=[],
                     help="A file of known deviations, lines 'backend | device glob | test pattern | message regex "
@@ -97,6 +98,9 @@ def _header(config: pytest.Config) -> list[str]:
     seed = options.format_seeds(seeds) + (f" ({len(seeds)} seeds)" if len(seeds) > 1 else "")
     shown = ", ".join(describe(b) for b in sel.backends) or "none"
     lines = [f"normbench {__version__}: backends {shown}; seed {seed}"]
+    if sel.backends:
+        lines.append(f"normbench: threads in the conformance suites: "
+                     f"{threads.describe(sel.backends, config.getoption('normbench_threads'))}")
     lines += [f"normbench: runtime note: {b.name}: {b.runtime_note}" for b in sel.backends if b.runtime_note]
     lines += [f"normbench: skipped {name}: {reason}" for name, reason in sel.skipped]
     lines += [f"normbench: warning: {message}" for message in sel.warnings]
@@ -182,6 +186,17 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         case = callspec.params.get("case")
         if case is not None:
             item.user_properties.append(("normbench_case", case.id))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A conformance test runs its backend with ``--normbench-threads`` threads, a throughput
+    case with the library's own (:mod:`normbench.threads`)."""
+    callspec = getattr(item, "callspec", None)
+    backend = callspec.params.get("backend") if callspec is not None else None
+    if backend is not None:
+        throughput = "direction" in getattr(item, "fixturenames", ())
+        threads.apply(backend, None if throughput else item.config.getoption("normbench_threads"))
 
 
 def _subject(item: pytest.Item, backend) -> deviations.Subject:

@@ -52,3 +52,18 @@ def gradients(torch: Any, y: Any, leaves: list, dy: Any, retain_graph: bool = Fa
     keeps the graph for another call (a backward timed alone, many times over one forward)."""
     grads = iter(torch.autograd.grad(y, [t for t in leaves if t is not None], dy, retain_graph=retain_graph))
     return tuple(next(grads) if t is not None else None for t in leaves)
+
+
+#: torch's own intra-op thread count, read before normbench first changed it
+_LIBRARY_THREADS: list[int] = []
+
+
+def set_threads(torch: Any, threads: int | None) -> int:
+    """torch's CPU intra-op threads set to ``threads`` (None: torch's own count, as it was before
+    normbench first set it); the count now in effect. Process-wide, as ``torch.set_num_threads`` is."""
+    if not _LIBRARY_THREADS:
+        _LIBRARY_THREADS.append(torch.get_num_threads())
+    wanted = _LIBRARY_THREADS[0] if threads is None else threads
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
+    return torch.get_num_threads()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from normbench import Backend
 from normbench.backend import device_label
-from normbench.impls.torch_arrays import autograd_graph, from_host, gradients, to_host
+from normbench.impls.torch_arrays import autograd_graph, from_host, gradients, set_threads, to_host
 
 
 class TorchBackend(Backend):
@@ -44,6 +44,14 @@ class TorchBackend(Backend):
     def layer_norm_statistics(self, x, normalized_shape, weight, bias, eps):
         _, mean, rstd = self.torch.ops.aten.native_layer_norm(x, list(normalized_shape), weight, bias, eps)
         return mean, rstd
+
+    def layer_norm_with_statistics(self, x, normalized_shape, weight, bias, eps):
+        """One ``native_layer_norm`` call: the kernel ``F.layer_norm`` runs, with the statistics it saves."""
+        y, mean, rstd = self.torch.ops.aten.native_layer_norm(x, list(normalized_shape), weight, bias, eps)
+        return y, (mean, rstd)
+
+    def set_threads(self, threads):
+        return set_threads(self.torch, threads)
 
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
         return self.forward_backward(dy, x, normalized_shape, weight, bias, eps)[1]

@@ -30,3 +30,20 @@ def _defined(parser: pytest.Parser, name: str) -> bool:
     """Whether an option ``name`` is already registered (pytest has no public question for it)."""
     groups = [getattr(parser, "_anonymous", None), *getattr(parser, "_groups", ())]
     return any(name in option.names() for group in groups if group is not None for option in group.options)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each case's ``test_backward_identities`` right after its ``test_backward``: the identities
+    then judge the backward run the value checks just made (``conformance.recent_backward``)
+    instead of running it again. Everything else keeps its order; under pytest-xdist a pair
+    is sent to one worker together unless it falls on the edge of a batch (then it runs twice)."""
+    anchor = {item.name.removeprefix("test_backward"): i for i, item in enumerate(items)
+              if getattr(item, "originalname", None) == "test_backward"}
+
+    def key(i: int) -> tuple[int, int]:
+        item = items[i]
+        if getattr(item, "originalname", None) == "test_backward_identities":
+            return anchor.get(item.name.removeprefix("test_backward_identities"), i), 1
+        return i, 0
+
+    items[:] = [items[i] for i in sorted(range(len(items)), key=key)]

@@ -34,6 +34,7 @@ def hidden(backend):
     clone = object.__new__(type(backend))
     clone.__dict__.update(backend.__dict__)
     clone.layer_norm_statistics = lambda *args, **kwargs: None
+    clone.layer_norm_with_statistics = lambda x, ns, w, b, eps: (clone.layer_norm(x, ns, w, b, eps), None)
     return clone
 
 

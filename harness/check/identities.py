@@ -20,7 +20,7 @@ import numpy as np
 from normbench.backend import Backend
 from normbench.cases import Inputs, make_other_x
 from normbench.check import error_model, hypotheses, oracle
-from normbench.check.conformance import BackwardRun, ConformanceError, reference, run_backward
+from normbench.check.conformance import BackwardRun, ConformanceError, recent_backward, reference, run_backward
 from normbench.check.worst import worst_violation
 
 
@@ -118,9 +118,11 @@ def check_dbias_independent_of_x(backend: Backend, inputs: Inputs, dy: np.ndarra
 
 def check_identities(backend: Backend, inputs: Inputs, dy: np.ndarray) -> None:
     """Every reference-free identity that applies to the case: row sums always,
-    the xhat projection when eps = 0, dbias independence when there is a bias."""
+    the xhat projection when eps = 0, dbias independence when there is a bias. They judge the
+    backward ``conformance.check_backward`` ran on the same case just before, when there is one
+    (``conformance.recent_backward``), so a case's first backward runs once for both tests."""
     __tracebackhide__ = True
-    run = run_backward(backend, inputs, dy)
+    run = recent_backward(backend, inputs, dy)
     check_row_sums(backend, inputs, dy, run)
     if inputs.case.eps == 0:
         check_xhat_projection(backend, inputs, dy, run)

@@ -95,6 +95,15 @@ class TritonBackend(Backend):
     def layer_norm_statistics(self, x, normalized_shape, weight, bias, eps):
         return self.launch.forward(x, normalized_shape, weight, bias, eps)[1:]
 
+    def layer_norm_with_statistics(self, x, normalized_shape, weight, bias, eps):
+        """One forward launch: y and the statistics it saves for the backward."""
+        y, mean, rstd = self.launch.forward(x, normalized_shape, weight, bias, eps)
+        return y, (mean, rstd)
+
+    def set_threads(self, threads):
+        """torch's CPU threads: the interpreter's host work, and the tensors' copies."""
+        return torch_arrays.set_threads(self.torch, threads)
+
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
         """Through the autograd function, as a PyTorch user would run it."""
         return self.forward_backward(dy, x, normalized_shape, weight, bias, eps)[1]
