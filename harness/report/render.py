@@ -4,6 +4,11 @@ The page has no script, no external resource and a Content-Security-Policy
 that forbids both; charts are inline SVG drawn by the template; the measured
 rows are embedded as JSON (``<script type="application/json">``, escaped by
 Jinja2's ``tojson``) so the file carries its own data.
+
+A set holding traffic counts (``traffic.csv``) or kernel statistics
+(``kernels-*.csv``) adds the traffic section: counts and compiler estimates,
+said to be no speeds. A report of such sets alone shows only that section (and
+the byte model it divides by): there is no run to report on.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ TEMPLATE = "report.html.j2"
 EMBEDDED_COLUMNS = ("run_id", "host", "device_name", "backend", "backend_version", "direction", "dtype", "rows",
                     "hidden", "byte_model", "bytes", "median_s", "iqr_s", "n", "gbps", "ceiling_gbps",
                     "pct_of_ceiling", "wide_spread", "verdict")
+#: columns of the embedded traffic data (the breakdown per argument stays in traffic.csv)
+EMBEDDED_TRAFFIC = ("backend", "direction", "dtype", "rows", "hidden", "gpu", "sm_count", "byte_model", "model_bytes",
+                    "unique_bytes", "requested_bytes", "ratio", "requested_ratio", "launches", "kernels")
 
 
 def _environment() -> Any:
@@ -37,15 +45,30 @@ def _environment() -> Any:
 def _embedded(sets: list[ResultSet]) -> list[dict[str, Any]]:
     from normbench.results import records
 
-    return [{"label": rs.label, "throughput": records(rs.throughput[list(EMBEDDED_COLUMNS)]),
-             "conformance_counts": rs.conformance.groupby(["backend", "outcome"]).size().reset_index(name="n")
-             .to_dict("records")} for rs in sets]
+    out = []
+    for rs in sets:
+        item = {"label": rs.label, "throughput": records(rs.throughput[list(EMBEDDED_COLUMNS)]),
+                "conformance_counts": rs.conformance.groupby(["backend", "outcome"]).size().reset_index(name="n")
+                .to_dict("records")}
+        if rs.traffic is not None:
+            item["traffic"] = records(rs.traffic[list(EMBEDDED_TRAFFIC)])
+        if rs.kernel_stats is not None:
+            item["kernel_stats"] = records(rs.kernel_stats.drop(columns=["schema_version"]))
+        out.append(item)
+    return out
 
 
 def context(sets: list[ResultSet], baseline: str = "torch") -> dict[str, Any]:
     """Everything the template shows, as plain values."""
     panels = shape.throughput_panels(sets)
+    traffic = shape.traffic_panels(sets)
     return {
+        "runs": any(rs.is_run for rs in sets),
+        "traffic_panels": [{"panel": p, "unique": svg.ratio_chart(p, "unique"),
+                            "requested": svg.ratio_chart(p, "requested")} for p in traffic],
+        "counted": [{"label": rs.label, "traffic": shape.traffic_summary(rs), "kernels": shape.kernel_table(rs),
+                     "has_traffic": rs.traffic is not None, "has_kernels": rs.kernel_stats is not None}
+                    for rs in sets if rs.traffic is not None or rs.kernel_stats is not None],
         "version": __version__,
         "baseline": baseline,
         "sets": [{"label": rs.label, "source": rs.source, "missing": rs.missing, "notes": rs.notes,
@@ -53,7 +76,10 @@ def context(sets: list[ResultSet], baseline: str = "torch") -> dict[str, Any]:
                   "speedups": shape.speedups(rs, baseline),
                   "problems": shape.throughput_problems(rs), "matrix": shape.conformance_matrix(rs),
                   "details": shape.conformance_details(rs), "table1": rs.table1,
-                  "n_throughput": len(rs.throughput), "n_conformance": len(rs.conformance)} for rs in sets],
+                  "n_throughput": len(rs.throughput), "n_conformance": len(rs.conformance),
+                  "n_traffic": None if rs.traffic is None else len(rs.traffic),
+                  "n_kernels": None if rs.kernel_stats is None else len(rs.kernel_stats), "is_run": rs.is_run}
+                 for rs in sets],
         "panels": [{"panel": p, "chart": svg.chart(p)} for p in panels],
         "byte_models": shape.byte_models(sets),
         "data": _embedded(sets),

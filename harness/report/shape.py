@@ -279,8 +279,9 @@ def environment_items(rs: ResultSet) -> list[tuple[str, str]]:
 
 
 def byte_models(sets: list[ResultSet]) -> list[tuple[str, str, str]]:
-    """(direction, byte-model variant, formula) for the directions measured."""
-    measured = {d for rs in sets for d in set(rs.throughput.direction)} or set(DIRECTIONS)
+    """(direction, byte-model variant, formula) for the directions measured or counted."""
+    measured = ({d for rs in sets for d in set(rs.throughput.direction)}
+                | {d for rs in sets if rs.traffic is not None for d in set(rs.traffic.direction)}) or set(DIRECTIONS)
     return [(d, BYTE_MODELS[d], BYTE_MODEL_FORMULAS[BYTE_MODELS[d]]) for d in DIRECTIONS if d in measured]
 
 
@@ -338,3 +339,115 @@ def at_a_glance(rs: ResultSet) -> list[dict[str, Any]]:
                     "clear_winner": not tied, "tied": named if tied else [], "apart": apart, "shared": shared,
                     "trust": trust, "trusted": all(ok_ for _, ok_ in trusts)})
     return out
+
+
+# -- traffic counts and static kernel estimates (normbench traffic, normbench kernel-stats) --------------
+
+#: the traffic chart's lines: (measure, column)
+TRAFFIC_MEASURES = (("unique", "ratio"), ("requested", "requested_ratio"))
+
+
+def _traffic_tooltip(r: Any, label: str, measure: str) -> str:
+    return (f"{r.backend} [{label}] {r.direction} {r.dtype} {r.rows}x{r.hidden}, {measure}: unique "
+            f"{r.ratio:.4f}x the byte model ({r.unique_bytes / 1e6:.1f} of {r.model_bytes / 1e6:.1f} MB), requested "
+            f"{r.requested_ratio:.3f}x; {r.launches} launch{'es' if r.launches != 1 else ''} ({r.kernels}) with the "
+            f"launch configuration of {r.gpu}, {r.sm_count} SMs; {r.programs_run} of {r.programs_total} programs run")
+
+
+def traffic_panels(sets: list[ResultSet]) -> list[Panel]:
+    """One panel per direction x dtype of the sets' traffic rows: unique and requested bytes / byte model
+    against hidden size, lines per (backend, measure, result set), the byte model (1) as the reference.
+
+    Each panel's table has the shapes as columns and a row per (result set, backend, measure), cells the
+    ratio (4 decimals for unique, 3 for requested)."""
+    import pandas as pd
+
+    frames = [rs.traffic.assign(result_set=rs.label) for rs in sets if rs.traffic is not None and not rs.traffic.empty]
+    if not frames:
+        return []
+    df = pd.concat(frames, ignore_index=True)
+    order = {d: i for i, d in enumerate(DIRECTIONS)}
+    labels = [rs.label for rs in sets if rs.label in set(df.result_set)]
+    panels = []
+    for direction, dtype in sorted(set(zip(df.direction, df.dtype)), key=lambda k: (order.get(k[0], 9), k)):
+        part = df[(df.direction == direction) & (df.dtype == dtype)]
+        several = part.backend.nunique() > 1
+        lines, body = [], []
+        shapes = [s for _, s in sorted({(int(r.hidden), f"{r.rows}x{r.hidden}") for r in part.itertuples()})]
+        for label in labels:
+            mine = part[part.result_set == label]
+            for backend in sorted(set(mine.backend)):
+                rows = mine[mine.backend == backend].sort_values(["hidden", "rows"])
+                by_shape = {f"{r.rows}x{r.hidden}": r for r in rows.itertuples()}
+                last = rows.drop_duplicates("hidden", keep="last")
+                for measure, column in TRAFFIC_MEASURES:
+                    name = f"{backend} {measure}" if several else measure
+                    lines.append(Line(name, label, [(int(r.hidden), float(getattr(r, column)), 0.0,
+                                                     _traffic_tooltip(r, label, measure)) for r in last.itertuples()]))
+                    digits = 4 if measure == "unique" else 3
+                    body.append({"backend": backend, "result_set": label, "measure": measure,
+                                 "cells": [(f"{getattr(by_shape[s], column):.{digits}f}", "") if s in by_shape else
+                                           ("-", "") for s in shapes]})
+        panels.append(Panel(direction, dtype, BYTE_MODELS.get(direction, direction), lines, [(labels[0], 1.0)],
+                            {"shapes": shapes, "rows": body}))
+    return panels
+
+
+def traffic_summary(rs: ResultSet) -> dict[str, Any]:
+    """What a set's traffic rows were counted with (GPUs, programs run) and, per direction, the range of
+    unique and requested ratios and the worst case."""
+    df = rs.traffic
+    if df is None or df.empty:
+        return {"gpus": [], "directions": [], "programs_run": 0, "programs_total": 0, "rows": 0}
+    order = {d: i for i, d in enumerate(DIRECTIONS)}
+    directions = []
+    for direction, part in sorted(df.groupby("direction"), key=lambda k: order.get(k[0], 9)):
+        worst = part.loc[part.ratio.idxmax()]
+        directions.append({
+            "direction": direction, "byte_model": BYTE_MODELS.get(direction, direction), "cases": len(part),
+            "unique": (float(part.ratio.min()), float(part.ratio.max())),
+            "requested": (float(part.requested_ratio.min()), float(part.requested_ratio.max())),
+            "worst": f"{worst['dtype']} {worst['rows']}x{worst['hidden']} ({worst['kernels']})"})
+    return {"gpus": sorted({f"{g} ({n} SMs)" for g, n in zip(df.gpu, df.sm_count)}), "directions": directions,
+            "programs_run": int(df.programs_run.sum()), "programs_total": int(df.programs_total.sum()),
+            "rows": len(df), "backends": sorted(set(df.backend))}
+
+
+def kernel_table(rs: ResultSet) -> dict[str, Any]:
+    """A set's kernel statistics: one row per launch (dtype, shape, kernel), one group of cells per compile
+    target (sm_90 first), and per target a summary: spills, resident warps, access widths, registers."""
+    df = rs.kernel_stats
+    if df is None or df.empty:
+        return {"archs": [], "rows": [], "summary": []}
+    archs = sorted(set(df.arch), key=lambda a: (-int(a[3:]) if a[3:].isdigit() else 0, a))
+    by_arch = {a: {(r.dtype, r.rows, r.hidden, r.kernel): r for r in df[df.arch == a].itertuples()} for a in archs}
+    keys = list(dict.fromkeys((r.dtype, r.rows, r.hidden, r.kernel) for r in df.itertuples()))
+    rows = []
+    for key in keys:
+        cells = []
+        for a in archs:
+            r = by_arch[a].get(key)
+            if r is None:
+                cells.append(None)
+                continue
+            cells.append({"registers": int(r.registers), "spills": int(r.spill_bytes), "shared": int(r.shared_bytes),
+                          "ctas": f"{r.ctas_per_sm} x {r.num_warps}", "warps": int(r.resident_warps),
+                          "capacity": int(r.capacity_warps), "limited_by": r.limited_by,
+                          "widest": f"{r.widest_load}/{r.widest_store}",
+                          "widths": f"loads {r.load_widths or 'none'}; stores {r.store_widths or 'none'}",
+                          "label": r.label, "programs": int(r.programs)})
+        dtype, m, n, kernel = key
+        rows.append({"dtype": dtype, "shape": f"{m}x{n}", "kernel": kernel, "cells": cells})
+    summary = []
+    for a in archs:
+        part = df[df.arch == a]
+        fed = part[part.limited_by != "grid"]
+        summary.append({
+            "arch": a, "gpu": ", ".join(sorted(set(part.gpu))), "launches": len(part),
+            "spilling": int((part.spill_bytes > 0).sum()),
+            "registers": (int(part.registers.min()), int(part.registers.max())),
+            "resident": (int(fed.resident_warps.min()), int(fed.resident_warps.max())) if len(fed) else None,
+            "grid_limited": len(part) - len(fed),
+            "wide": int(((part.widest_load == 16) & (part.widest_store == 16)).sum())})
+    return {"archs": [(a, ", ".join(sorted(set(df[df.arch == a].gpu)))) for a in archs], "rows": rows,
+            "summary": summary}

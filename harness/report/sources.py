@@ -2,13 +2,18 @@
 
 An argument is a run folder (``reports/<run-id>/``) or one of its files
 (``throughput.json``/``.csv``, ``conformance.json``/``.csv``,
-``environment.json``, ``table1.json``). Only JSON and CSV are read, and every
-file is validated field by field: results through :mod:`normbench.results`
-(older versions migrated or refused), ``environment.json`` through
+``environment.json``, ``table1.json``), or a folder of Triton traffic counts and
+static kernel estimates (``traffic.csv`` of ``normbench traffic``,
+``kernels-sm90.csv`` and the like of ``normbench kernel-stats``, e.g.
+``reports/traffic-h100``) or one of those files; a folder may hold both kinds.
+Only JSON and CSV are read, and every
+file is validated field by field: results, traffic and kernel statistics through
+:mod:`normbench.results` (older versions migrated or refused), ``environment.json`` through
 :func:`normbench.environment.read_environment`, ``table1.json`` against
 :data:`TABLE1_FIELDS`; nothing is unpickled or evaluated. A folder may lack any
 of its files (a failed or partial run): what is missing is recorded in
-:attr:`ResultSet.missing` and stated in the report; a results file with no rows
+:attr:`ResultSet.missing` and stated in the report (a folder of traffic files
+alone is no run, and misses nothing); a results file with no rows
 is valid (a run that measured nothing) and noted. What the loader noticed (a
 journal's incomplete last line, a JSON snapshot behind its CSV journal) and how
 the run ended (:func:`run_state`) are in :attr:`ResultSet.notes`. A folder with
@@ -40,8 +45,10 @@ TABLE1_FIELDS = record({
         "ratio": number(low=0.0)}))}, {"method": text()})),
 }, {"seed": integer(0), "command": text(), "layer_norm": text(), "recurrent_held": nullable(boolean()),
     "fields": mapping(text())})
-#: the files of a run folder the report reads
-READ_FILES = (*results.RESULT_FILES, ENVIRONMENT_FILE, TABLE1_FILE)
+#: the files of a run folder the report reads (and every ``kernels-*.csv``: :func:`input_files`)
+READ_FILES = (*results.RESULT_FILES, ENVIRONMENT_FILE, TABLE1_FILE, results.TRAFFIC_FILE)
+#: the parts of a result set that come from a run (the rest are traffic counts and kernel estimates)
+RUN_PARTS = ("throughput", "conformance", "environment", "table1")
 
 
 @dataclass
@@ -57,6 +64,16 @@ class ResultSet:
     missing: list[str] = field(default_factory=list)
     #: what a reader must know first: how the run ended, if not normally, and what the loader noticed
     notes: list[str] = field(default_factory=list)
+    #: ``normbench traffic`` rows (schema normbench.traffic), or None when the set has no traffic.csv
+    traffic: pd.DataFrame | None = None
+    #: ``normbench kernel-stats`` rows of every kernels-*.csv (schema normbench.kernel_stats), or None
+    kernel_stats: pd.DataFrame | None = None
+
+    @property
+    def is_run(self) -> bool:
+        """Whether the set holds anything of a run (results, environment, Table 1), not only traffic files."""
+        return bool(len(self.throughput) or len(self.conformance) or self.environment or self.table1
+                    or self.traffic is None and self.kernel_stats is None)
 
 
 def read_table1(path: Path) -> dict[str, Any]:
@@ -76,14 +93,18 @@ def _read_json_document(path: Path, what: str) -> dict[str, Any]:
 
 
 def _kind(path: Path) -> str:
-    """Which file a path is, from its name: throughput, conformance, environment or table1."""
+    """Which file a path is, from its name: throughput, conformance, environment, table1, traffic or kernel_stats."""
     stem = path.name.split(".")[0]
     if path.suffix in (".json", ".csv") and stem in ("throughput", "conformance"):
         return stem
     if path.name in (ENVIRONMENT_FILE, TABLE1_FILE):
         return path.stem
+    counts = results.schema_of_counts_file(path)
+    if counts is not None:
+        return "traffic" if counts == results.TRAFFIC else "kernel_stats"
     raise ResultsError(f"{path}: not a normbench results file. Fix: give a run folder, or one of its throughput, "
-                       f"conformance (.json or .csv), {ENVIRONMENT_FILE} or {TABLE1_FILE} files")
+                       f"conformance (.json or .csv), {ENVIRONMENT_FILE} or {TABLE1_FILE} files, or a "
+                       f"{results.TRAFFIC_FILE} or {results.KERNEL_STATS_PATTERN} file")
 
 
 def _from_folder(folder: Path) -> dict[str, Any]:
@@ -95,9 +116,15 @@ def _from_folder(folder: Path) -> dict[str, Any]:
                              ("table1", folder / TABLE1_FILE, TABLE1)):
         if path.exists():
             parts[name] = _read_json_document(path, what)
+    counts = results.counts_files(folder)
+    if any(p.name == results.TRAFFIC_FILE for p in counts):
+        parts["traffic"] = results.load(folder / results.TRAFFIC_FILE, results.TRAFFIC)
+    if any(p.name != results.TRAFFIC_FILE for p in counts):
+        parts["kernel_stats"] = results.load(folder, results.KERNEL_STATS)
     if not parts:
-        raise ResultsError(f"{folder} holds no normbench results (throughput, conformance, {ENVIRONMENT_FILE} or "
-                           f"{TABLE1_FILE}). Fix: point at a folder written by `normbench run`")
+        raise ResultsError(f"{folder} holds no normbench results (throughput, conformance, {ENVIRONMENT_FILE}, "
+                           f"{TABLE1_FILE}, {results.TRAFFIC_FILE} or {results.KERNEL_STATS_PATTERN}). Fix: point at a "
+                           f"folder written by `normbench run` (or by `normbench traffic`/`kernel-stats` --out)")
     return parts
 
 
@@ -107,6 +134,8 @@ def _from_file(path: Path) -> dict[str, Any]:
         return {"throughput": results.load(path, results.THROUGHPUT)}
     if kind == "conformance":
         return {"conformance": results.load(path, results.CONFORMANCE)}
+    if kind in ("traffic", "kernel_stats"):
+        return {kind: results.load(path, results.TRAFFIC if kind == "traffic" else results.KERNEL_STATS)}
     return {kind: _read_json_document(path, "normbench.environment" if kind == "environment" else TABLE1)}
 
 
@@ -150,7 +179,9 @@ def run_state(environment: dict[str, Any], folder: Path | None) -> str:
 def input_files(source: str | os.PathLike) -> list[Path]:
     """The files the report reads for ``source`` (resolved): the file, or every file a folder may hold that is read."""
     path = Path(source).resolve()
-    return [path / name for name in READ_FILES] if path.is_dir() else [path]
+    if not path.is_dir():
+        return [path]
+    return [path / name for name in READ_FILES] + sorted(path.glob(results.KERNEL_STATS_PATTERN))
 
 
 def load_result_set(source: str | os.PathLike) -> ResultSet:
@@ -160,11 +191,12 @@ def load_result_set(source: str | os.PathLike) -> ResultSet:
         raise ResultsError(f"no results at {path}. Fix: give a run folder (reports/<run-id>) or one of its files")
     parts = _from_folder(path) if path.is_dir() else _from_file(path)
     missing = []
-    if "throughput" not in parts:
+    run = any(name in parts for name in RUN_PARTS)  # traffic files alone are no run: no run file is missing
+    if "throughput" not in parts and run:
         missing.append("throughput results (no throughput.json or .csv): the throughput suite did not run")
-    if "conformance" not in parts:
+    if "conformance" not in parts and run:
         missing.append("conformance results (no conformance.json or .csv): the conformance suites did not run")
-    if "environment" not in parts:
+    if "environment" not in parts and run:
         missing.append(f"the environment ({ENVIRONMENT_FILE}): device, versions and command are unknown")
     found = []
     state = run_state(parts.get("environment", {}), path if path.is_dir() else None)
@@ -176,11 +208,16 @@ def load_result_set(source: str | os.PathLike) -> ResultSet:
             if parts[name].empty:
                 found.append(f"The {name} results hold no rows: the run wrote none (stopped early, or nothing "
                              f"was selected).")
+    for name, what in (("traffic", "traffic counts"), ("kernel_stats", "kernel statistics")):
+        if name in parts:
+            found += results.notes(parts[name])
+            if parts[name].empty:
+                found.append(f"The {what} hold no rows.")
     return ResultSet(label=_label(parts, path), source=str(path),
                      throughput=parts.get("throughput", results.frame([], results.THROUGHPUT)),
                      conformance=parts.get("conformance", results.frame([], results.CONFORMANCE)),
                      environment=parts.get("environment", {}), table1=parts.get("table1"), missing=missing,
-                     notes=found)
+                     notes=found, traffic=parts.get("traffic"), kernel_stats=parts.get("kernel_stats"))
 
 
 def load_result_sets(sources: list[str | os.PathLike]) -> list[ResultSet]:

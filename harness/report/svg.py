@@ -10,12 +10,18 @@ measured ceiling is a dashed horizontal line when taking it into the axis
 leaves the points at least half the height (:data:`CEILING_SHARE`); otherwise
 it is marked off scale, an arrow with its value at the top (or bottom) of the
 plot. The right axis shows % of the first set's ceiling on the same log scale.
+
+:func:`ratio_chart` draws one measure of a traffic panel (unique or requested
+bytes over the byte model) on a *linear* y axis fitted to the points and 1, with
+one reference line at 1 (the byte model itself), no ceiling and no % axis: a
+count is not a speed. Linear, because the unique ratios lie within a few percent
+of 1, where a log axis wide enough for the requested ratios would flatten them.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from normbench.report.shape import Panel
 
@@ -54,6 +60,9 @@ class Chart:
     title: str
     #: ceilings outside the y range: ("above" or "below", label with the value), drawn as arrows
     off_scale: list[tuple[str, str]] = field(default_factory=list)
+    #: what the y axis shows, and its scale
+    quantity: str = "GB/s"
+    scale: str = "log scale"
 
 
 #: a ceiling outside the measured points is taken into the y axis only while the points keep at
@@ -113,19 +122,50 @@ def y_range(values: list[float], ceilings: list[float]) -> tuple[float, float]:
     return lo, hi
 
 
-def chart(panel: Panel) -> Chart:
-    """The geometry of one panel's chart."""
+def linear_range(values: list[float]) -> tuple[float, float]:
+    """A linear y axis's (low, high) around ``values``, with a margin of 8 % of their span (at least 0.005).
+
+    >>> linear_range([1.0, 1.04])
+    (0.995, 1.045)
+    >>> linear_range([1.0, 2.5])
+    (0.88, 2.62)
+    """
+    lo, hi = min(values), max(values)
+    pad = max(0.08 * (hi - lo), 0.005)
+    return _round(lo - pad), _round(hi + pad)
+
+
+def linear_ticks(lo: float, hi: float) -> list[float]:
+    """Round values in [lo, hi], about five.
+
+    >>> linear_ticks(0.995, 1.045)
+    [1, 1.01, 1.02, 1.03, 1.04]
+    """
+    step = _nice_step(hi - lo)
+    return [_round(i * step) for i in range(math.ceil(lo / step), math.floor(hi / step) + 1)]
+
+
+def chart(panel: Panel, *, quantity: str = "GB/s", reference: str | None = None, linear: bool = False) -> Chart:
+    """The geometry of one panel's chart: GB/s with the ceilings of ``panel.ceilings`` and a % axis; or,
+    given ``reference`` (the label of ``panel.ceilings``'s one value), ``quantity`` with that line and no % axis
+    (``linear``: on a linear axis taking in the points and that line)."""
     x0, y0, x1, y1 = LEFT, TOP, WIDTH - RIGHT, HEIGHT - BOTTOM
     hiddens = sorted({h for line in panel.lines for h, *_ in line.points})
     lo, hi = (math.log2(hiddens[0]), math.log2(hiddens[-1])) if hiddens else (8.0, 16.0)
     if hi - lo < 1:
         lo, hi = lo - 0.5, hi + 0.5
-    ylo, yhi = y_range([g for line in panel.lines for _, g, *_ in line.points], [c for _, c in panel.ceilings])
+    values = [g for line in panel.lines for _, g, *_ in line.points if math.isfinite(g)]
+    if linear:
+        ylo, yhi = linear_range(values + [c for _, c in panel.ceilings] or [1.0])
+    else:
+        ylo, yhi = y_range(values, [c for _, c in panel.ceilings])
 
     def px(h: float) -> float:
         return round(x0 + (math.log2(h) - lo) / (hi - lo) * (x1 - x0), 1)
 
     def py(g: float) -> float:
+        if linear:
+            return round(y1 - (g - ylo) / (yhi - ylo) * (y1 - y0), 1)
         return round(y1 - math.log(g / ylo) / math.log(yhi / ylo) * (y1 - y0), 1)
 
     backends = list(dict.fromkeys(line.backend for line in panel.lines))
@@ -136,21 +176,31 @@ def chart(panel: Panel) -> Chart:
         colour = PALETTE[backends.index(line.backend) % len(PALETTE)]
         dash = DASHES[sets.index(line.result_set) % len(DASHES)]
         label = f"{line.backend} [{line.result_set}]" if multi else line.backend
-        pts = [(px(h), py(g), tip) for h, g, _, tip in line.points if g > 0 and math.isfinite(g)]
+        pts = [(px(h), py(g), tip) for h, g, _, tip in line.points if (linear or g > 0) and math.isfinite(g)]
         series.append(Series(label, colour, dash, " ".join(f"{x},{y}" for x, y, _ in pts), pts))
     ceilings, off_scale = [], []
     for label, c in panel.ceilings:
-        text = f"ceiling {c:.3g} GB/s" + (f" [{label}]" if multi else "")
+        text = reference if reference is not None else f"ceiling {c:.3g} GB/s" + (f" [{label}]" if multi else "")
         if ylo <= c <= yhi:
             ceilings.append((py(c), text))
         else:
             where = "above" if c > yhi else "below"
             factor = c / yhi if c > yhi else ylo / c
             off_scale.append((where, f"{text}: off scale, {factor:.3g}x {where} the axis"))
-    yticks = [Tick(py(v), f"{v:g}") for v in log_ticks(ylo, yhi)]
+    yticks = [Tick(py(v), f"{v:g}") for v in (linear_ticks if linear else log_ticks)(ylo, yhi)]
     pct_ticks = []
-    if panel.ceilings:
+    if panel.ceilings and reference is None:
         ceiling = panel.ceilings[0][1]
         pct_ticks = [Tick(py(p * ceiling / 100), f"{p:g}%") for p in log_ticks(100 * ylo / ceiling, 100 * yhi / ceiling)]
     return Chart(WIDTH, HEIGHT, (x0, y0, x1, y1), series, ceilings, [Tick(px(h), str(h)) for h in hiddens],
-                 yticks, pct_ticks, f"{panel.direction} {panel.dtype}", off_scale)
+                 yticks, pct_ticks, f"{panel.direction} {panel.dtype}", off_scale, quantity,
+                 "linear scale" if linear else "log scale")
+
+
+def ratio_chart(panel: Panel, measure: str) -> Chart:
+    """One measure (``unique`` or ``requested``) of a traffic panel (:func:`normbench.report.shape.traffic_panels`,
+    whose line names end with the measure): bytes / byte model against hidden size, the byte model (1) as the
+    reference line, on a linear axis."""
+    lines = [line for line in panel.lines if line.backend.rsplit(" ", 1)[-1] == measure]
+    return chart(replace(panel, lines=lines), quantity=f"{measure} bytes / byte model", reference="1 = the byte model",
+                 linear=True)
