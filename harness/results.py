@@ -374,7 +374,7 @@ def _stats_agree(row: dict[str, Any]) -> str | None:
 #: schema -> checks of a whole row (its values already parsed: floats may be None): each returns what is wrong, or None
 ROW_RULES: dict[str, tuple[Callable[[dict[str, Any]], str | None], ...]] = {
     THROUGHPUT: (_ok_row_is_a_speed,), CONFORMANCE: (),
-    TRAFFIC: (_ratios_are_the_counts, _requested_covers_unique), KERNEL_STATS: (_stats_agree,),
+    TRAFFIC: (_requested_covers_unique, _ratios_are_the_counts), KERNEL_STATS: (_stats_agree,),
 }
 
 #: (schema, version) -> a function turning a frame of that version into the next version.
