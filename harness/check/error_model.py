@@ -50,6 +50,10 @@ they are sums of random-sign terms. The reference-free identities of the
 backward suite (sum(dx) = 0 per row, sum(xhat*dx) = 0 with eps = 0, dbias
 independent of x) get bounds derived from the same model, written in the
 kernel's own computed values (see "bounds for the reference-free identities").
+
+Coherence: the signed error's structure (a common scale per row, a common offset, a
+rounding-mode bias per case), which no per-element bound sees, is derived and tested in
+``normbench.check.coherence`` (its docstring, "coherence: the signed error's structure").
 """
 
 from __future__ import annotations
