@@ -600,7 +600,8 @@ def _add_report(sub) -> None:
     p = sub.add_parser("report", help="render results (run folders or their files) as one self-contained HTML file")
     p.add_argument("results", nargs="+", metavar="RESULTS",
                    help="run folders (reports/<run-id>) or their throughput/conformance .json/.csv, environment.json "
-                        "or table1.json files; several render side by side")
+                        "or table1.json files, or traffic folders (traffic.csv, kernels-*.csv: normbench traffic and "
+                        "kernel-stats); several render side by side")
     p.add_argument("-o", "--output", default=None, metavar="FILE",
                    help="Default: report.html in the first run folder (beside the results), or in the folder "
                         "of the first file given")

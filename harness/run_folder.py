@@ -12,7 +12,8 @@
    ``fcntl`` does not exist, the lock file is created with ``O_CREAT | O_EXCL`` instead, holds
    the pid, and is removed at release (a crashed run leaves it: the message says to remove it);
 3. the folder's contents: a folder already holding results (:data:`normbench.results.RESULT_FILES`:
-   ``throughput.csv/.json``, ``conformance.csv/.json``) is refused, for conformance and
+   ``throughput.csv/.json``, ``conformance.csv/.json``; or published counts: ``traffic.csv``,
+   ``kernels-*.csv``) is refused, for conformance and
    throughput alike: a run folder is written by one run. A missing or empty folder, or one
    holding only files of a run that never wrote a row (``environment.json``, ``report.html``,
    ``table1.json``, the lock file), is used.
@@ -60,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from normbench.results import RESULT_FILES, ResultsError
+from normbench.results import KERNEL_STATS_PATTERN, RESULT_FILES, TRAFFIC_FILE, ResultsError
 
 try:
     import fcntl
@@ -258,7 +259,8 @@ def claim(out_dir: str | os.PathLike, run_id: str) -> RunFolder:
         raise _cannot(folder, exc) from None
     fd = _lock(folder)
     run = RunFolder(folder, run_id, _fd=fd)
-    found = [name for name in RESULT_FILES if (folder / name).exists()]
+    found = [name for name in (*RESULT_FILES, TRAFFIC_FILE) if (folder / name).exists()]
+    found += sorted(path.name for path in folder.glob(KERNEL_STATS_PATTERN))
     if found:
         run.release()
         raise RunFolderError(f"{folder} already holds the results of a run ({', '.join(found)}); a run folder is "

@@ -54,7 +54,7 @@ def test_a_link_leading_out_of_the_output_folder_is_refused(tmp_path):
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
-@pytest.mark.parametrize("name", RESULT_FILES)
+@pytest.mark.parametrize("name", [*RESULT_FILES, "traffic.csv", "kernels-sm90.csv"])
 def test_a_folder_holding_results_is_refused(tmp_path, name):
     (tmp_path / "r1").mkdir()
     (tmp_path / "r1" / name).write_text("")
