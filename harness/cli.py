@@ -201,7 +201,8 @@ def _pytest_args(args: argparse.Namespace, extra: Sequence[str], workers: bool =
 def _selection_args(args: argparse.Namespace) -> list[str]:
     """The backends and seeds as the pytest plugin's own options (which need no suites/conftest.py)."""
     return [f"--normbench-impl={args.impl or ALL}", f"--normbench-seed={options.format_seeds(args.seed)}",
-            f"--normbench-threads={'library' if args.threads is None else args.threads}"]
+            f"--normbench-threads={'library' if args.threads is None else args.threads}",
+            f"--normbench-require={options.format_require(args.require)}"]
 
 
 def cmd_test(args: argparse.Namespace, extra: Sequence[str]) -> int:
@@ -285,6 +286,9 @@ def _header(args: argparse.Namespace, run_id: str, folder):
 
         say(f"  threads:     conformance: {threads.describe(selection.backends, args.threads)}"
             + ("; throughput: each library's own" if "throughput" in args.suites else ""))
+        if "conformance" in args.suites:
+            say(f"  properties:  required: {options.format_require(args.require)} (the others are reported, "
+                f"not failures)")
     return selection
 
 
@@ -572,6 +576,7 @@ def parser() -> argparse.ArgumentParser:
         options.add_impl_option(p.add_argument, prefix="")
         options.add_seed_option(p.add_argument, prefix="")
         options.add_threads_option(p.add_argument, prefix="")
+        options.add_require_option(p.add_argument, prefix="")
         p.add_argument("-n", "--workers", default="auto", metavar="N", type=options.parse_workers,
                        help="pytest-xdist workers for conformance ('0' for none; throughput always runs alone). "
                             "Default: %(default)r")

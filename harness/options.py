@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from normbench import run_folder
+from normbench.check.conformance import BATCH_INVARIANT, DEFAULT_REQUIRED, DETERMINISTIC, PROPERTIES
 from normbench.dtypes import DTYPES
 from normbench.perf.roofline import DIRECTIONS
 from normbench.perf.sweep import sweep_shapes
@@ -184,6 +185,57 @@ def parse_threads(value: str) -> int | None:
     if _DIGITS.fullmatch(text) and len(text) <= 4 and int(text) >= 1:
         return int(text)
     raise _error(value, "Use a number of threads >= 1, or 'library' for each library's own default, e.g. 1")
+
+
+#: ``--normbench-require=none``: no property required, every one reported
+REQUIRE_NONE = "none"
+
+
+def parse_require(value: str) -> tuple[str, ...]:
+    """``--normbench-require``: the properties beyond tolerance a test fails without
+    (:data:`normbench.check.conformance.PROPERTIES`), separated by commas, or ``none``
+    (every property is then reported, none fails a test). ``batch-invariant`` implies
+    ``deterministic``: bits that differ from one call to the next cannot be independent of the
+    batch, and asking for the stronger property never drops the default one.
+
+    >>> parse_require("batch-invariant"), parse_require("none")
+    (('deterministic', 'batch-invariant'), ())
+    >>> parse_require("bitwise")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: Could not parse value: 'bitwise'. Unknown property 'bitwise'; valid properties: deterministic, ...
+    """
+    chosen = tuple(dict.fromkeys(v.strip().lower() for v in value.split(",") if v.strip()))
+    fix = (f"valid properties: {', '.join(PROPERTIES)}, or {REQUIRE_NONE} (each then reported, none failing a test); "
+           f"e.g. --normbench-require=deterministic,batch-invariant")
+    if chosen == (REQUIRE_NONE,):
+        return ()
+    if not chosen:
+        raise _error(value, f"Give one or more properties separated by commas; {fix}")
+    for v in chosen:
+        if v == REQUIRE_NONE:
+            raise _error(value, f"{REQUIRE_NONE!r} cannot be combined with properties; {fix}")
+        if v not in PROPERTIES:
+            raise _error(value, f"Unknown property {v!r}; {fix}")
+    if BATCH_INVARIANT in chosen:
+        chosen = (DETERMINISTIC, *(v for v in chosen if v != DETERMINISTIC))
+    return chosen
+
+
+def format_require(required: Sequence[str]) -> str:
+    """The inverse of :func:`parse_require`: ``()`` -> ``"none"``."""
+    return ",".join(required) or REQUIRE_NONE
+
+
+def add_require_option(addoption: Callable, prefix: str) -> None:
+    """``--<prefix>require``: the properties beyond tolerance that fail a test when violated."""
+    addoption(f"--{prefix}require", metavar="LIST", type=parse_require, default=",".join(DEFAULT_REQUIRED),
+              help=f"Properties beyond the error model's tolerance that fail a test when violated, separated by "
+                   f"commas: {', '.join(PROPERTIES)}; or {REQUIRE_NONE}. The others are measured and reported "
+                   f"(the terminal summary, the results, the report), not failures. deterministic: the same input "
+                   f"twice gives the same bits (forward y; backward dx, dweight, dbias); batch-invariant: a row's "
+                   f"output has the same bits whatever the batch size and its position in the batch (what "
+                   f"deterministic inference needs; it implies deterministic). Default: %(default)r (what normbench "
+                   f"always required)")
 
 
 def add_threads_option(addoption: Callable, prefix: str) -> None:

@@ -52,6 +52,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                             note=" On normbench's suites folder, --impl is the same option.")
     options.add_seed_option(group.addoption, prefix="normbench-")
     options.add_threads_option(group.addoption, prefix="normbench-")
+    options.add_require_option(group.addoption, prefix="normbench-")
     group.addoption("--normbench-deviations", metavar="FILE", type=options.parse_deviations_file, action="append",
                     default=[],
                     help="A file of known deviations, lines 'backend | device glob | test pattern | message regex "
@@ -77,6 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     config.stash[TALLY] = deviations.Tally()
     config.pluginmanager.register(DeviationReport(config), "normbench-deviations")
+    config.pluginmanager.register(PropertyReport(config), "normbench-properties")
     if config.getoption("normbench_impl") is not None:
         selection(config)
 
@@ -101,6 +103,7 @@ def _header(config: pytest.Config) -> list[str]:
     if sel.backends:
         lines.append(f"normbench: threads in the conformance suites: "
                      f"{threads.describe(sel.backends, config.getoption('normbench_threads'))}")
+        lines.append(f"normbench: properties required: {_required_said(config)}")
     lines += [f"normbench: runtime note: {b.name}: {b.runtime_note}" for b in sel.backends if b.runtime_note]
     lines += [f"normbench: skipped {name}: {reason}" for name, reason in sel.skipped]
     lines += [f"normbench: warning: {message}" for message in sel.warnings]
@@ -109,6 +112,27 @@ def _header(config: pytest.Config) -> list[str]:
         lines.append(f"normbench: known deviations declared: {declared}"
                      + (" (--normbench-strict: reported as failures)" if config.getoption("normbench_strict") else ""))
     return lines
+
+
+def _required_said(config: pytest.Config) -> str:
+    """``deterministic (batch-invariant reported, not required)``: what --normbench-require asks."""
+    from normbench.check.conformance import PROPERTIES
+
+    required = config.getoption("normbench_require")
+    reported = [p for p in PROPERTIES if p not in required]
+    return (", ".join(required) or "none") + (f" ({', '.join(reported)} reported, not required)" if reported else "")
+
+
+@pytest.fixture
+def normbench_properties(request: pytest.FixtureRequest):
+    """The :class:`normbench.check.conformance.Properties` a suite test hands its checks: the properties
+    ``--normbench-require`` requires fail the test when violated; every verdict goes into the test's
+    ``user_properties`` (``normbench_deterministic``: ``yes`` or ``no: what differed``), which the
+    results, the terminal summary and the report read."""
+    from normbench.check.conformance import Properties
+
+    return Properties(required=tuple(request.config.getoption("normbench_require")),
+                      sink=request.node.user_properties)
 
 
 def _declared(config: pytest.Config, sel: Selection) -> str:
@@ -271,5 +295,51 @@ class DeviationReport:
             strict = self.config.getoption("normbench_strict")
             terminalreporter.section("normbench known deviations" + (
                 " (--normbench-strict: reported as failures)" if strict else ""))
+            for line in lines:
+                terminalreporter.line(line)
+
+
+class PropertyReport:
+    """Tallies the properties every test measured (from its report's ``user_properties``, so in the xdist
+    controller too) and lists, at the end of the run, each backend's violated ones, one line each."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        #: (backend, property) -> [tests measured, tests violated, the first violation "case: detail"]
+        self.tally: dict[tuple[str, str], list] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return
+        from normbench.check.conformance import PROPERTIES, user_property_key
+
+        props = dict(report.user_properties)
+        backend = props.get("normbench_backend")
+        for name in PROPERTIES:
+            verdict = props.get(user_property_key(name))
+            if backend is None or not isinstance(verdict, str):
+                continue
+            entry = self.tally.setdefault((backend, name), [0, 0, ""])
+            entry[0] += 1
+            if verdict != "yes":
+                entry[1] += 1
+                detail = verdict.removeprefix("no: ").split("; ")[0]
+                entry[2] = entry[2] or f"{props.get('normbench_case', report.nodeid)}: {detail}"
+
+    def lines(self) -> list[str]:
+        required = self.config.getoption("normbench_require")
+        out = []
+        for (backend, name), (measured, violated, first) in sorted(self.tally.items()):
+            if violated:
+                how = "required: these tests failed" if name in required else \
+                    f"reported, not required: --normbench-require={name} makes it a failure"
+                out.append(f"{backend}: not {name} in {violated} of {measured} tests measuring it ({how}); "
+                           f"first: {first}")
+        return out
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        lines = self.lines()
+        if lines:
+            terminalreporter.section("normbench properties violated")
             for line in lines:
                 terminalreporter.line(line)

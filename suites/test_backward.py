@@ -6,7 +6,8 @@ case of ``normbench.cases.BACKWARD_CASES``, with dy from ``normbench.cases.make_
   (dweight and dbias bounded by sums of magnitudes over rows, not by their own
   size) against the float64 oracle's closed form; the returned tuple, shapes and
   dtypes; None exactly for absent parameters; with N = 1, dweight exactly 0;
-  inputs unmodified; the same input twice gives identical bits.
+  inputs unmodified; the property ``deterministic`` (the same input twice gives identical bits of dx,
+  dweight and dbias), required by default (``--normbench-require``), else recorded.
 * ``test_backward_identities``: without any reference, per row sum(dx) = 0; with
   eps = 0, sum(xhat*dx) = 0; dbias does not depend on x (``normbench.check.identities``).
 * ``test_finite_differences``: on float64 backends, directional central differences
@@ -25,8 +26,8 @@ IDENTITY_CASES = [c for c in cases.BACKWARD_CASES if c.family != "nonfinite"]
 
 
 @pytest.mark.normbench_cases(cases.BACKWARD_CASES, backward=True)
-def test_backward(backend, case, seed):
-    conformance.check_backward(backend, cases.make_inputs(case, seed), cases.make_dy(case, seed))
+def test_backward(backend, case, seed, normbench_properties):
+    conformance.check_backward(backend, cases.make_inputs(case, seed), cases.make_dy(case, seed), normbench_properties)
 
 
 @pytest.mark.normbench_cases(IDENTITY_CASES, backward=True)

@@ -8,7 +8,7 @@ reproduction command.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -182,6 +182,109 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
+# -- properties beyond tolerance: determinism and batch invariance --------------------------
+
+#: properties beyond the error model's tolerance that the suites measure on every backend: ``deterministic``
+#: (the same input twice gives the same bits: forward y, backward dx, dweight and dbias) and ``batch-invariant``
+#: (a row's output has the same bits whatever the batch size and its position in the batch)
+DETERMINISTIC, BATCH_INVARIANT = "deterministic", "batch-invariant"
+PROPERTIES: tuple[str, ...] = (DETERMINISTIC, BATCH_INVARIANT)
+#: what is required unless ``--normbench-require`` says otherwise: determinism, which every check of
+#: normbench has always required (a nondeterministic output fails); batch invariance is reported only
+DEFAULT_REQUIRED: tuple[str, ...] = (DETERMINISTIC,)
+#: what typically breaks each property, said when a required one is violated
+CAUSES: dict[str, str] = {
+    DETERMINISTIC: "atomics, or a split reduction whose partial sums are combined in an order that depends on "
+                   "thread or block scheduling (float addition is not associative)",
+    BATCH_INVARIANT: "a kernel, tiling, block size or split of the reduction chosen by the batch size (the number "
+                     "of rows) or by a row's position, so the same row is summed in another order; or "
+                     "nondeterminism (see the property deterministic)",
+}
+
+
+def user_property_key(name: str) -> str:
+    """The key a property's verdict has in a pytest item's ``user_properties``: ``normbench_batch_invariant``."""
+    return "normbench_" + name.replace("-", "_")
+
+
+@dataclass
+class Properties:
+    """Where the checks report the properties they measure, and which of them are required.
+
+    :meth:`report` records a verdict, ``"yes"`` or ``"no: what differed"``, in :attr:`measured` (a test
+    measuring a property twice keeps the first violation) and, when given, in ``sink`` (a pytest item's
+    ``user_properties``: the plugin hands the suites one, and ``normbench.runner`` reads it back); a
+    violated property that is ``required`` raises :class:`ConformanceError` saying which property,
+    what differed and what typically causes it. Without one, the checks use ``Properties()``: the
+    default requirements, recorded nowhere.
+
+    >>> props = Properties(required=())
+    >>> props.report(BATCH_INVARIANT, False, "row 0 computed alone differs", None, None)
+    >>> props.measured
+    {'batch-invariant': 'no: row 0 computed alone differs'}
+    """
+
+    required: tuple[str, ...] = DEFAULT_REQUIRED
+    sink: list | None = None
+    measured: dict[str, str] = field(default_factory=dict)
+
+    def report(self, name: str, holds: bool, detail: str, backend: Backend | None, inputs: Inputs | None) -> None:
+        __tracebackhide__ = True
+        if name not in PROPERTIES:
+            raise ValueError(f"unknown property {name!r}; properties: {', '.join(PROPERTIES)}")
+        verdict = "yes" if holds else f"no: {detail}"
+        if self.measured.get(name, "yes") == "yes":
+            self.measured[name] = verdict
+            if self.sink is not None:
+                key = user_property_key(name)
+                self.sink[:] = [p for p in self.sink if p[0] != key] + [(key, verdict)]
+        if not holds and name in self.required:
+            who = "" if backend is None or inputs is None else \
+                f"{backend.name} {inputs.case.id} (seed {inputs.seed}): "
+            raise ConformanceError(
+                f"{who}required property {name} violated: {detail}\n"
+                f"  typical cause: {CAUSES[name]}\n"
+                f"  required by --normbench-require (default: {','.join(DEFAULT_REQUIRED)}); "
+                f"--normbench-require=none records it as a property instead of failing")
+
+
+def bit_differences(a: np.ndarray, b: np.ndarray, nan_equal: bool = False) -> str:
+    """How ``b``'s bits differ from ``a``'s, in words ("" when they do not): the elements and bits that
+    differ and the largest difference in value. ``nan_equal``: a NaN equals a NaN, whatever its payload.
+
+    >>> bit_differences(np.float32([1, 2, 3]), np.float32([1, np.nextafter(np.float32(2), np.float32(3)), 3]))
+    '1 of 3 elements differ (1 bit), by at most 2.38e-07 (at [1])'
+    """
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return f"shape {a.shape} dtype {a.dtype} vs shape {b.shape} dtype {b.dtype}"
+    if not a.size or a.tobytes() == b.tobytes():
+        return ""
+    unsigned = np.dtype(f"u{a.dtype.itemsize}") if a.dtype.itemsize in (1, 2, 4, 8) else None
+    if unsigned is None:
+        return "their bytes differ"
+    xor = a.view(unsigned) ^ b.view(unsigned)
+    differ = xor != 0
+    if nan_equal and a.dtype.kind in "fcV":
+        with np.errstate(all="ignore"):
+            differ &= ~(np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64)))
+    count = int(differ.sum())
+    if not count:
+        return ""
+    bits = int(np.unpackbits(xor[differ].view(np.uint8)).sum())
+    text = f"{count} of {a.size} elements differ ({bits} bit{'s' if bits != 1 else ''})"
+    try:
+        with np.errstate(all="ignore"):
+            gap = np.abs(a.astype(np.float64) - b.astype(np.float64))
+        gap = np.where(differ & np.isfinite(gap), gap, -1.0)
+        at = np.unravel_index(int(np.argmax(gap)), a.shape)
+        if gap[at] >= 0:
+            text += f", by at most {gap[at]:.3g} (at [{', '.join(map(str, at))}])"
+    except (TypeError, ValueError):
+        pass
+    return text
+
+
 def check_inputs_unmodified(backend: Backend, inputs: Inputs, run: ForwardRun) -> None:
     __tracebackhide__ = True
     for what, original, native in zip(("x", "weight", "bias"), run.originals, run.native):
@@ -189,50 +292,76 @@ def check_inputs_unmodified(backend: Backend, inputs: Inputs, run: ForwardRun) -
             raise ConformanceError(f"{backend.name} {inputs.case.id}: layer_norm modified its input {what} in place")
 
 
-def check_deterministic(backend: Backend, inputs: Inputs, run: ForwardRun) -> None:
+def check_deterministic(backend: Backend, inputs: Inputs, run: ForwardRun, properties: Properties | None = None) -> None:
     """``layer_norm`` on the same input gives the bits of ``run`` (``layer_norm_with_statistics``'s
-    y: the same function, by the contract, or the same call twice)."""
+    y: the same function, by the contract, or the same call twice): the property ``deterministic``,
+    reported to ``properties`` (a failure when it is required, as it is by default)."""
     __tracebackhide__ = True
+    properties = properties if properties is not None else Properties()
     again = run_forward(backend, inputs, statistics=False)
-    if not same_bits(again.y, run.y):
-        diff = np.flatnonzero(np.ascontiguousarray(again.y).view(np.uint8) != np.ascontiguousarray(run.y).view(np.uint8))
+    differs = bit_differences(run.y, again.y)
+    detail = ""
+    if differs:
         overridden = type(backend).layer_norm_with_statistics is not Backend.layer_norm_with_statistics
-        why = ("; a kernel must be deterministic for one input, and layer_norm_with_statistics must return "
-               "layer_norm's y" if overridden else "; a kernel must be deterministic for one input")
-        raise ConformanceError(f"{backend.name} {inputs.case.id}: the same input twice gave different outputs "
-                               f"({diff.size} differing bytes){why}")
+        detail = (f"the same input twice gave a different y: {differs}"
+                  + ("; layer_norm_with_statistics must return layer_norm's y" if overridden else ""))
+    properties.report(DETERMINISTIC, not differs, detail, backend, inputs)
 
 
-def check_forward(backend: Backend, inputs: Inputs) -> None:
-    """Every forward property of one case: values, statistics, shape and dtype,
-    inputs untouched, determinism."""
+def check_forward(backend: Backend, inputs: Inputs, properties: Properties | None = None) -> None:
+    """Every forward check of one case: values, statistics, shape and dtype, inputs untouched;
+    and the property ``deterministic`` (reported to ``properties``; by default required)."""
     __tracebackhide__ = True
     run = run_forward(backend, inputs)
     check_forward_values(backend, inputs, run)
     check_inputs_unmodified(backend, inputs, run)
-    check_deterministic(backend, inputs, run)
+    check_deterministic(backend, inputs, run, properties)
 
 
-def check_rows_independent(backend: Backend, inputs: Inputs) -> None:
-    """Each of a few rows computed alone agrees with the same row in the batch,
-    within twice the bound (each may deviate from the reference by one bound)."""
+def check_rows_independent(backend: Backend, inputs: Inputs, properties: Properties | None = None) -> None:
+    """Each of a few rows (the first, the middle, the last) computed alone agrees with the same row
+    in the batch within twice the bound (each may deviate from the reference by one bound): a
+    failure otherwise, always. The same runs, and one more (those rows in reverse order, a smaller
+    batch in which each sits at another position), measure the property ``batch-invariant``: each
+    row bit-identical to the batch's (NaN equal to NaN, whatever its payload), reported to
+    ``properties`` (not required by default)."""
     __tracebackhide__ = True
+    properties = properties if properties is not None else Properties()
     case = inputs.case
-    full = oracle.rows_view(run_forward(backend, inputs, statistics=False).y, case.normalized_shape)
+    if case.rows == 0:
+        return
+    ns = case.normalized_shape
+    full = oracle.rows_view(run_forward(backend, inputs, statistics=False).y, ns)
     ref = reference(inputs)
     bound = error_model.forward_bound(ref, case.dtype)
-    x_rows = inputs.x.reshape(-1, *case.normalized_shape)
-    for row in sorted({0, case.rows // 2, case.rows - 1}):
-        single = Inputs(Case(case.family, (1, *case.normalized_shape), case.normalized_shape, case.dtype,
-                             case.dist, case.eps, case.affine, case.param_dtype),
-                        inputs.seed, x_rows[row:row + 1].copy(), inputs.weight, inputs.bias)
-        alone = oracle.rows_view(run_forward(backend, single, statistics=False).y, case.normalized_shape)[0]
-        worst = worst_violation(alone, full[row], 2 * bound[row])
+    x_rows = inputs.x.reshape(-1, *ns)
+    picked = sorted({0, case.rows // 2, case.rows - 1})
+
+    def rows_of(order: list[int]) -> np.ndarray:
+        sub = Inputs(Case(case.family, (len(order), *ns), ns, case.dtype, case.dist, case.eps, case.affine,
+                          case.param_dtype), inputs.seed, x_rows[order].copy(), inputs.weight, inputs.bias)
+        return oracle.rows_view(run_forward(backend, sub, statistics=False).y, ns)
+
+    variants = []  # (how the row was computed, row, its result)
+    for row in picked:
+        variants.append((f"row {row} computed alone", row, rows_of([row])[0]))
+    if len(picked) > 1:
+        order = picked[::-1]
+        batch = rows_of(order)
+        variants += [(f"row {row} at position {pos} of a batch of {len(order)} (rows {order})", row, batch[pos])
+                     for pos, row in enumerate(order)]
+    differing = []
+    for how, row, got in variants:
+        worst = worst_violation(got, full[row], 2 * bound[row])
         if worst is not None:
             raise ConformanceError(
-                f"{backend.name} {case.id} (seed {inputs.seed}): row {row} computed alone differs from the same "
-                f"row in the batch at column {worst.index[0]}: {worst.value:.9g} vs {worst.reference:.9g}, "
-                f"beyond twice the bound {worst.bound:.3g}; a row's result must not depend on other rows")
+                f"{backend.name} {case.id} (seed {inputs.seed}): {how} differs from the same row in the batch "
+                f"at column {worst.index[0]}: {worst.value:.9g} vs {worst.reference:.9g}, beyond twice the bound "
+                f"{worst.bound:.3g}; a row's result must not depend on other rows")
+        differs = bit_differences(full[row], got, nan_equal=True)
+        if differs:
+            differing.append(f"{how} differs from the batch's row {row}: {differs}")
+    properties.report(BATCH_INVARIANT, not differing, "; ".join(differing), backend, inputs)
 
 
 # -- backward ------------------------------------------------------------------------------
@@ -352,20 +481,26 @@ def check_backward_inputs_unmodified(backend: Backend, inputs: Inputs, run: Back
                                    f"{what} in place")
 
 
-def check_backward_deterministic(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
-    """The same input twice gives bit-identical dx, dweight and dbias."""
+def check_backward_deterministic(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun,
+                                 properties: Properties | None = None) -> None:
+    """The same input twice gives bit-identical dx, dweight and dbias: the property ``deterministic``,
+    reported to ``properties`` (a failure when it is required, as it is by default)."""
     __tracebackhide__ = True
+    properties = properties if properties is not None else Properties()
     again = run_backward(backend, inputs, dy)
+    differing = []
     for what, a, b in (("dx", run.dx, again.dx), ("dweight", run.dweight, again.dweight),
                        ("dbias", run.dbias, again.dbias)):
-        if a is not None and not same_bits(a, b):
-            raise ConformanceError(f"{backend.name} {inputs.case.id}: the same input twice gave a different {what}; "
-                                   f"a backward must be deterministic for one input (no order-dependent atomics)")
+        differs = "" if a is None else bit_differences(a, b)
+        if differs:
+            differing.append(f"the same input twice gave a different {what}: {differs}")
+    properties.report(DETERMINISTIC, not differing, "; ".join(differing), backend, inputs)
 
 
-def check_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> None:
-    """Every backward property of one case: what is returned (a tuple, shapes, dtypes,
-    None exactly for absent parameters), values, inputs untouched, determinism."""
+def check_backward(backend: Backend, inputs: Inputs, dy: np.ndarray, properties: Properties | None = None) -> None:
+    """Every backward check of one case: what is returned (a tuple, shapes, dtypes, None exactly
+    for absent parameters), values, inputs untouched; and the property ``deterministic`` (reported
+    to ``properties``; by default required)."""
     __tracebackhide__ = True
     _last_backward.clear()
     run = run_backward(backend, inputs, dy)
@@ -373,4 +508,4 @@ def check_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> None:
                            run))
     check_backward_values(backend, inputs, dy, run)
     check_backward_inputs_unmodified(backend, inputs, run)
-    check_backward_deterministic(backend, inputs, dy, run)
+    check_backward_deterministic(backend, inputs, dy, run, properties)
