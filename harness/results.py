@@ -5,7 +5,8 @@ A run folder (``reports/<run-id>/``, one writer at a time: :mod:`normbench.run_f
 * ``throughput.csv`` and ``throughput.json``: one row per measured case (the
   columns below).
 * ``conformance.csv`` and ``conformance.json``: one row per conformance test
-  of a ``normbench run`` (backend, test, case, outcome, message).
+  of a ``normbench run`` (backend, test, case, outcome, message, and the properties
+  beyond tolerance it measured: deterministic, batch-invariant; schema version 2).
 * ``environment.json``: the machine, libraries, commit, command, the measured
   ceilings and the run's status (:mod:`normbench.environment`).
 
@@ -77,9 +78,13 @@ from normbench.files import append_whole, write_atomic
 if TYPE_CHECKING:
     import pandas as pd
 
+#: the throughput schema's version (and the traffic and kernel-stats schemas'); each schema's own is :data:`VERSIONS`
 SCHEMA_VERSION = 1
 THROUGHPUT = "normbench.throughput"
 CONFORMANCE = "normbench.conformance"
+#: the conformance schema's version: 2 added the properties beyond tolerance (deterministic, batch_invariant,
+#: property_notes); version 1 files are migrated (:data:`MIGRATIONS`), their properties "not measured"
+CONFORMANCE_VERSION = 2
 
 
 class ResultsError(NormbenchError):
@@ -124,7 +129,7 @@ class Column:
         """The allowed values, in words (for messages)."""
         what = {"str": "a string", "int": "an integer", "float": "a finite number", "bool": "true or false"}[self.kind]
         if self.choices is not None:
-            return "one of " + ", ".join(self.choices)
+            return "one of " + ", ".join(c or "empty" for c in self.choices)
         if self.low is not None:
             what += f" {'>' if self.low_open else '>='} {self.low:g}"
         if self.high is not None:
@@ -194,9 +199,12 @@ THROUGHPUT_COLUMNS: tuple[Column, ...] = (
     Column("message", "str", "why the verdict is not ok, and any note on an ok row"),
 )
 
-#: the conformance schema, version 1: one row per test of a ``normbench run``
+#: a property's verdict in a conformance row: measured and held, measured and violated, or not measured
+PROPERTY_VERDICTS = ("yes", "no", "")
+
+#: the conformance schema, version 2: one row per test of a ``normbench run``
 CONFORMANCE_COLUMNS: tuple[Column, ...] = (
-    Column("schema_version", "int", "the schema version of this row (1)"),
+    Column("schema_version", "int", "the schema version of this row (2)"),
     Column("run_id", "str", "the run this row belongs to"),
     Column("backend", "str", "the backend name"),
     Column("suite", "str", "the suite file, e.g. test_forward.py"),
@@ -208,6 +216,14 @@ CONFORMANCE_COLUMNS: tuple[Column, ...] = (
                              "(the test's process died), timeout (it ran past --normbench-timeout), not run (the run was "
                              "interrupted, or the backend stopped after crashing)", choices=OUTCOMES),
     Column("message", "str", "the failure's first line or the skip reason"),
+    Column("deterministic", "str", "the property deterministic, as this test measured it: yes (the same input twice "
+                                   "gave the same bits), no, or empty (not measured: another test, or it failed "
+                                   "before measuring). Version 2", choices=PROPERTY_VERDICTS),
+    Column("batch_invariant", "str", "the property batch-invariant: yes (each row checked had the same bits "
+                                     "computed alone and at another position of a smaller batch), no, or empty "
+                                     "(not measured). Version 2", choices=PROPERTY_VERDICTS),
+    Column("property_notes", "str", "what differed, for each property that is no: 'batch-invariant: row 0 computed "
+                                    "alone differs ...', properties separated by ' | '. Version 2"),
 )
 
 #: traffic rows count bytes, they do not time them: directions and byte models the counter covers
@@ -283,6 +299,9 @@ TRAFFIC = "normbench.traffic"
 KERNEL_STATS = "normbench.kernel_stats"
 SCHEMAS: dict[str, tuple[Column, ...]] = {THROUGHPUT: THROUGHPUT_COLUMNS, CONFORMANCE: CONFORMANCE_COLUMNS,
                                           TRAFFIC: TRAFFIC_COLUMNS, KERNEL_STATS: KERNEL_STATS_COLUMNS}
+#: schema -> the version this normbench writes (and migrates older files to)
+VERSIONS: dict[str, int] = {THROUGHPUT: SCHEMA_VERSION, CONFORMANCE: CONFORMANCE_VERSION, TRAFFIC: SCHEMA_VERSION,
+                            KERNEL_STATS: SCHEMA_VERSION}
 #: schema -> the stem of its files; a kernel-stats file is one per compile target, ``kernels-sm90.csv``
 FILES: dict[str, str] = {THROUGHPUT: "throughput", CONFORMANCE: "conformance", TRAFFIC: "traffic",
                          KERNEL_STATS: "kernels"}
@@ -378,9 +397,11 @@ ROW_RULES: dict[str, tuple[Callable[[dict[str, Any]], str | None], ...]] = {
 }
 
 #: (schema, version) -> a function turning a frame of that version into the next version.
-#: Version 1 is the first; a later version adds its step here, e.g.
-#: ``MIGRATIONS[(THROUGHPUT, 1)] = lambda df: df.assign(new_column="")``.
-MIGRATIONS: dict[tuple[str, int], Callable[[pd.DataFrame], pd.DataFrame]] = {}
+#: Version 1 is each schema's first; a later version adds its step here (conformance 1 -> 2 below).
+MIGRATIONS: dict[tuple[str, int], Callable[[pd.DataFrame], pd.DataFrame]] = {
+    # conformance 1 -> 2: the properties beyond tolerance were not recorded: not measured
+    (CONFORMANCE, 1): lambda df: df.assign(deterministic="", batch_invariant="", property_notes=""),
+}
 
 _EMPTY = {"str": "", "int": 0, "float": math.nan, "bool": False}
 _TRUE, _FALSE = ("true", "1"), ("false", "0")
@@ -460,7 +481,7 @@ def new_row(schema: str = THROUGHPUT, **values: Any) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"not columns of {schema}: {', '.join(sorted(unknown))}")
     row = {c.name: _EMPTY[c.kind] for c in columns}
-    row["schema_version"] = SCHEMA_VERSION
+    row["schema_version"] = VERSIONS[schema]
     row.update(values)
     return row
 
@@ -518,7 +539,7 @@ def notes(df: pd.DataFrame) -> list[str]:
 
 
 def _document(schema: str, rows: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> str:
-    return json.dumps({"schema": schema, "schema_version": SCHEMA_VERSION, **(extra or {}),
+    return json.dumps({"schema": schema, "schema_version": VERSIONS[schema], **(extra or {}),
                        "columns": {c.name: c.doc for c in SCHEMAS[schema]}, "rows": rows},
                       indent=1, allow_nan=False) + "\n"
 
@@ -546,7 +567,7 @@ def write_csv(path: str | os.PathLike, rows: Iterable[dict[str, Any]], schema: s
     are CSV). A row that breaks the schema is one ResultsError naming the row and the field, before
     anything is written."""
     path = Path(path)
-    rows = [{"schema_version": SCHEMA_VERSION, **row} for row in rows]
+    rows = [{"schema_version": VERSIONS[schema], **row} for row in rows]
     clean = _validated_rows(rows, schema, f"the {schema} rows to write to {path}",
                             "this is a normbench bug: please report it")
     try:
@@ -703,20 +724,23 @@ class ResultsWriter:
 
 def _readable(schema: str, version: int, source: str) -> None:
     """Refuse a version this normbench cannot read: newer, or older without a migration path."""
-    if version > SCHEMA_VERSION:
+    if version > VERSIONS[schema]:
         raise ResultsError(f"{source} has {schema} schema version {version}, newer than this normbench reads "
-                           f"({SCHEMA_VERSION}). Fix: upgrade normbench to read it")
-    for step in range(version, SCHEMA_VERSION):
+                           f"({VERSIONS[schema]}). Fix: upgrade normbench to read it")
+    for step in range(version, VERSIONS[schema]):
         if (schema, step) not in MIGRATIONS:
             raise ResultsError(f"{source} has {schema} schema version {version}, which this normbench cannot "
-                               f"migrate to version {SCHEMA_VERSION}. Fix: re-run the measurement, or load it with "
+                               f"migrate to version {VERSIONS[schema]}. Fix: re-run the measurement, or load it with "
                                f"the normbench version that wrote it")
 
 
 def _migrate(df: pd.DataFrame, schema: str, version: int, source: str) -> pd.DataFrame:
     _readable(schema, version, source)
-    while version < SCHEMA_VERSION:
+    while version < VERSIONS[schema]:
         df, version = MIGRATIONS[(schema, version)](df), version + 1
+    for c in SCHEMAS[schema]:  # an older CSV's empty fields were read as None: a string column's empty is ""
+        if c.kind == "str" and c.name in df:
+            df[c.name] = df[c.name].where(df[c.name].notna(), "")
     return df
 
 
@@ -736,7 +760,7 @@ def _validated_rows(rows: list[Any], schema: str, source: str, fix: str, first: 
         unknown = [str(n) for n in row if n not in names]
         if missing or unknown:
             said = "; ".join(part for part in (f"lacks the fields {', '.join(missing)}" if missing else "",
-                                               f"has fields not in {schema} version {SCHEMA_VERSION}: "
+                                               f"has fields not in {schema} version {VERSIONS[schema]}: "
                                                f"{', '.join(unknown)}" if unknown else "") if part)
             raise ResultsError(f"{where} {said}. Fix: {fix}")
         clean = {}
@@ -745,9 +769,9 @@ def _validated_rows(rows: list[Any], schema: str, source: str, fix: str, first: 
                 clean[c.name] = parse_value(c, row[c.name])
             except ValueError as exc:
                 raise ResultsError(f"{where}: field {c.name} {exc} (it must be {c.rule()}). Fix: {fix}") from None
-        if clean["schema_version"] != SCHEMA_VERSION:
+        if clean["schema_version"] != VERSIONS[schema]:
             raise ResultsError(f"{where}: field schema_version is {clean['schema_version']}, but the file is "
-                               f"version {SCHEMA_VERSION}. Fix: {fix}")
+                               f"version {VERSIONS[schema]}. Fix: {fix}")
         for rule in ROW_RULES[schema]:
             problem = rule(clean)
             if problem:
@@ -803,10 +827,10 @@ def _load_json(path: Path, schema: str) -> pd.DataFrame:
             if _version(row["schema_version"], f"{path}, row {i}: field schema_version") != version:
                 raise ResultsError(f"{path}, row {i}: field schema_version is {row['schema_version']}, but the file "
                                    f"is version {version}. Fix: {_FIX_FILE}")
-    if version != SCHEMA_VERSION:
+    if version != VERSIONS[schema]:
         if not all(isinstance(r, dict) for r in rows):
             raise ResultsError(f"{path}: rows must be objects of fields. Fix: {_FIX_FILE}")
-        rows = records(_migrate(pd.DataFrame(rows), schema, version, str(path)).assign(schema_version=SCHEMA_VERSION))
+        rows = records(_migrate(pd.DataFrame(rows), schema, version, str(path)).assign(schema_version=VERSIONS[schema]))
     return _rows_frame(_validated_rows(rows, schema, str(path), _FIX_FILE), schema, [])
 
 
@@ -855,11 +879,11 @@ def _load_csv(path: Path, schema: str) -> pd.DataFrame:
         if len(record) != len(header):
             raise ResultsError(f"{path}, line {line} has {len(record)} fields, the header {len(header)}. Fix: {_FIX_FILE}")
     names = [c.name for c in SCHEMAS[schema]]
-    version_of_header = body[0][header.index("schema_version")] if body else str(SCHEMA_VERSION)
-    if version_of_header == str(SCHEMA_VERSION) and sorted(header) != sorted(names):
+    version_of_header = body[0][header.index("schema_version")] if body else str(VERSIONS[schema])
+    if version_of_header == str(VERSIONS[schema]) and sorted(header) != sorted(names):
         missing, unknown = [n for n in names if n not in header], [n for n in header if n not in names]
         said = "; ".join(part for part in (f"lacks the columns {', '.join(missing)}" if missing else "",
-                                           f"has columns not in {schema} version {SCHEMA_VERSION}: {', '.join(unknown)}"
+                                           f"has columns not in {schema} version {VERSIONS[schema]}: {', '.join(unknown)}"
                                            if unknown else "") if part)
         raise ResultsError(f"{path}: its header {said}. Fix: {_FIX_FILE}")
     rows = [dict(zip(header, record)) for record in body]
@@ -867,10 +891,10 @@ def _load_csv(path: Path, schema: str) -> pd.DataFrame:
     if len(versions) > 1 or not all(v.isdigit() for v in versions):
         raise ResultsError(f"{path} mixes or garbles schema versions ({', '.join(versions)}). "
                            f"Fix: load each run's file separately and merge() them")
-    version = int(versions[0]) if versions else SCHEMA_VERSION
-    if version != SCHEMA_VERSION:
+    version = int(versions[0]) if versions else VERSIONS[schema]
+    if version != VERSIONS[schema]:
         df = pd.DataFrame(rows, columns=header).replace({"": None})
-        rows = records(_migrate(df, schema, version, str(path)).assign(schema_version=SCHEMA_VERSION))
+        rows = records(_migrate(df, schema, version, str(path)).assign(schema_version=VERSIONS[schema]))
         starts = None
     found = [f"{path}: its last line is incomplete (the run stopped while writing it) and was left out; "
              f"{len(rows)} complete rows read"] if torn else []

@@ -45,6 +45,14 @@ class Outcome:
     #: the known deviations that cover this test (source -> reason), and the source of the one explaining it
     covers: tuple[tuple[str, str], ...] = ()
     explains: str = ""
+    #: the properties beyond tolerance this test measured (``normbench.check.conformance.PROPERTIES``):
+    #: (name, "yes" or "no: what differed"); a property not measured is absent
+    properties: tuple[tuple[str, str], ...] = ()
+
+    def property_verdict(self, name: str) -> str:
+        """``yes``, ``no``, or "" (not measured)."""
+        verdict = dict(self.properties).get(name, "")
+        return verdict if verdict in ("", "yes") else "no"
 
 
 def backend_of(nodeid: str) -> str:
@@ -142,7 +150,7 @@ class Collector:
         backend = props.get("normbench_backend") or (match["backend"] if match else "")
         case = props.get("normbench_case") or (match["rest"] if match else "")
         result = Outcome(nodeid, backend, match["test"] if match else nodeid, outcome, message, case,
-                         tuple(record.get("covers", {}).items()), record.get("explains") or "")
+                         tuple(record.get("covers", {}).items()), record.get("explains") or "", _properties(props))
         self.outcomes.append(result)
         if self.sink is not None:
             self.sink(result)
@@ -160,6 +168,14 @@ class Collector:
         for raw in sorted(self.expected - self.reported):
             self._add(suite_nodeid(raw, self.rootpath), NOT_RUN, f"{NOT_RUN}: {why}", {}, {})
         self.reported |= self.expected
+
+
+def _properties(props: dict) -> tuple[tuple[str, str], ...]:
+    """The property verdicts among a report's ``user_properties`` (the plugin's ``normbench_properties``)."""
+    from normbench.check.conformance import PROPERTIES, user_property_key
+
+    found = ((name, props.get(user_property_key(name))) for name in PROPERTIES)
+    return tuple((name, verdict) for name, verdict in found if isinstance(verdict, str) and verdict)
 
 
 @dataclass
@@ -260,6 +276,10 @@ def summary(outcomes: list[Outcome], max_failures: int = 5, interrupted: str = "
         stopped = next((o for o in outcomes if o.backend == b and o.outcome == NOT_RUN), None)
         if stopped is not None:
             lines.append(f"\n{b}: {counts[b][NOT_RUN]} tests did not run; {stopped.message}")
+    violated = property_lines(outcomes)
+    if violated:
+        lines += ["\nproperties violated (reported; failures only where --require asked for them):"]
+        lines += [f"  {line}" for line in violated]
     declared = deviation_tally(outcomes).lines()
     if declared:
         lines += ["\nknown deviations (declared failures, shown so they stay visible):"]
@@ -267,10 +287,33 @@ def summary(outcomes: list[Outcome], max_failures: int = 5, interrupted: str = "
     return "\n".join(lines)
 
 
+def property_lines(outcomes: list[Outcome]) -> list[str]:
+    """One line per backend and violated property: ``torch: not batch-invariant in 2 of 4 tests measuring it``."""
+    from normbench.check.conformance import PROPERTIES
+
+    lines = []
+    for b in sorted({o.backend for o in outcomes if o.backend}):
+        for name in PROPERTIES:
+            verdicts = [o.property_verdict(name) for o in outcomes if o.backend == b]
+            measured, violated = sum(v != "" for v in verdicts), verdicts.count("no")
+            if violated:
+                lines.append(f"{b}: not {name} in {violated} of {measured} tests measuring it")
+    return lines
+
+
 def outcome_rows(outcomes: list[Outcome], run_id: str) -> list[dict]:
-    """Outcomes as rows of the conformance results schema (:mod:`normbench.results`)."""
+    """Outcomes as rows of the conformance results schema (:mod:`normbench.results`), with the properties
+    each test measured (``deterministic``, ``batch_invariant``: yes, no or empty; what differed in
+    ``property_notes``)."""
+    from normbench.check.conformance import PROPERTIES
     from normbench.results import CONFORMANCE, new_row
 
+    def notes(o: Outcome) -> str:
+        return " | ".join(f"{name}: {verdict.removeprefix('no: ')}" for name, verdict in o.properties
+                          if verdict != "yes")
+
     return [new_row(CONFORMANCE, run_id=run_id, backend=o.backend, suite=o.nodeid.split("::")[0].split("/")[-1],
-                    test=o.test, case=o.case, nodeid=o.nodeid, outcome=o.outcome, message=o.message)
+                    test=o.test, case=o.case, nodeid=o.nodeid, outcome=o.outcome, message=o.message,
+                    **{name.replace("-", "_"): o.property_verdict(name) for name in PROPERTIES},
+                    property_notes=notes(o))
             for o in outcomes]
