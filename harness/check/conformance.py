@@ -14,7 +14,7 @@ import numpy as np
 
 from normbench.backend import Backend
 from normbench.cases import Case, Inputs
-from normbench.check import error_model, hypotheses, oracle
+from normbench.check import coherence, error_model, hypotheses, oracle
 from normbench.check.worst import Worst, worst_violation
 from normbench.dtypes import dtype_name, host_dtype
 
@@ -161,13 +161,16 @@ def reference(inputs: Inputs) -> oracle.Forward:
 
 
 def check_forward_values(backend: Backend, inputs: Inputs, run: ForwardRun) -> None:
-    """y, and the statistics if exposed, within the error model's bounds."""
+    """y, and the statistics if exposed, within the error model's bounds; then y's signed error
+    without a coherent structure (a common scale or offset per row, a rounding bias per case:
+    :mod:`normbench.check.coherence`) that no correct round-to-nearest kernel produces."""
     __tracebackhide__ = True
     ref = reference(inputs)
     case = inputs.case
     y = oracle.rows_view(run.y, case.normalized_shape)
     _fail("y", y, ref.y, error_model.forward_bound(ref, case.dtype), inputs, backend, ref,
           bound_for=lambda dtype: error_model.forward_bound(ref, dtype))
+    coherence.check_forward_coherence(backend, inputs, run.y, ref)
     if run.statistics is not None:
         mean, rstd = run.statistics
         for what, got, want, bound in (("mean", mean, ref.mean, error_model.mean_bound),
