@@ -18,6 +18,10 @@ Part of the pytest plugin (``normbench.pytest_plugin`` loads it), for normbench'
   stops a test that hangs in Python code; a hang inside native code that never returns to
   Python needs ``--timeout-method=thread``, which ends the worker process: the test is then
   recorded as crashed.
+* **Too many failures** (``--normbench-maxfail=N``): after N failed tests of one backend its
+  remaining tests are not run either, the same way (skipped as ``not run``, with the reason),
+  while the other backends go on: a kernel that fails its first cases tells nothing more by
+  failing hundreds (pytest's own ``--maxfail`` would stop every backend). Default: no limit.
 * **KeyboardInterrupt raised by a backend** (not by a signal this process received) fails
   that test with a message instead of ending the run. ``SystemExit`` from a test is already
   a failure in pytest.
@@ -50,6 +54,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--normbench-timeout", type=options.parse_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                     help="Time limit of each suite test; a test that runs longer is recorded as 'timeout' "
                          "(pytest-timeout; its --timeout, where given, wins). 0: no limit. Default: %(default)r.")
+    group.addoption("--normbench-maxfail", type=options.parse_count(0), default="0", metavar="N",
+                    help="After N failed tests of one backend, skip its remaining tests as 'not run' (the other "
+                         "backends go on). 0: no limit. Default: %(default)r.")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,28 +75,42 @@ def pytest_configure(config: pytest.Config) -> None:
     folder = Path(tempfile.mkdtemp(prefix="normbench-quarantine-"))
     config.stash[QUARANTINE] = Quarantine(folder / "backends")
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
-    config.pluginmanager.register(CrashWatch(config.stash[QUARANTINE]), "normbench-crash-watch")
+    config.pluginmanager.register(CrashWatch(config.stash[QUARANTINE], config.getoption("normbench_maxfail")),
+                                  "normbench-crash-watch")
 
 
 class Quarantine:
     """The backends whose tests the workers no longer run: a file the controller appends to
-    (one name per line) and each worker reads before a test, when it changed."""
+    (a name and the reason per line) and each worker reads before a test, when it changed."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.crashes: Counter[str] = Counter()
-        self.first: dict[str, str] = {}
-        self._seen: tuple[tuple[int, int], set[str]] = ((-1, -1), set())
+        self.failures: Counter[str] = Counter()
+        self._seen: tuple[tuple[int, int], dict[str, str]] = ((-1, -1), {})
 
-    def crashed(self, backend: str, nodeid: str) -> None:
-        """``nodeid`` of ``backend`` crashed the test process or ran out of time."""
+    def crashed(self, backend: str) -> None:
+        """A test of ``backend`` crashed the test process or ran out of time."""
         self.crashes[backend] += 1
-        self.first.setdefault(backend, nodeid)
         if self.crashes[backend] == CRASH_LIMIT:
+            self.stop(backend, f"not run: backend {backend!r} crashed the test process or ran out of time "
+                               f"{CRASH_LIMIT} times; normbench stopped running its tests (those are recorded as "
+                               f"'crashed' or 'timeout')")
+
+    def failed(self, backend: str, limit: int) -> None:
+        """A test of ``backend`` failed; at ``limit`` failures (0: never) its other tests stop."""
+        self.failures[backend] += 1
+        if limit and self.failures[backend] == limit:
+            self.stop(backend, f"not run: backend {backend!r} failed {limit} test{'s' if limit > 1 else ''} "
+                               f"(--normbench-maxfail={limit}); normbench stopped running its tests")
+
+    def stop(self, backend: str, reason: str) -> None:
+        if self.reason(backend) is None:
             with open(self.path, "a", encoding="utf-8") as f:
-                f.write(f"{backend}\t{self.first[backend]}\n")
+                f.write(f"{backend}\t{reason}\n")
 
     def reason(self, backend: str) -> str | None:
+        """Why ``backend``'s tests are no longer run (None: they are)."""
         try:
             stat = self.path.stat()
         except OSError:
@@ -97,11 +118,12 @@ class Quarantine:
         version = (stat.st_mtime_ns, stat.st_size)  # two appends in one mtime tick still differ in size
         if version != self._seen[0]:
             lines = self.path.read_text(encoding="utf-8").splitlines()
-            self._seen = (version, {line.split("\t")[0] for line in lines})
-        if backend not in self._seen[1]:
-            return None
-        return (f"not run: backend {backend!r} crashed the test process or ran out of time {CRASH_LIMIT} times; "
-                f"normbench stopped running its tests (those are recorded as 'crashed' or 'timeout')")
+            stopped: dict[str, str] = {}
+            for line in lines:
+                name, _, why = line.partition("\t")
+                stopped.setdefault(name, why)
+            self._seen = (version, stopped)
+        return self._seen[1].get(backend)
 
 
 QUARANTINE = pytest.StashKey[Quarantine]()
@@ -109,10 +131,12 @@ QUARANTINE = pytest.StashKey[Quarantine]()
 
 class CrashWatch:
     """In the controller (the xdist controller, or a run without xdist): counts each backend's
-    crashed and timed-out tests and quarantines it at :data:`CRASH_LIMIT`."""
+    crashed and timed-out tests and quarantines it at :data:`CRASH_LIMIT`, and its failed tests
+    up to ``maxfail`` (0: no limit)."""
 
-    def __init__(self, quarantine: Quarantine) -> None:
+    def __init__(self, quarantine: Quarantine, maxfail: int = 0) -> None:
         self.quarantine = quarantine
+        self.maxfail = maxfail
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
@@ -125,14 +149,20 @@ class CrashWatch:
         self._count(crashitem)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call" or not report.failed:
+            return
         crash = getattr(report.longrepr, "reprcrash", None)
-        if report.when == "call" and report.failed and crash is not None and TIMEOUT_MESSAGE.match(crash.message):
+        if crash is not None and TIMEOUT_MESSAGE.match(crash.message):
             self._count(report.nodeid)
+        elif self.maxfail:
+            backend = backend_of(report.nodeid)
+            if backend:
+                self.quarantine.failed(backend, self.maxfail)
 
     def _count(self, nodeid: str) -> None:
         backend = backend_of(nodeid)
         if backend:
-            self.quarantine.crashed(backend, nodeid)
+            self.quarantine.crashed(backend)
 
 
 def _backend(item: pytest.Item):

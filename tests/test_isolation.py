@@ -108,6 +108,17 @@ def test_systemexit_and_keyboardinterrupt_from_a_backend_fail_its_tests(plugins)
     assert "raised KeyboardInterrupt (no Ctrl-C or signal was received)" in message
 
 
+@pytest.mark.e2e
+def test_maxfail_stops_a_failing_backend_and_the_others_run_on(plugins):
+    code, outcomes = outcomes_of(plugins, "numpy,exiter", "--normbench-maxfail=2")
+    numpy, exiter = by_backend(outcomes, "numpy"), by_backend(outcomes, "exiter")
+    assert code == 1 and set(numpy) == {"passed"} and numpy.total() == exiter.total()
+    # the limit stops it after 2 failures (a second worker may be running one more meanwhile)
+    assert 2 <= exiter["failed"] <= 3 and exiter["not run"] > 0 and set(exiter) == {"failed", "not run"}
+    stopped = next(o.message for o in outcomes if o.backend == "exiter" and o.outcome == "not run")
+    assert "backend 'exiter' failed 2 tests (--normbench-maxfail=2); normbench stopped running its tests" in stopped
+
+
 def test_tests_that_never_reported_are_not_run():
     collector = Collector()
     collector.expected = {"suites/test_forward.py::test_forward[numpy-float32-rows1-hidden8-normal]"}

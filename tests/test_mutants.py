@@ -3,7 +3,9 @@ backward mutant fails the backward suite, and the correct control passes both.
 
 Each suite runs once, in one ``pytest suites/test_<direction>.py --normbench-impl=...``
 subprocess over the control and all the mutants of that direction (``tests/mutants.py``),
-registered through a throw-away dist-info entry point, as a plugin would be.
+registered through a throw-away dist-info entry point, as a plugin would be. A mutant needs
+one failure to prove the suite catches it, so ``--normbench-maxfail=1`` stops each mutant's
+tests at its first failure (per worker); the control, which must pass, runs every test.
 """
 
 import subprocess
@@ -44,7 +46,7 @@ def outcomes(direction, make_plugins, once_per_run) -> dict[str, Counter]:
         xml = plugins.path / f"{direction}.xml"
         proc = subprocess.run(
             pytest_command(str(SUITES / f"test_{direction}.py"), f"--normbench-impl={','.join(names)}", "-q", "-n", "2",
-                           f"--junitxml={xml}", "--normbench-seed=0"),
+                           f"--junitxml={xml}", "--normbench-seed=0", "--normbench-maxfail=1"),
             cwd=ROOT, env=plugins.env, capture_output=True, text=True, timeout=1200)
         output = proc.stdout[-2000:] + proc.stderr[-2000:]
         assert proc.returncode in (0, 1), f"the {direction} suite did not run (exit {proc.returncode}):\n{output}"

@@ -30,6 +30,8 @@ ONE_CASE = "float32-rows5-hidden1000-offset3"
     (options.parse_eps, "inf", float("inf")),  # range checks are the case's, with their own message
     (options.parse_count(3), "3", 3),
     (options.parse_seconds, "0", 0.0),
+    (options.parse_threads, "2", 2),
+    (options.parse_threads, "library", None),
     (options.parse_seconds, "1.5", 1.5),
     (options.parse_suites, "throughput, conformance", ("throughput", "conformance")),
     (options.parse_directions, "Backward,forward+backward,backward", ("backward", "forward+backward")),
@@ -58,6 +60,7 @@ SHAPE = ("Use ROWSxHIDDEN[xMORE], e.g. 8x1024 or 2x4x1024: whole numbers joined 
     (options.parse_count(3), "2", "Use an integer >= 3"),
     (options.parse_count(1), "1.5", "Use an integer >= 1"),
     (options.parse_seconds, "-1", "Use seconds >= 0, e.g. 1.0"),
+    (options.parse_threads, "0", "Use a number of threads >= 1, or 'library'"),
     (options.parse_seconds, "nan", "Use seconds >= 0, e.g. 1.0"),
     (options.parse_suites, "speed", "Valid suites: conformance, throughput"),
     (options.parse_suites, ",", "Valid suites: conformance, throughput"),
