@@ -2,7 +2,7 @@
 import, and the finding, so it can never silently disappear: Flax's LayerNorm with
 its defaults (``use_fast_variance=True``) fails on rows with a large mean, by far, and
 with ``use_fast_variance=False`` it does not; both compute a half-precision dx out of
-two separately rounded parts. Run by ``tox -e flax``; skipped where the plugin is not
+two separately rounded parts. Run by ``tox -e jax``; skipped where the plugin is not
 installed.
 """
 
