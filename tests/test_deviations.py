@@ -10,6 +10,7 @@ import pytest
 from normbench import cases, deviations
 from normbench.deviations import Subject
 from normbench.exceptions import NormbenchError, PluginError
+from normbench.impls.triton.runtime import INTERPRETER_DEVICE
 from normbench.suites import DIRECTORY as SUITES
 from normbench.suites.test_backward import IDENTITY_CASES
 from normbench.suites.test_forward import ISOLATION_CASES
@@ -133,12 +134,16 @@ def test_globs_match_brackets_literally():
     assert deviations.glob_match("test_backward*[torch-*-biasonly]", "test_backward_identities[torch-a-biasonly]")
 
 
+#: the devices the built-in backends report on a machine without a GPU (torch, jax: the CPU; triton: its interpreter)
+DEVICES_HERE = ("cpu", INTERPRETER_DEVICE)
+
+
 def test_every_shipped_entry_names_existing_tests():
     entries = deviations.load(SUITES / deviations.FILENAME)
     assert entries, "suites/known_deviations.txt is missing or empty"
     for entry in entries:
-        subjects = [Subject(entry.backend, "cpu", f"{test}[{entry.backend}-{c.id}]", c.id, c.family)
-                    for test, case_list in TESTS.items() for c in case_list]
+        subjects = [Subject(entry.backend, device, f"{test}[{entry.backend}-{c.id}]", c.id, c.family)
+                    for device in DEVICES_HERE for test, case_list in TESTS.items() for c in case_list]
         assert any(entry.covers(s) for s in subjects), f"{entry.source} matches no test ({entry.test}); remove or fix it"
 
 
