@@ -1,7 +1,7 @@
 """The Triton backend's own tests: backward against the oracle, determinism, the
 autograd function and layer against torch, bad input, and the plain-Python heuristics.
 
-They run where triton and torch are installed (``tox -e triton``): under the
+They run where triton and torch are installed (``tox -e torch``): under the
 Triton interpreter on CPU, or compiled on a CUDA device.
 """
 
