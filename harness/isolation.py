@@ -40,7 +40,7 @@ import pytest
 
 from normbench import options
 from normbench.interrupts import forget_signals, note_sigint, received_signal
-from normbench.runner import TIMEOUT_MESSAGE, backend_of
+from normbench.runner import SELECTION, TIMEOUT_MESSAGE, backend_of
 
 #: crashes of one backend after which its remaining tests are not run
 CRASH_LIMIT = 3
@@ -75,7 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
     folder = Path(tempfile.mkdtemp(prefix="normbench-quarantine-"))
     config.stash[QUARANTINE] = Quarantine(folder / "backends")
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
-    config.pluginmanager.register(CrashWatch(config.stash[QUARANTINE], config.getoption("normbench_maxfail")),
+    config.pluginmanager.register(CrashWatch(config.stash[QUARANTINE], config.getoption("normbench_maxfail"), config),
                                   "normbench-crash-watch")
 
 
@@ -134,9 +134,21 @@ class CrashWatch:
     crashed and timed-out tests and quarantines it at :data:`CRASH_LIMIT`, and its failed tests
     up to ``maxfail`` (0: no limit)."""
 
-    def __init__(self, quarantine: Quarantine, maxfail: int = 0) -> None:
+    def __init__(self, quarantine: Quarantine, maxfail: int = 0, config: pytest.Config | None = None) -> None:
         self.quarantine = quarantine
         self.maxfail = maxfail
+        self.config = config
+
+    def _backend(self, nodeid: str, report: pytest.TestReport | None = None) -> str:
+        """The backend of a suite test: the name the test recorded (its report's user properties), or
+        the longest selected backend's name its id starts with (``mutant-no-mean-term-float32-...`` is
+        ``mutant-no-mean-term``, not ``mutant``), or the id's first word."""
+        recorded = dict(report.user_properties).get("normbench_backend") if report is not None else None
+        if recorded:
+            return recorded
+        selection = self.config.stash.get(SELECTION, None) if self.config is not None else None
+        names = [b.name for b in selection.backends] if selection is not None else []
+        return backend_of(nodeid, names)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
@@ -153,14 +165,14 @@ class CrashWatch:
             return
         crash = getattr(report.longrepr, "reprcrash", None)
         if crash is not None and TIMEOUT_MESSAGE.match(crash.message):
-            self._count(report.nodeid)
+            self._count(report.nodeid, report)
         elif self.maxfail:
-            backend = backend_of(report.nodeid)
+            backend = self._backend(report.nodeid, report)
             if backend:
                 self.quarantine.failed(backend, self.maxfail)
 
-    def _count(self, nodeid: str) -> None:
-        backend = backend_of(nodeid)
+    def _count(self, nodeid: str, report: pytest.TestReport | None = None) -> None:
+        backend = self._backend(nodeid, report)
         if backend:
             self.quarantine.crashed(backend)
 

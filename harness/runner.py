@@ -12,7 +12,7 @@ import contextlib
 import io
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +48,9 @@ class Outcome:
     #: the properties beyond tolerance this test measured (``normbench.check.conformance.PROPERTIES``):
     #: (name, "yes" or "no: what differed"); a property not measured is absent
     properties: tuple[tuple[str, str], ...] = ()
+    #: what this forward test measured of y's error (``normbench.check.conformance.ERROR_STRUCTURE``):
+    #: (conformance column, value); a column not measured is absent
+    measures: tuple[tuple[str, str | float], ...] = ()
 
     def property_verdict(self, name: str) -> str:
         """``yes``, ``no``, or "" (not measured)."""
@@ -55,10 +58,16 @@ class Outcome:
         return verdict if verdict in ("", "yes") else "no"
 
 
-def backend_of(nodeid: str) -> str:
-    """The backend in a suite test's node id (``...::test_forward[torch-float32-...]`` -> ``torch``), or ''."""
+def backend_of(nodeid: str, names: Sequence[str] = ()) -> str:
+    """The backend in a suite test's node id (``...::test_forward[torch-float32-...]`` -> ``torch``), or ''.
+    An id alone cannot split ``mutant-eps-fixed-float32-...``: given the backends' ``names``, the longest
+    one the id's parameters start with wins; otherwise the parameters' first word."""
     match = _ID.match(nodeid.split("/")[-1])
-    return match["backend"] if match else ""
+    if not match:
+        return ""
+    params = f"{match['backend']}-{match['rest']}"
+    known = [n for n in names if params == n or params.startswith(f"{n}-")]
+    return max(known, key=len) if known else match["backend"]
 
 
 def suite_nodeid(nodeid: str, rootpath: Path, file: str | None = None) -> str:
@@ -150,7 +159,8 @@ class Collector:
         backend = props.get("normbench_backend") or (match["backend"] if match else "")
         case = props.get("normbench_case") or (match["rest"] if match else "")
         result = Outcome(nodeid, backend, match["test"] if match else nodeid, outcome, message, case,
-                         tuple(record.get("covers", {}).items()), record.get("explains") or "", _properties(props))
+                         tuple(record.get("covers", {}).items()), record.get("explains") or "", _properties(props),
+                         _measures(props))
         self.outcomes.append(result)
         if self.sink is not None:
             self.sink(result)
@@ -176,6 +186,15 @@ def _properties(props: dict) -> tuple[tuple[str, str], ...]:
 
     found = ((name, props.get(user_property_key(name))) for name in PROPERTIES)
     return tuple((name, verdict) for name, verdict in found if isinstance(verdict, str) and verdict)
+
+
+def _measures(props: dict) -> tuple[tuple[str, str | float], ...]:
+    """The error structure among a report's ``user_properties`` (``conformance.Properties.record``)."""
+    from normbench.check.conformance import ERROR_STRUCTURE, user_property_key
+
+    found = ((name, props.get(user_property_key(name))) for name in ERROR_STRUCTURE)
+    return tuple((name, value) for name, value in found
+                 if isinstance(value, str) and value or isinstance(value, float))
 
 
 @dataclass
@@ -304,7 +323,7 @@ def property_lines(outcomes: list[Outcome]) -> list[str]:
 def outcome_rows(outcomes: list[Outcome], run_id: str) -> list[dict]:
     """Outcomes as rows of the conformance results schema (:mod:`normbench.results`), with the properties
     each test measured (``deterministic``, ``batch_invariant``: yes, no or empty; what differed in
-    ``property_notes``)."""
+    ``property_notes``) and, for a forward test, its error's histograms and coherence ratios."""
     from normbench.check.conformance import PROPERTIES
     from normbench.results import CONFORMANCE, new_row
 
@@ -315,5 +334,5 @@ def outcome_rows(outcomes: list[Outcome], run_id: str) -> list[dict]:
     return [new_row(CONFORMANCE, run_id=run_id, backend=o.backend, suite=o.nodeid.split("::")[0].split("/")[-1],
                     test=o.test, case=o.case, nodeid=o.nodeid, outcome=o.outcome, message=o.message,
                     **{name.replace("-", "_"): o.property_verdict(name) for name in PROPERTIES},
-                    property_notes=notes(o))
+                    property_notes=notes(o), **dict(o.measures))
             for o in outcomes]

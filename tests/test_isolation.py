@@ -151,3 +151,14 @@ def test_list_survives_plugins_that_hang_or_exit_at_import(plugins):
     assert ("problem: backend 'hangs-at-import' from distribution acme-bad 0.0.0 did not finish loading within "
             "2 s") in out.stdout
     assert any(line.startswith("numpy ") and " yes " in line for line in out.stdout.splitlines())
+
+
+def test_a_hyphenated_backend_name_is_found_in_its_test_ids():
+    """Quarantine and --normbench-maxfail count the backend a test ran, even where an id alone is ambiguous."""
+    from normbench.runner import backend_of
+
+    nodeid = "suites/test_backward.py::test_backward[mutant-no-mean-term-float32-rows7-hidden100-uniform9]"
+    names = ["mutant-control", "mutant-no-mean", "mutant-no-mean-term"]
+    assert backend_of(nodeid, names) == "mutant-no-mean-term"
+    assert backend_of(nodeid) == "mutant"  # without the names: the first word only
+    assert backend_of("suites/test_forward.py::test_forward[numpy-float32-rows1-hidden8-normal]", names) == "numpy"

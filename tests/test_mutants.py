@@ -68,3 +68,12 @@ def test_mutant_fails(outcomes, direction, mutant):
     result = outcomes[mutant.name]
     assert result["passed"] + result["failed"] > 0, f"{mutant.name} did not run"
     assert result["failed"] > 0, f"{mutant.name} ({mutant.__doc__.strip()}) passed the {direction} suite"
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS, indirect=True)
+def test_mutants_stop_at_their_first_failures(outcomes, direction):
+    """--normbench-maxfail=1 finds the mutants by their hyphenated names: after a failure their other
+    tests are skipped as not run (more skips than the control's, which are its unsupported cases)."""
+    control = outcomes[CONTROL]["skipped"]
+    stopped = [m.name for m in DIRECTIONS[direction][0] if outcomes[m.name]["skipped"] > control]
+    assert len(stopped) > len(DIRECTIONS[direction][0]) // 2, f"only {stopped} stopped early"
