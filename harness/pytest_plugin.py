@@ -128,11 +128,12 @@ def normbench_properties(request: pytest.FixtureRequest):
     """The :class:`normbench.check.conformance.Properties` a suite test hands its checks: the properties
     ``--normbench-require`` requires fail the test when violated; every verdict goes into the test's
     ``user_properties`` (``normbench_deterministic``: ``yes`` or ``no: what differed``), which the
-    results, the terminal summary and the report read."""
+    results, the terminal summary and the report read; so do the measurements a check records
+    (``normbench_error_histogram``, ...: ``conformance.error_structure``)."""
     from normbench.check.conformance import Properties
 
     return Properties(required=tuple(request.config.getoption("normbench_require")),
-                      sink=request.node.user_properties)
+                      sink=request.node.user_properties, values_sink=request.node.user_properties)
 
 
 def _declared(config: pytest.Config, sel: Selection) -> str:

@@ -17,6 +17,7 @@ from normbench.cases import Case, Inputs
 from normbench.check import coherence, error_model, hypotheses, oracle
 from normbench.check.worst import Worst, worst_violation
 from normbench.dtypes import dtype_name, host_dtype
+from normbench.results import HISTOGRAM_BINS, HISTOGRAM_WIDTH, Histogram
 
 
 class ConformanceError(AssertionError):
@@ -228,6 +229,19 @@ class Properties:
     required: tuple[str, ...] = DEFAULT_REQUIRED
     sink: list | None = None
     measured: dict[str, str] = field(default_factory=dict)
+    #: measurements that are no verdicts (:func:`error_structure`'s columns), by conformance column name
+    values: dict[str, str | float] = field(default_factory=dict)
+    #: where :meth:`record` also keeps them (the plugin gives the item's ``user_properties``, as for ``sink``)
+    values_sink: list | None = None
+
+    def record(self, values: dict[str, str | float]) -> None:
+        """Keep ``values`` (conformance column -> value) in :attr:`values` and, when given, in ``values_sink``
+        under :func:`user_property_key` of each name (``normbench_error_histogram``), replacing earlier ones."""
+        self.values.update(values)
+        if self.values_sink is not None and values:
+            keys = {user_property_key(name) for name in values}
+            self.values_sink[:] = [p for p in self.values_sink if p[0] not in keys] + [
+                (user_property_key(k), v) for k, v in values.items()]
 
     def report(self, name: str, holds: bool, detail: str, backend: Backend | None, inputs: Inputs | None) -> None:
         __tracebackhide__ = True
@@ -247,6 +261,69 @@ class Properties:
                 f"  typical cause: {CAUSES[name]}\n"
                 f"  required by --normbench-require (default: {','.join(DEFAULT_REQUIRED)}); "
                 f"--normbench-require=none records it as a property instead of failing")
+
+
+# -- the structure of the forward error, recorded for the report (never a verdict) -----------------
+
+#: the conformance columns a forward test records about y's error (:func:`error_structure`), in
+#: ``user_properties`` under ``normbench_<column>``, read back by ``normbench.runner``
+ERROR_STRUCTURE: tuple[str, ...] = ("error_histogram", "nearest_histogram", "coherence_scale", "coherence_offset",
+                                    "coherence_toward_zero", "coherence_downward")
+#: the output dtypes whose error is measured: not float64, whose oracle is itself float64 (its error in float64
+#: ulps would be the oracle's own rounding as much as the kernel's)
+MEASURED_DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
+#: coherence.Statistics.ratios() keys -> column (the scale's slope across rows counts as the scale)
+_RATIO_COLUMNS = {"scale": "coherence_scale", "scale-slope": "coherence_scale", "offset": "coherence_offset",
+                  "toward-zero": "coherence_toward_zero", "downward": "coherence_downward"}
+
+
+def histogram(values: np.ndarray, bins: int = HISTOGRAM_BINS, width: float = HISTOGRAM_WIDTH) -> Histogram:
+    """``values`` (finite, in ulps) counted in ``bins`` bins of ``width`` centred on 0, the rest below or above.
+
+    >>> str(histogram(np.array([0.0, 0.05, -0.3, 0.5, 9.0]), bins=5, width=0.25))
+    'b=5x0.25;u=0;o=1;c=0,1,2,0,1'
+    """
+    half = bins * width / 2
+    index = np.floor((np.asarray(values, dtype=np.float64) + half) / width)
+    inside = (index >= 0) & (index < bins)
+    counts = np.bincount(index[inside].astype(np.int64), minlength=bins)
+    return Histogram(width, int(np.count_nonzero(index < 0)), int(np.count_nonzero(index >= bins)),
+                     tuple(int(c) for c in counts))
+
+
+def error_structure(ref: oracle.Forward, y: np.ndarray, dtype: str) -> dict[str, str | float]:
+    """What the report draws of ``y``'s error ((M, N) rows, the backend's output) against ``ref``, for an output
+    dtype of :data:`MEASURED_DTYPES` (else nothing), as conformance columns:
+
+    * ``error_histogram``: over the elements where y and y_ref are finite, ``(y - y_ref)*sign(y_ref)/ulp(y_ref)``
+      (``coherence.ulp``: the output dtype's spacing at the reference; y_ref = 0 counts as positive), in
+      :func:`histogram`'s bins (33 of 1/8 ulp centred on 0, the rest below or above). Signed toward zero, not
+      downward: a truncating kernel's plain signed error is symmetric (positive outputs err down, negative ones
+      up), its error toward zero is all on one side (-0.5 ulp on average);
+    * ``nearest_histogram``: the same for ``coherence.round_nearest(y_ref, dtype)``, the reference rounded once
+      to nearest: what a correct round-to-nearest kernel gives at best;
+    * ``coherence_scale``, ``coherence_offset``, ``coherence_toward_zero``, ``coherence_downward``: each
+      statistic's worst |value|/allowance (``coherence.forward_statistics(...).ratios()``), absent where it
+      does not apply.
+
+    Costs a pass over y for the histograms and one ``coherence.forward_statistics`` (which the coherence check
+    computes again: it takes no precomputed statistics)."""
+    if dtype not in MEASURED_DTYPES:
+        return {}
+    y64 = np.asarray(y, dtype=np.float64)
+    out: dict[str, str | float] = {}
+    with np.errstate(all="ignore"):
+        finite = np.isfinite(y64) & np.isfinite(ref.y)
+        if finite.any():
+            exact = ref.y[finite]
+            toward = np.where(exact < 0, -1.0, 1.0) / coherence.ulp(exact, dtype)
+            out["error_histogram"] = str(histogram((y64[finite] - exact) * toward))
+            out["nearest_histogram"] = str(histogram((coherence.round_nearest(exact, dtype) - exact) * toward))
+    for key, ratio in coherence.forward_statistics(ref, y64, dtype).ratios().items():
+        column = _RATIO_COLUMNS.get(key)
+        if column is not None and np.isfinite(ratio):
+            out[column] = max(float(f"{ratio:.4g}"), float(out.get(column, 0.0)))  # 4 digits: a ratio, not a datum
+    return out
 
 
 def bit_differences(a: np.ndarray, b: np.ndarray, nan_equal: bool = False) -> str:
@@ -314,10 +391,14 @@ def check_forward(backend: Backend, inputs: Inputs, properties: Properties | Non
     the property ``deterministic`` (reported to ``properties``; by default required); then, last,
     the structure of y's signed error (a common scale or offset per row, a rounding bias per case:
     :mod:`normbench.check.coherence`), so that a known deviation of that structure (the Triton
-    interpreter's truncation to bfloat16) hides no other check."""
+    interpreter's truncation to bfloat16) hides no other check. Given ``properties``, y's error structure
+    (:func:`error_structure`) is recorded there first, before any check can fail."""
     __tracebackhide__ = True
     run = run_forward(backend, inputs)
     ref = reference(inputs)
+    if properties is not None:
+        properties.record(error_structure(ref, oracle.rows_view(run.y, inputs.case.normalized_shape),
+                                          inputs.case.dtype))
     check_forward_values(backend, inputs, run, ref)
     check_inputs_unmodified(backend, inputs, run)
     check_deterministic(backend, inputs, run, properties)
