@@ -20,7 +20,7 @@ from typing import Any
 
 from normbench import __version__
 from normbench.files import write_atomic
-from normbench.report import properties, shape, svg
+from normbench.report import errors, properties, shape, svg
 from normbench.report.sources import ResultSet, input_files, load_result_sets
 from normbench.results import ResultsError
 
@@ -76,7 +76,7 @@ def context(sets: list[ResultSet], baseline: str = "torch") -> dict[str, Any]:
                   "speedups": shape.speedups(rs, baseline),
                   "problems": shape.throughput_problems(rs), "matrix": shape.conformance_matrix(rs),
                   "details": shape.conformance_details(rs), "table1": rs.table1,
-                  "properties": properties.properties_table(rs),
+                  "properties": properties.properties_table(rs), "errors": errors.error_pictures(rs),
                   "n_throughput": len(rs.throughput), "n_conformance": len(rs.conformance),
                   "n_traffic": None if rs.traffic is None else len(rs.traffic),
                   "n_kernels": None if rs.kernel_stats is None else len(rs.kernel_stats), "is_run": rs.is_run}
