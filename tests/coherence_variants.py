@@ -167,3 +167,125 @@ FLOORED_FP32 = _variant("FlooredFp32", "coherence-mutant-floored-fp32",
                         fp64_compute=True, correct=False, dtypes=("float32",))
 
 MUTANTS = [RSTD_ROUNDED, TRUNCATED, FLOORED, TRUNCATED_FP32, FLOORED_FP32]
+
+
+# -- backward -------------------------------------------------------------------------------
+#
+# Built on ``tests/mutants.py``'s ``Fp32Kernel`` (fp32 two-pass statistics, xhat recomputed in
+# fp32): ``BackwardVariant`` replaces its backward with dx = r*(g - mean(g) - xhat*mean(g*xhat))
+# written in several correct ways, and the mutants change one step.
+
+from tests.mutants import Fp32Kernel  # noqa: E402  (the backward half only needs it)
+
+
+def _mean_in(a, acc, order):
+    if a.shape[1] == 0:
+        return np.zeros((a.shape[0], 1), acc)
+    mean_of = {"pairwise": _pairwise_mean, "chunked": _chunked_mean, "reversed": _reversed_mean}[order]
+    return mean_of(a, acc)[:, None].astype(acc)
+
+
+def _convert(v, dtype_like, rounding):
+    """``v`` (fp32 or fp64) converted to ``dtype_like``'s dtype: to nearest, toward zero, or down."""
+    if rounding == "nearest":
+        return np.asarray(v).astype(dtype_like)
+    return round_directed(np.asarray(v, dtype=F64), dtype_name(np.dtype(dtype_like)), rounding).astype(dtype_like)
+
+
+class BackwardVariant(Fp32Kernel):
+    """A step-by-step backward; the class attributes pick the variant (the forward is Fp32Kernel's)."""
+
+    name = "coherence-bwd-closed"
+    description = "correct: dx = r*(g - mean(g) - xhat*mean(g*xhat)) in fp32, pairwise sums"
+    correct = True
+    #: the sums' order: "pairwise", "chunked", "reversed"
+    sums = "pairwise"
+    #: "closed" (as above), "triton" ((g - (xhat*c1 + c2))*r), "folded" (r*g - r*mean(g) - (r*mean(g*xhat))*xhat),
+    #: "fma" (the closed form in fp64 from the fp32 means, rounded once to fp32), "fp64" (all in fp64, one rounding
+    #: to the output dtype)
+    form = "closed"
+    #: the conversion of dx, and of dweight and dbias, to their dtypes
+    dx_rounding = "nearest"
+    param_rounding = "nearest"
+    #: dx's final multiplier rstd rounded to x's dtype (xhat and the means from the fp32 rstd)
+    rstd_multiplier_rounded = False
+
+    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        with np.errstate(all="ignore"):
+            x32 = self.read(x, normalized_shape)
+            mean, rstd = self.backward_statistics(x32, eps, x)
+            work = F64 if self.form == "fp64" else F32
+            r = rstd.astype(work)[:, None]
+            xhat = ((x32.astype(work) - mean.astype(work)[:, None]) * r).astype(work)
+            dy_w = self.read(dy, normalized_shape).astype(work)
+            w = None if weight is None else np.asarray(weight).astype(work).reshape(-1)
+            g = (dy_w * w).astype(work) if w is not None else dy_w
+            mg = _mean_in(g, work, self.sums)
+            mgx = _mean_in((g * xhat).astype(work), work, self.sums)
+            if self.rstd_multiplier_rounded:
+                r = r.astype(np.asarray(x).dtype).astype(work)
+            if self.form == "triton":
+                dx = ((g - (xhat * mgx + mg).astype(work)).astype(work) * r).astype(work)
+            elif self.form == "folded":
+                dx = ((r * g).astype(work) - (r * mg).astype(work) - ((r * mgx).astype(work) * xhat)).astype(work)
+            elif self.form == "fma":
+                dx = (r.astype(F64) * (g.astype(F64) - mg.astype(F64) - xhat.astype(F64) * mgx.astype(F64))).astype(F32)
+            else:
+                dx = (r * ((g - mg).astype(work) - (xhat * mgx).astype(work)).astype(work)).astype(work)
+            dx = _convert(dx.reshape(np.shape(x)), np.asarray(x).dtype, self.dx_rounding)
+            dw = db = None
+            if weight is not None:
+                dw = _convert((dy_w * xhat).sum(axis=0, dtype=work).reshape(np.shape(weight)), np.asarray(weight).dtype,
+                              self.param_rounding)
+            if bias is not None:
+                db = _convert(dy_w.sum(axis=0, dtype=work).reshape(np.shape(bias)), np.asarray(bias).dtype,
+                              self.param_rounding)
+            return dx, dw, db
+
+
+def _backward_variant(cls_name: str, name: str, description: str, **attrs) -> type[BackwardVariant]:
+    return type(cls_name, (BackwardVariant,), {"name": name, "description": description, **attrs})
+
+
+BWD_CLOSED = BackwardVariant
+BWD_REVERSED = _backward_variant("BwdReversed", "coherence-bwd-reversed", "correct: the closed form, sums reversed",
+                                 sums="reversed")
+BWD_CHUNKED = _backward_variant("BwdChunked", "coherence-bwd-chunked",
+                                "correct: the closed form, sums sequential in chunks of 256", sums="chunked")
+BWD_TRITON = _backward_variant("BwdTriton", "coherence-bwd-triton",
+                               "correct: dx = (g - (xhat*mean(g*xhat) + mean(g)))*r (the Triton tutorial's order)",
+                               form="triton")
+BWD_FOLDED = _backward_variant("BwdFolded", "coherence-bwd-folded",
+                               "correct: dx = r*g - r*mean(g) - (r*mean(g*xhat))*xhat", form="folded")
+BWD_FMA = _backward_variant("BwdFma", "coherence-bwd-fma",
+                            "correct: the closed form in fp64 from fp32 terms, rounded once to fp32", form="fma")
+BWD_FP64 = _backward_variant("BwdFp64", "coherence-bwd-fp64",
+                             "correct: the backward in fp64 from fp32 statistics, one rounding to the output dtype",
+                             form="fp64")
+
+
+class BwdControl(Fp32Kernel):
+    """tests/mutants.py's control kernel, unchanged: its backward must pass too."""
+
+    name = "coherence-bwd-control"
+    correct = True
+
+
+BACKWARD_CORRECT = [BwdControl, BWD_CLOSED, BWD_REVERSED, BWD_CHUNKED, BWD_TRITON, BWD_FOLDED, BWD_FMA, BWD_FP64]
+
+_HALVES = ("float16", "bfloat16")
+BWD_RSTD_ROUNDED = _backward_variant("BwdRstdRounded", "coherence-mutant-bwd-rstd-rounded",
+                                     "bug: dx's multiplier rstd cast to the storage dtype (fp32 statistics)",
+                                     rstd_multiplier_rounded=True, correct=False, dtypes=_HALVES)
+BWD_DX_TRUNCATED = _backward_variant("BwdDxTruncated", "coherence-mutant-dx-truncated",
+                                     "bug: dx converted toward zero", dx_rounding="toward-zero", correct=False,
+                                     dtypes=_HALVES)
+BWD_DX_FLOORED = _backward_variant("BwdDxFloored", "coherence-mutant-dx-floored", "bug: dx converted downward",
+                                   dx_rounding="downward", correct=False, dtypes=_HALVES)
+BWD_PARAMS_TRUNCATED = _backward_variant("BwdParamsTruncated", "coherence-mutant-dparams-truncated",
+                                         "bug: dweight and dbias converted toward zero",
+                                         param_rounding="toward-zero", correct=False, dtypes=_HALVES)
+BWD_PARAMS_FLOORED = _backward_variant("BwdParamsFloored", "coherence-mutant-dparams-floored",
+                                       "bug: dweight and dbias converted downward", param_rounding="downward",
+                                       correct=False, dtypes=_HALVES)
+BACKWARD_MUTANTS = [BWD_RSTD_ROUNDED, BWD_DX_TRUNCATED, BWD_DX_FLOORED, BWD_PARAMS_TRUNCATED, BWD_PARAMS_FLOORED]

@@ -221,3 +221,106 @@ def test_round_directed_matches_the_definitions():
 
 def test_hoeffding_multiplier():
     assert coherence.Z == pytest.approx(np.sqrt(2 * np.log(2 / 1e-9)))
+
+
+# -- the backward: dx's per-row scale, the rounding bias of dx, dweight and dbias ----------------
+
+BWD_BY_ID = {c.id: c for c in cases.BACKWARD_CASES}
+
+
+def _backward_verdict(backend, case: cases.Case, seed: int) -> str | None:
+    """None when the backward coherence check passes, else its message."""
+    inputs = cases.make_inputs(case, seed)
+    dy = cases.make_dy(case, seed)
+    run = conformance.run_backward(backend, inputs, dy)
+    ref = conformance.reference(inputs)
+    try:
+        coherence.check_backward_coherence(backend, inputs, dy, run, ref, oracle.backward(dy, ref))
+    except conformance.ConformanceError as exc:
+        return str(exc)
+    return None
+
+
+#: per backward mutant and dtype, standard backward cases of which at least one must catch it on each seed
+BACKWARD_CATCHERS = {
+    cv.BWD_RSTD_ROUNDED: {"float16": ["float16-rows8-hidden1000-normal", "float16-rows4-hidden4096-big300"],
+                          "bfloat16": ["bfloat16-rows8-hidden1000-normal", "bfloat16-rows5-hidden3000-offset3"]},
+    cv.BWD_DX_TRUNCATED: {"float16": ["float16-rows8-hidden1000-normal", "float16-rows3-hidden4096-offset3"],
+                          "bfloat16": ["bfloat16-rows8-hidden1000-normal", "bfloat16-rows7-hidden100-uniform9"]},
+    cv.BWD_DX_FLOORED: {"float16": ["float16-rows8-hidden1000-normal", "float16-rows3-hidden4096-offset3"],
+                        "bfloat16": ["bfloat16-rows8-hidden1000-normal", "bfloat16-rows7-hidden100-uniform9"]},
+    cv.BWD_PARAMS_TRUNCATED: {"float16": ["float16-rows8-hidden1000-normal", "float16-rows5-hidden1000-offset3"],
+                              "bfloat16": ["bfloat16-rows8-hidden1000-normal", "bfloat16-rows5-hidden1000-offset3"]},
+    cv.BWD_PARAMS_FLOORED: {"float16": ["float16-rows8-hidden1000-normal", "float16-rows5-hidden1000-offset3"],
+                            "bfloat16": ["bfloat16-rows8-hidden1000-normal", "bfloat16-rows5-hidden1000-offset3"]},
+}
+#: what each backward mutant's failure must say: the structure, and the output it is found on
+BACKWARD_STRUCTURE = {cv.BWD_RSTD_ROUNDED: "scale error of", cv.BWD_DX_TRUNCATED: "toward-zero error of",
+                      cv.BWD_DX_FLOORED: "downward error of", cv.BWD_PARAMS_TRUNCATED: "toward-zero error of",
+                      cv.BWD_PARAMS_FLOORED: "downward error of"}
+BACKWARD_OUTPUT = {cv.BWD_RSTD_ROUNDED: "at dx row", cv.BWD_DX_TRUNCATED: "at dx,", cv.BWD_DX_FLOORED: "at dx,",
+                   cv.BWD_PARAMS_TRUNCATED: "at dweight,", cv.BWD_PARAMS_FLOORED: "at dweight,"}
+
+
+@pytest.mark.parametrize("mutant, dtype", [(m, d) for m, by_dtype in BACKWARD_CATCHERS.items() for d in by_dtype],
+                         ids=lambda v: v if isinstance(v, str) else v.name)
+def test_backward_mutant_caught_on_every_seed(mutant, dtype):
+    backend = mutant()
+    assert set(BACKWARD_CATCHERS[mutant]) == set(mutant.dtypes), "every dtype where the bug exists has catchers"
+    ids = BACKWARD_CATCHERS[mutant][dtype]
+    for seed in SEEDS:
+        messages = [m for m in (_backward_verdict(backend, BWD_BY_ID[i], seed) for i in ids) if m]
+        assert messages, f"{mutant.name} passed every catcher case of {dtype} on seed {seed}: {ids}"
+        wanted = (BACKWARD_STRUCTURE[mutant], BACKWARD_OUTPUT[mutant])
+        assert any(all(w in line for w in wanted) for m in messages for line in m.splitlines()), (
+            f"{mutant.name} on {dtype} seed {seed} failed, but not for its structure {wanted}:\n{messages[0]}")
+
+
+def test_backward_failure_message_names_structure_size_and_cause():
+    message = _backward_verdict(cv.BWD_DX_TRUNCATED(), BWD_BY_ID["bfloat16-rows8-hidden1000-normal"], 0)
+    assert message is not None and "toward-zero error of -0." in message and "at dx," in message
+    assert "truncation" in message and "make_dy(<case bfloat16-rows8-hidden1000-normal>, seed=0)" in message
+    message = _backward_verdict(cv.BWD_RSTD_ROUNDED(), BWD_BY_ID["bfloat16-rows8-hidden1000-normal"], 0)
+    assert message is not None and "scale error of" in message and "rstd rounded to bfloat16 predicts" in message
+    assert "multiplier rstd rounded to the storage dtype" in message
+
+
+def _backward_sweep(backend, seeds, case_list=None) -> None:
+    for case in case_list or cases.BACKWARD_CASES:
+        if conformance.skip_reason(backend, case, backward=True) or case.slow:
+            continue
+        for seed in seeds:
+            message = _backward_verdict(backend, case, seed)
+            assert message is None, message
+
+
+#: the half-dtype backward cases (the statistics apply to half outputs only)
+BWD_HALF = [c for c in cases.BACKWARD_CASES if c.dtype in ("float16", "bfloat16") and not c.slow]
+#: the fast tier's backward variants: the control and the orders that differ most
+FAST_BACKWARD = [cv.BwdControl, cv.BWD_TRITON, cv.BWD_FP64]
+
+
+@pytest.mark.parametrize("variant", FAST_BACKWARD, ids=lambda c: c.name)
+def test_backward_correct_variant_passes(variant):
+    """Every half-dtype backward case, seeds 0..2 (the slow test below: every variant and case, seeds 0..19)."""
+    _backward_sweep(variant(), range(3), BWD_HALF)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", cv.BACKWARD_CORRECT, ids=lambda c: c.name)
+def test_backward_correct_variant_passes_every_seed(variant):
+    _backward_sweep(variant(), SEEDS)
+
+
+def test_numpy_builtin_backward_passes():
+    _backward_sweep(NumpyBackend(), range(3), BWD_HALF)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
+def test_builtin_backward_passes_every_seed(name):
+    if name != "numpy":
+        pytest.importorskip(name)
+    from normbench import get_registry
+
+    _backward_sweep(get_registry().create(name), SEEDS, BWD_HALF)

@@ -53,7 +53,9 @@ kernel's own computed values (see "bounds for the reference-free identities").
 
 Coherence: the signed error's structure (a common scale per row, a common offset, a
 rounding-mode bias per case), which no per-element bound sees, is derived and tested in
-``normbench.check.coherence`` (its docstring, "coherence: the signed error's structure").
+``normbench.check.coherence`` (its docstring, "coherence: the signed error's structure"), and
+for the backward (dx's per-row scale, the rounding bias of dx, dweight and dbias in half dtypes)
+from the backward bounds above (its docstring, "backward").
 """
 
 from __future__ import annotations
