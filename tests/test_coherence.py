@@ -195,6 +195,7 @@ def _sweep_cases(backend, case_list, seeds):
             assert message is None, message
 
 
+@pytest.mark.e2e  # jax compiles every case: about a minute, not for the inner loop
 @pytest.mark.parametrize("name", ["torch", "jax"])
 def test_framework_builtin_passes(name):
     pytest.importorskip(name)
@@ -317,7 +318,9 @@ def test_numpy_builtin_backward_passes():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
+# not torch: its CPU backward applies the rstd it stores in the half dtype, which this check finds on
+# constant and zero rows (seeds 10, 13, 14, 19) and suites/known_deviations.txt declares; the suites judge it
+@pytest.mark.parametrize("name", ["numpy", "jax"])
 def test_builtin_backward_passes_every_seed(name):
     if name != "numpy":
         pytest.importorskip(name)

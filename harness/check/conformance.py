@@ -532,13 +532,15 @@ def gradient_notes(inputs: Inputs) -> tuple[str, ...]:
     return (f"dy: normbench.cases.make_dy(<case {inputs.case.id}>, seed={inputs.seed}) (nonzero row means)",)
 
 
-def check_backward_values(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
+def check_backward_values(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun,
+                          ref: oracle.Forward | None = None, grads: oracle.Backward | None = None) -> None:
     """dx, dweight and dbias within the backward error model's bounds of the oracle's closed
-    form; with N = 1, dweight 0 up to one rounding per row (``error_model.n1_dweight_bound``)."""
+    form; with N = 1, dweight 0 up to one rounding per row (``error_model.n1_dweight_bound``).
+    ``ref`` and ``grads``: the oracle's forward and backward of these inputs, computed when not given."""
     __tracebackhide__ = True
     case = inputs.case
-    ref = reference(inputs)
-    grads = oracle.backward(dy, ref)
+    ref = reference(inputs) if ref is None else ref
+    grads = oracle.backward(dy, ref) if grads is None else grads
     bound_dx, bound_dw, bound_db = error_model.backward_bounds(dy, ref, grads, case.dtype, case.params)
     notes = gradient_notes(inputs)
     bounds_in = lambda dtype, i: error_model.backward_bounds(dy, ref, grads, dtype, case.params)[i]
@@ -586,13 +588,18 @@ def check_backward_deterministic(backend: Backend, inputs: Inputs, dy: np.ndarra
 
 def check_backward(backend: Backend, inputs: Inputs, dy: np.ndarray, properties: Properties | None = None) -> None:
     """Every backward check of one case: what is returned (a tuple, shapes, dtypes, None exactly
-    for absent parameters), values, inputs untouched; and the property ``deterministic`` (reported
-    to ``properties``; by default required)."""
+    for absent parameters), values, inputs untouched; the property ``deterministic`` (reported
+    to ``properties``; by default required); then, last, the structure of the gradients' signed
+    error (dx's row scale, the rounding bias of dx, dweight and dbias in half dtypes:
+    :mod:`normbench.check.coherence`), so that a known deviation of that structure hides no other check."""
     __tracebackhide__ = True
     _last_backward.clear()
     run = run_backward(backend, inputs, dy)
     _last_backward.append((backend, inputs.case.id, inputs.seed, _layouts((dy, inputs.x, inputs.weight, inputs.bias)),
                            run))
-    check_backward_values(backend, inputs, dy, run)
+    ref = reference(inputs)
+    grads = oracle.backward(dy, ref)
+    check_backward_values(backend, inputs, dy, run, ref, grads)
     check_backward_inputs_unmodified(backend, inputs, run)
     check_backward_deterministic(backend, inputs, dy, run, properties)
+    coherence.check_backward_coherence(backend, inputs, dy, run, ref, grads)
