@@ -38,11 +38,15 @@ _VALUES = r"\): (y|dx|dweight|dbias)\["
 _ONE_PASS = "use_fast_variance=True: var = E[x^2] - E[x]^2 in float32 (float64 for float64) cancels "
 
 #: both variants: the gradient of a half-precision x
+_TWO_PARTS = ("half-precision dx: x enters the module twice (x.astype(float32) for the statistics, x - mean after), "
+              "so jax.vjp rounds each path's float32 cotangent to x's dtype before adding them; the two nearly cancel, ")
 HALF_PRECISION_DX = {
-    "test_backward*[*float16-*] | \\): dx\\[|: sum\\(dx\\) = ": (
-        "half-precision dx: x enters the module twice (x.astype(float32) for the statistics, x - mean after), so "
-        "jax.vjp rounds each path's float32 cotangent to x's dtype before adding them; the two nearly cancel, "
-        "leaving dx up to 284x the bound (bfloat16: -0.00195 for -0.00021) and sum(dx) far from 0"),
+    # where dx stays in bound, its two roundings of large parts still exceed one output rounding, which the
+    # backward's coherence check reads as a rounding bias (float16-rows3-hidden4096-offset3, seeds 5 to 17: 1.0-1.7x)
+    "test_backward*[*float16-*] | \\): dx\\[|: sum\\(dx\\) = |coherent structure": (
+        _TWO_PARTS + "leaving dx up to 284x the bound (bfloat16: -0.00195 for -0.00021) and sum(dx) far from 0"),
+    "test_throughput[*float16-*] | \\): dx\\[": (
+        _TWO_PARTS + "which the throughput suite's check of dx also sees (bfloat16 2048x2048: 23x the bound)"),
 }
 #: the default variant only: the one-pass variance
 ONE_PASS_VARIANCE = {
