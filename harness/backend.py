@@ -1,4 +1,4 @@
-"""The Backend contract: what every LayerNorm implementation provides.
+"""The Backend contract: what every LayerNorm (and RMSNorm) implementation provides.
 
 A backend is a class registered under the entry-point group
 ``normbench.backends``. It says what it supports, whether it can run here,
@@ -15,7 +15,14 @@ a backward alone, and a training step as exactly one forward and one backward; s
 ``backward_includes_forward`` when ``layer_norm_backward`` runs a forward itself),
 :meth:`availability`, :meth:`library_version`, the ``device``, ``max_elements``
 and ``timing_note`` attributes, the documented ``limits`` and the ``runtime_note``, and
-``known_deviations`` (failures it is known to have, with the reasons). :func:`device_label` writes a ``device`` string in the form
+``known_deviations`` (failures it is known to have, with the reasons).
+
+RMSNorm (``normbench.norms``): a backend that also implements it declares
+``normalizations = ("layer_norm", "rms_norm")`` and defines :meth:`rms_norm` and (with
+``has_backward``) :meth:`rms_norm_backward`; optionally :meth:`prepare_rms_norm_backward`,
+:meth:`rms_norm_forward_backward` and :meth:`warmup_rms_norm`, the counterparts of the
+LayerNorm hooks. A backend may implement RMSNorm alone (``normalizations = ("rms_norm",)``;
+it must still define :meth:`layer_norm`, which may raise). LayerNorm-only backends need nothing new. :func:`device_label` writes a ``device`` string in the form
 normbench shows and records everywhere.
 
 Example, a complete backend (register it in your ``pyproject.toml`` under
@@ -149,6 +156,9 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     #: one line for ``normbench list``
     description: ClassVar[str] = ""
+    #: the normalizations it implements, of ``normbench.norms.NAMES``; the suites skip the others,
+    #: saying so, and ``normbench list`` shows them
+    normalizations: ClassVar[Sequence[str]] = ("layer_norm",)
     #: the dtype names it supports, of "float64", "float32", "float16", "bfloat16"
     dtypes: ClassVar[Sequence[str]] = DTYPES
     #: whether :meth:`layer_norm_backward` is implemented
@@ -268,9 +278,11 @@ class Backend(abc.ABC):
         return (self.layer_norm(x, normalized_shape, weight, bias, eps),
                 self.layer_norm_backward(dy, x, normalized_shape, weight, bias, eps))
 
-    def separates_backward(self) -> bool:
-        """Whether a backward can be timed alone: it runs no forward, or :meth:`prepare_backward` prepares one."""
-        return not self.backward_includes_forward or type(self).prepare_backward is not Backend.prepare_backward
+    def separates_backward(self, norm: str = "layer_norm") -> bool:
+        """Whether a backward of ``norm`` can be timed alone: it runs no forward, or :meth:`prepare_backward`
+        (:meth:`prepare_rms_norm_backward`) prepares one."""
+        hook = "prepare_rms_norm_backward" if norm == "rms_norm" else "prepare_backward"
+        return not self.backward_includes_forward or getattr(type(self), hook) is not getattr(Backend, hook)
 
     def layer_norm_statistics(
         self, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float
@@ -299,6 +311,36 @@ class Backend(abc.ABC):
         suites run every backend with one thread (``--normbench-threads``), so that a CPU kernel's
         reduction order, and with it which cases pass, does not depend on the machine's cores."""
         return None
+
+    # -- RMSNorm (declare "rms_norm" in ``normalizations``) ---------------------------------
+
+    def rms_norm(self, x: Any, normalized_shape: tuple[int, ...], weight: Any, eps: float | None) -> Any:
+        """``y = x / sqrt(mean(x^2) + eps) * weight`` over the trailing dims, y in x's dtype and shape;
+        ``weight`` may be None; ``eps=None`` means :func:`normbench.dtypes.default_rms_eps` of x's dtype
+        (``torch.nn.functional.rms_norm``'s semantics). A library with another parameterization
+        converts at this boundary and says so in ``description`` (Gemma's ``1 + weight``: pass
+        ``weight - 1``; docs/writing-a-backend.md lists the conventions)."""
+        raise NotImplementedError(f"backend {self.name!r} has no rms_norm (normalizations = "
+                                  f"{tuple(self.normalizations)!r})")
+
+    def rms_norm_backward(self, dy: Any, x: Any, normalized_shape: tuple[int, ...], weight: Any,
+                          eps: float | None) -> tuple[Any, Any]:
+        """The vector-Jacobian product of :meth:`rms_norm`: ``(dx, dweight)``, dweight None when weight is."""
+        raise NotImplementedError(f"backend {self.name!r} has no rms_norm_backward")
+
+    def prepare_rms_norm_backward(self, dy: Any, x: Any, normalized_shape: tuple[int, ...], weight: Any,
+                                  eps: float | None) -> Callable[[], tuple[Any, Any]] | None:
+        """:meth:`prepare_backward` for RMSNorm: a callable running only the backward, or None."""
+        return None
+
+    def rms_norm_forward_backward(self, dy: Any, x: Any, normalized_shape: tuple[int, ...], weight: Any,
+                                  eps: float | None) -> tuple[Any, tuple[Any, Any]]:
+        """:meth:`forward_backward` for RMSNorm: ``(y, (dx, dweight))`` from exactly one forward and one backward."""
+        return (self.rms_norm(x, normalized_shape, weight, eps),
+                self.rms_norm_backward(dy, x, normalized_shape, weight, eps))
+
+    def warmup_rms_norm(self, x: Any, normalized_shape: tuple[int, ...], weight: Any, eps: float | None) -> None:
+        """:meth:`warmup` for RMSNorm: compile whatever :meth:`rms_norm` and its backward would compile."""
 
     def synchronize(self) -> None:
         """Block until queued device work is done. Default: nothing to wait for."""

@@ -12,6 +12,7 @@ same whichever subset of the suite runs, and under pytest-xdist.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from normbench import norms
 from normbench.dtypes import DTYPES, dtype_name, host_dtype
 from normbench.exceptions import InvalidInput
 
@@ -109,8 +111,11 @@ DISTRIBUTIONS: dict[str, Callable[[np.random.Generator, tuple[int, int], float],
 }
 
 
-def validate_eps(eps: float) -> None:
-    """eps must be a finite number >= 0 (it is added to the variance under the sqrt)."""
+def validate_eps(eps: float | None, norm: str = "layer_norm") -> None:
+    """eps must be a finite number >= 0 (it is added to the variance under the sqrt); RMSNorm
+    also takes None, its default (``normbench.dtypes.default_rms_eps``)."""
+    if eps is None and norms.of(norm).name == "rms_norm":
+        return
     if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
         raise InvalidInput(f"eps must be a finite number >= 0, got {eps!r}; the usual value is 1e-5")
 
@@ -134,23 +139,31 @@ def validate_shapes(shape: tuple[int, ...], normalized_shape: tuple[int, ...],
 @dataclass(frozen=True)
 class Case:
     """One conformance case. ``shape`` is x's full shape; the trailing
-    ``normalized_shape`` dims are normalized; the rest are rows."""
+    ``normalized_shape`` dims are normalized; the rest are rows. ``norm`` is the normalization
+    (``normbench.norms``); an RMSNorm case has no bias (affine "w" or "none") and may have
+    eps None (the default, ``normbench.dtypes.default_rms_eps``)."""
 
     family: str
     shape: tuple[int, ...]
     normalized_shape: tuple[int, ...]
     dtype: str
     dist: str = "normal"
-    eps: float = 1e-5
+    eps: float | None = 1e-5
     affine: str = "wb"
     param_dtype: str | None = None
     layout: str = "contiguous"
     #: backward cases: dy is one row broadcast over the rows (stride 0), not ``layout``
     dy_broadcast: bool = False
+    norm: str = "layer_norm"
 
     def __post_init__(self) -> None:
         validate_shapes(self.shape, self.normalized_shape, None, None)
-        validate_eps(self.eps)
+        norm = norms.of(self.norm)
+        validate_eps(self.eps, norm.name)
+        if not norm.has_bias and self.affine == "wb":
+            object.__setattr__(self, "affine", "w")  # the default affine, without the bias it cannot have
+        if not norm.has_bias and self.affine not in ("w", "none"):
+            raise InvalidInput(f"{norm.label} has no bias, so affine must be 'w' or 'none', got {self.affine!r}")
         for what, value, valid in (("dtype", self.dtype, DTYPES), ("param dtype", self.params, DTYPES),
                                    ("distribution", self.dist, DISTRIBUTIONS), ("affine", self.affine, AFFINES),
                                    ("layout", self.layout, LAYOUTS)):
@@ -172,22 +185,30 @@ class Case:
         return self.param_dtype or self.dtype
 
     @property
+    def eps_value(self) -> float:
+        """eps as the exact function uses it: ``eps``, or RMSNorm's default for None."""
+        return norms.of(self.norm).oracle_eps(self.eps, self.dtype)
+
+    @property
     def slow(self) -> bool:
         return self.rows * self.hidden > SLOW_ELEMENTS
 
     @property
     def id(self) -> str:
-        """Readable and unique, e.g. ``float16-rows65-hidden1000-offset1e3``."""
+        """Readable and unique, e.g. ``float16-rows65-hidden1000-offset1e3``; an RMSNorm case's
+        starts with ``rms-`` (``rms-float16-rows65-hidden1000-offset1e3``)."""
         lead = self.shape[: len(self.shape) - len(self.normalized_shape)]
-        parts = [self.dtype]
+        parts = [norms.of(self.norm).id_prefix + self.dtype]
         if self.param_dtype and self.param_dtype != self.dtype:
             parts.append(f"params{self.param_dtype}")
         parts.append("rows" + ("x".join(map(str, lead)) if lead else "none"))
         parts.append("hidden" + "x".join(map(str, self.normalized_shape)))
         parts.append(self.dist)
-        if self.eps != 1e-5:
+        if self.eps is None:
+            parts.append("epsdefault")
+        elif self.eps != 1e-5:
             parts.append(f"eps{self.eps:g}")
-        if self.affine != "wb":
+        if self.affine != ("wb" if norms.of(self.norm).has_bias else "w"):
             parts.append({"w": "weightonly", "b": "biasonly", "none": "noaffine"}[self.affine])
         if self.layout != "contiguous":
             parts.append(self.layout)
@@ -310,10 +331,39 @@ def _add_constant_rows(add: Callable[[Case], None]) -> None:
     add(_rows_hidden("constant", 2, 65536, "float32", dist="constant"))
 
 
-def forward_cases() -> list[Case]:
-    """Every forward case family of NUMERICS.md, each id unique."""
+def _collector(norm: str) -> tuple[list[Case], Callable[[Case], None]]:
+    """A list of cases and the ``add`` that fills it, written once for both normalizations: each
+    family below is written as LayerNorm's, and for RMSNorm ``add`` turns a case into its RMSNorm
+    twin (``norm``; the bias dropped: "wb" -> "w", "b" -> "none"), keeping the first of any two
+    that become the same case."""
     cases: list[Case] = []
-    add = cases.append
+    seen: set[str] = set()
+    rms = norms.of(norm).name == "rms_norm"
+
+    def add(case: Case) -> None:
+        if rms and case.norm != "rms_norm":
+            case = dataclasses.replace(case, norm="rms_norm", affine={"wb": "w", "b": "none"}.get(case.affine, case.affine))
+        if case.id not in seen:
+            seen.add(case.id)
+            cases.append(case)
+
+    return cases, add
+
+
+def _add_rms_cases(add: Callable[[Case], None]) -> None:
+    """What only RMSNorm has: eps=None (its default, the computation dtype's epsilon) in every
+    dtype, on rows whose mean square is near that eps, where a kernel that takes x's dtype's
+    epsilon (torch's documented default) shows; and sum(x^2) past fp16's range (|x| ~ 300, hidden
+    4096: x^2 overflows fp16 at 256), in the backward too."""
+    for dtype in DTYPES:
+        add(_rows_hidden("eps", 8, 64, dtype, dist="sigma1e-3", eps=None, norm="rms_norm"))
+        add(_rows_hidden("eps", 8, 64, dtype, dist="normal", eps=None, norm="rms_norm"))
+    add(_rows_hidden("dist", 4, 4096, "bfloat16", dist="big300", norm="rms_norm"))
+
+
+def forward_cases(norm: str = "layer_norm") -> list[Case]:
+    """Every forward case family of NUMERICS.md for ``norm``, each id unique."""
+    cases, add = _collector(norm)
     # hidden sizes 1..65536 with a nonzero row mean (padded lanes must not count)
     for dtype in DTYPES:
         for n in HIDDEN:
@@ -367,18 +417,19 @@ def forward_cases() -> list[Case]:
     # a NaN and an Inf in two rows must stay in those rows
     for dtype in ("float32", "float16"):
         add(_rows_hidden("nonfinite", 6, 64, dtype, dist="poisoned"))
-    ids = [c.id for c in cases]
-    assert len(ids) == len(set(ids)), "case ids must be unique"
+    if norms.of(norm).name == "rms_norm":
+        _add_rms_cases(add)
     return cases
 
 
-FORWARD_CASES: list[Case] = forward_cases()
+#: the forward cases of both normalizations, LayerNorm's first (their ids are as before RMSNorm)
+FORWARD_CASES: list[Case] = forward_cases("layer_norm") + forward_cases("rms_norm")
 
 
 # -- the backward suite's cases ------------------------------------------------------------
 
 
-def backward_cases() -> list[Case]:
+def backward_cases(norm: str = "layer_norm") -> list[Case]:
     """Every case family of NUMERICS.md that applies to a backward pass, each id unique.
 
     dy comes from :func:`make_dy` (nonzero row means). Targets: the dx algebra
@@ -386,9 +437,9 @@ def backward_cases() -> list[Case]:
     multiples, 1025 and 65537, also in half precision and multi-dim), every
     weight/bias presence (affine, mixed), eps handling in rstd (eps: sigma near
     sqrt(eps)), N = 1 (dweight exactly 0), layouts of x and dy (strided, stride-0 dy).
+    For RMSNorm the same families (see :func:`_collector`), and :func:`_add_rms_cases`.
     """
-    cases: list[Case] = []
-    add = cases.append
+    cases, add = _collector(norm)
     # every weight/bias presence, in the input dtype and as fp32 parameters with half inputs
     for dtype in DTYPES:
         for affine in AFFINES:
@@ -452,25 +503,27 @@ def backward_cases() -> list[Case]:
     add(Case("layout", (2, 8, 100), (100,), "float32", dist="offset3", dy_broadcast=True))
     # a NaN and an Inf in x: dx stays finite in the other rows; dbias (sum of dy) stays finite
     add(_rows_hidden("nonfinite", 6, 64, "float32", dist="poisoned"))
-    ids = [c.id for c in cases]
-    assert len(ids) == len(set(ids)), "case ids must be unique"
+    if norms.of(norm).name == "rms_norm":
+        _add_rms_cases(add)
     return cases
 
 
-def gradcheck_cases() -> list[Case]:
+def gradcheck_cases(norm: str = "layer_norm") -> list[Case]:
     """float64 cases for the finite-difference check (``normbench.check.gradcheck``): moderate
     sizes, every weight/bias presence, large means and sigma from 1e-3 to sqrt(eps)."""
-    cases = [_rows_hidden("gradcheck", 6, 64, "float64", dist="normal", affine=a) for a in AFFINES]
-    cases += [_rows_hidden("gradcheck", 4, 1000, "float64", dist=d)
-              for d in ("uniform0to10", "offset1e3", "sigma1e-3", "sigmasqrteps", "outlier")]
-    cases += [_rows_hidden("gradcheck", 8, 3, "float64", dist="sigmasqrteps", eps=0.5),
-              _rows_hidden("gradcheck", 8, 64, "float64", dist="normal", eps=0.0),
-              Case("gradcheck", (3, 6, 129), (6, 129), "float64", dist="offset3", affine="b")]
+    cases, add = _collector(norm)
+    for a in AFFINES:
+        add(_rows_hidden("gradcheck", 6, 64, "float64", dist="normal", affine=a))
+    for d in ("uniform0to10", "offset1e3", "sigma1e-3", "sigmasqrteps", "outlier"):
+        add(_rows_hidden("gradcheck", 4, 1000, "float64", dist=d))
+    add(_rows_hidden("gradcheck", 8, 3, "float64", dist="sigmasqrteps", eps=0.5))
+    add(_rows_hidden("gradcheck", 8, 64, "float64", dist="normal", eps=0.0))
+    add(Case("gradcheck", (3, 6, 129), (6, 129), "float64", dist="offset3", affine="b"))
     return cases
 
 
-BACKWARD_CASES: list[Case] = backward_cases()
-GRADCHECK_CASES: list[Case] = gradcheck_cases()
+BACKWARD_CASES: list[Case] = backward_cases("layer_norm") + backward_cases("rms_norm")
+GRADCHECK_CASES: list[Case] = gradcheck_cases("layer_norm") + gradcheck_cases("rms_norm")
 
 
 # -- the invariance suite's cases (the paper's §3.1, §5.1 and §5.2) ------------------------
@@ -481,25 +534,32 @@ GRADCHECK_CASES: list[Case] = gradcheck_cases()
 TABLE1_SHAPE = (16, 100)
 
 
-def table1_case(dtype: str, eps: float = 1e-5) -> Case:
+def table1_case(dtype: str, eps: float = 1e-5, norm: str = "layer_norm") -> Case:
     """The layer ``normbench table1`` measures."""
-    return Case("invariance", TABLE1_SHAPE, TABLE1_SHAPE[1:], dtype, eps=eps)
+    return Case("invariance", TABLE1_SHAPE, TABLE1_SHAPE[1:], dtype, eps=eps, norm=norm)
 
 
-def invariance_cases() -> list[Case]:
-    """Table 1's layer-norm row: every dtype, a multi-dim layer, eps 0 and 0.1, fp32 parameters."""
-    cases = [table1_case(dtype) for dtype in DTYPES]
-    cases += [Case("invariance", (16, 8, 16), (8, 16), dtype) for dtype in DTYPES]
-    cases += [table1_case("float32", eps) for eps in (0.0, 0.1)]
-    cases.append(Case("invariance", TABLE1_SHAPE, TABLE1_SHAPE[1:], "bfloat16", param_dtype="float32"))
+def invariance_cases(norm: str = "layer_norm") -> list[Case]:
+    """Table 1's row for ``norm``: every dtype, a multi-dim layer, eps 0 and 0.1, fp32 parameters."""
+    cases, add = _collector(norm)
+    for dtype in DTYPES:
+        add(table1_case(dtype))
+    for dtype in DTYPES:
+        add(Case("invariance", (16, 8, 16), (8, 16), dtype))
+    for eps in (0.0, 0.1):
+        add(table1_case("float32", eps))
+    add(Case("invariance", TABLE1_SHAPE, TABLE1_SHAPE[1:], "bfloat16", param_dtype="float32"))
     return cases
 
 
-def geometry_cases() -> list[Case]:
+def geometry_cases(norm: str = "layer_norm") -> list[Case]:
     """§5.2's gradient properties: every dtype, a multi-dim layer, eps 0 and 0.1."""
-    cases = [Case("geometry", TABLE1_SHAPE, TABLE1_SHAPE[1:], dtype) for dtype in DTYPES]
-    cases.append(Case("geometry", (16, 8, 16), (8, 16), "float32"))
-    cases += [Case("geometry", TABLE1_SHAPE, TABLE1_SHAPE[1:], "float32", eps=eps) for eps in (0.0, 0.1)]
+    cases, add = _collector(norm)
+    for dtype in DTYPES:
+        add(Case("geometry", TABLE1_SHAPE, TABLE1_SHAPE[1:], dtype))
+    add(Case("geometry", (16, 8, 16), (8, 16), "float32"))
+    for eps in (0.0, 0.1):
+        add(Case("geometry", TABLE1_SHAPE, TABLE1_SHAPE[1:], "float32", eps=eps))
     return cases
 
 
@@ -525,18 +585,22 @@ CPU_SWEEP_SHAPES = ((16384, 256), (2048, 2048), (256, 16384))
 CPU_SWEEP_DTYPES = ("float32", "bfloat16")
 
 
-def gpu_sweep_cases() -> list[Case]:
+def gpu_sweep_cases(norm: str = "layer_norm") -> list[Case]:
     """rows >= 8192 and x >= 256 MiB, hidden 256 to 65536, bf16, fp16 and fp32."""
-    cases = []
+    cases, add = _collector(norm)
     for dtype in GPU_SWEEP_DTYPES:
         for n in GPU_SWEEP_HIDDEN:
             rows = max(GPU_SWEEP_MIN_ROWS, GPU_SWEEP_X_BYTES // (n * host_dtype(dtype).itemsize))
-            cases.append(_rows_hidden("throughput_gpu", rows, n, dtype))
+            add(_rows_hidden("throughput_gpu", rows, n, dtype))
     return cases
 
 
-def cpu_sweep_cases() -> list[Case]:
-    return [_rows_hidden("throughput_cpu", m, n, dtype) for dtype in CPU_SWEEP_DTYPES for m, n in CPU_SWEEP_SHAPES]
+def cpu_sweep_cases(norm: str = "layer_norm") -> list[Case]:
+    cases, add = _collector(norm)
+    for dtype in CPU_SWEEP_DTYPES:
+        for m, n in CPU_SWEEP_SHAPES:
+            add(_rows_hidden("throughput_cpu", m, n, dtype))
+    return cases
 
 
 THROUGHPUT_GPU_CASES: list[Case] = gpu_sweep_cases()
@@ -556,6 +620,9 @@ def shape_name(case: Case) -> str:
     """``"16384x256"``: x's shape as the throughput filters and results write it."""
     return "x".join(map(str, case.shape))
 
+
+assert len(set(c.id for c in FORWARD_CASES)) == len(FORWARD_CASES), "forward case ids must be unique"
+assert len(set(c.id for c in BACKWARD_CASES)) == len(BACKWARD_CASES), "backward case ids must be unique"
 
 #: every case list the suites run, by its name in this module: the one registry of cases
 #: (the families below, and the report's case id -> family lookup, are read from it)

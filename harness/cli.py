@@ -101,7 +101,7 @@ def _read(path: str) -> str:
 
 def _list_backends(args: argparse.Namespace) -> int:
     registry = get_registry()
-    rows = [["name", "provided by", "library", "available", "dtypes", "device", "backward"]]
+    rows = [["name", "provided by", "library", "available", "normalizations", "dtypes", "device", "backward"]]
     problems = [p.message for p in registry.problems] + list(args.problem)
 
     def loading(name: str, provider: str = "") -> None:
@@ -113,7 +113,7 @@ def _list_backends(args: argparse.Namespace) -> int:
     for name in registry.names:
         plugin = registry.plugin(name)
         if name in args.left_out:
-            rows.append([name, plugin.provider, "", "no: left out (see below)", "", "", ""])
+            rows.append([name, plugin.provider, "", "no: left out (see below)", "", "", "", ""])
             continue
         loading(name, plugin.provider)
         try:
@@ -121,7 +121,7 @@ def _list_backends(args: argparse.Namespace) -> int:
             available = registry.availability(name)
         except NormbenchError as exc:
             problems.append(str(exc))
-            rows.append([name, plugin.provider, "", "no: broken plugin (see below)", "", "", ""])
+            rows.append([name, plugin.provider, "", "no: broken plugin (see below)", "", "", "", ""])
             continue
         device = cls.devices
         status = "yes" if available else f"no: {available.reason}"
@@ -131,7 +131,8 @@ def _list_backends(args: argparse.Namespace) -> int:
                 device = registry.create(name).device
             except NormbenchError as exc:
                 status = f"no: {exc}"
-        rows.append([name, plugin.provider, cls.library_version() or "-", status, ",".join(cls.dtypes), device,
+        rows.append([name, plugin.provider, cls.library_version() or "-", status, ",".join(cls.normalizations),
+                     ",".join(cls.dtypes), device,
                      "yes" if cls.has_backward else "no"])
     loading("")
     from normbench.report.text import table

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from normbench import deviations
+from normbench import deviations, norms
 from normbench.backend import Availability, Backend
 from normbench.dtypes import DTYPES
 from normbench.exceptions import BackendUnavailable, NormbenchError, PluginError, UnknownBackend
@@ -84,6 +84,15 @@ def class_problem(cls: type[Backend]) -> str:
     if isinstance(dtypes, str) or not dtypes or not set(dtypes) <= set(DTYPES):
         return (f"dtypes = {dtypes!r} is not a non-empty sequence of {', '.join(DTYPES)}. "
                 f"Fix: declare e.g. dtypes = ('float32', 'bfloat16')")
+    declared = getattr(cls, "normalizations", ("layer_norm",))
+    if isinstance(declared, str) or not declared or not set(declared) <= set(norms.NAMES):
+        return (f"normalizations = {declared!r} is not a non-empty sequence of {', '.join(norms.NAMES)}. "
+                f"Fix: declare e.g. normalizations = ('layer_norm', 'rms_norm')")
+    for name in declared:
+        method = norms.of(name).call_forward
+        if getattr(cls, method, None) is getattr(Backend, method, None):
+            return (f"it declares {name} in normalizations but does not define {method}. "
+                    f"Fix: implement {method}, or leave {name!r} out of normalizations")
     return deviations.declaration_problem(cls)
 
 

@@ -1,6 +1,7 @@
 """The NumPy reference backend: float64 math, one rounding to the input dtype.
 
-Supports all four dtypes, forward and backward, and exposes its statistics.
+Supports all four dtypes, LayerNorm and RMSNorm, forward and backward, and exposes
+LayerNorm's statistics.
 It is written independently of ``normbench.check.oracle`` (on the original shape,
 reducing over the trailing axes) so that the two check each other.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from normbench import Backend
+from normbench.dtypes import default_rms_eps, dtype_name
 
 
 def _axes(x: np.ndarray, normalized_shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -19,6 +21,7 @@ def _axes(x: np.ndarray, normalized_shape: tuple[int, ...]) -> tuple[int, ...]:
 class NumpyBackend(Backend):
     name = "numpy"
     description = "NumPy reference: float64 math, one rounding to the input dtype"
+    normalizations = ("layer_norm", "rms_norm")
     strided = True
     requires = ("numpy",)
 
@@ -29,18 +32,25 @@ class NumpyBackend(Backend):
         return np.asarray(native)
 
     @staticmethod
-    def _statistics64(x, normalized_shape, eps):
+    def _statistics64(x, normalized_shape, eps, subtract_mean=True):
         x64 = np.asarray(x, dtype=np.float64)
         axes = _axes(x64, normalized_shape)
+        if eps is None:  # RMSNorm's default
+            eps = default_rms_eps(dtype_name(np.asarray(x).dtype))
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            mean = x64.mean(axis=axes, keepdims=True)  # N >= 1, so empty batches reduce cleanly
+            # N >= 1, so empty batches reduce cleanly; RMSNorm subtracts nothing
+            mean = (x64.mean(axis=axes, keepdims=True) if subtract_mean
+                    else np.zeros(x64.shape[: x64.ndim - len(axes)] + (1,) * len(axes)))
             centered = x64 - mean
             var = (centered * centered).mean(axis=axes, keepdims=True)
             rstd = 1.0 / np.sqrt(var + eps)
         return x64, centered, mean, rstd
 
     def layer_norm(self, x, normalized_shape, weight, bias, eps):
-        _, centered, _, rstd = self._statistics64(x, normalized_shape, eps)
+        return self._normalize(x, normalized_shape, weight, bias, eps)
+
+    def _normalize(self, x, normalized_shape, weight, bias, eps, centered=True):
+        _, centered, _, rstd = self._statistics64(x, normalized_shape, eps, centered)
         with np.errstate(invalid="ignore", over="ignore"):
             y = centered * rstd
             if weight is not None:
@@ -53,15 +63,25 @@ class NumpyBackend(Backend):
         _, _, mean, rstd = self._statistics64(x, normalized_shape, eps)
         return mean, rstd
 
+    def rms_norm(self, x, normalized_shape, weight, eps):
+        return self._normalize(x, normalized_shape, weight, None, eps, centered=False)
+
+    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
+        dx, dweight, _ = self._gradients(dy, x, normalized_shape, weight, None, eps, centered=False)
+        return dx, dweight
+
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        _, centered, _, rstd = self._statistics64(x, normalized_shape, eps)
-        axes = _axes(centered, normalized_shape)
-        lead = tuple(range(centered.ndim - len(axes)))
+        return self._gradients(dy, x, normalized_shape, weight, bias, eps)
+
+    def _gradients(self, dy, x, normalized_shape, weight, bias, eps, centered=True):
+        _, centered_x, _, rstd = self._statistics64(x, normalized_shape, eps, centered)
+        axes = _axes(centered_x, normalized_shape)
+        lead = tuple(range(centered_x.ndim - len(axes)))
         dy64 = np.asarray(dy, dtype=np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
-            xhat = centered * rstd
+            xhat = centered_x * rstd
             g = dy64 * (np.asarray(weight, dtype=np.float64) if weight is not None else 1.0)
-            mean_g = g.mean(axis=axes, keepdims=True)
+            mean_g = g.mean(axis=axes, keepdims=True) if centered else 0.0
             mean_gx = (g * xhat).mean(axis=axes, keepdims=True)
             dx = (rstd * (g - mean_g - xhat * mean_gx)).astype(x.dtype)
             dweight = None if weight is None else (dy64 * xhat).sum(axis=lead).astype(weight.dtype)

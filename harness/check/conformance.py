@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from normbench import norms
 from normbench.backend import Backend
 from normbench.cases import Case, Inputs
 from normbench.check import coherence, error_model, hypotheses, oracle
@@ -26,6 +27,9 @@ class ConformanceError(AssertionError):
 
 def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str | None:
     """Why ``case`` does not apply to ``backend`` (None when it does)."""
+    missing = norms.missing_reason(backend, case.norm)
+    if missing:
+        return missing
     for dtype in dict.fromkeys((case.dtype, case.params)):
         if dtype not in backend.dtypes:
             return f"backend {backend.name!r} does not support {dtype} (it declares {', '.join(backend.dtypes)})"
@@ -36,7 +40,7 @@ def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str 
                 f"does not apply")
     if backward and not backend.has_backward:
         return f"backend {backend.name!r} has no backward (has_backward = False)"
-    limit_problem = backend.limits.case_problem(len(case.shape), case.eps, case.layout, case.dy_broadcast)
+    limit_problem = backend.limits.case_problem(len(case.shape), case.eps_value, case.layout, case.dy_broadcast)
     if limit_problem:
         return f"outside backend {backend.name!r}'s documented limits: {limit_problem}"
     limit = backend.max_elements
@@ -57,7 +61,7 @@ def describe(what: str, worst: Worst, inputs: Inputs, backend: Backend, ref: ora
     if ref is not None and ref.x.shape[0] and len(worst.index) >= 1:
         row = worst.index[0]
         lines.append(f"  row {row}: mean {ref.mean[row]:.6g}, sigma {np.sqrt(ref.var[row]):.3g}, "
-                     f"eps {inputs.case.eps:g}, N {ref.x.shape[1]}, dtype {inputs.case.dtype}, "
+                     f"eps {inputs.case.eps_value:g}, N {ref.x.shape[1]}, dtype {inputs.case.dtype}, "
                      f"params {inputs.case.params} ({inputs.case.affine})")
     lines += [f"  {note}" for note in notes]
     lines.append(f"  inputs: normbench.cases.make_inputs(<case {inputs.case.id}>, seed={inputs.seed})")
@@ -135,15 +139,17 @@ class ForwardRun:
 
 def run_forward(backend: Backend, inputs: Inputs, *, statistics: bool = True) -> ForwardRun:
     """Convert inputs, run the forward once and bring results back: ``layer_norm_with_statistics``
-    (y and the statistics from one call), or ``layer_norm`` alone with ``statistics`` False."""
+    (y and the statistics from one call), or ``layer_norm`` alone with ``statistics`` False; for an
+    RMSNorm case, ``rms_norm`` (it has no statistics hook)."""
     __tracebackhide__ = True
     case = inputs.case
+    norm = norms.of(case.norm)
     originals = tuple(None if a is None else a.copy() for a in (inputs.x, inputs.weight, inputs.bias))
     x, w, b = (None if a is None else backend.asarray(a) for a in (inputs.x, inputs.weight, inputs.bias))
     if statistics:
-        y, stats = backend.layer_norm_with_statistics(x, case.normalized_shape, w, b, case.eps)
+        y, stats = norm.forward_with_statistics(backend, x, case.normalized_shape, w, b, case.eps)
     else:
-        y, stats = backend.layer_norm(x, case.normalized_shape, w, b, case.eps), None
+        y, stats = norm.forward(backend, x, case.normalized_shape, w, b, case.eps), None
     backend.synchronize()
     y_host = host_array("y", y, backend, case.shape, case.dtype)
     if stats is None:
@@ -158,7 +164,7 @@ def run_forward(backend: Backend, inputs: Inputs, *, statistics: bool = True) ->
 
 def reference(inputs: Inputs) -> oracle.Forward:
     case = inputs.case
-    return oracle.forward(inputs.x, case.normalized_shape, inputs.weight, inputs.bias, case.eps)
+    return oracle.forward(inputs.x, case.normalized_shape, inputs.weight, inputs.bias, case.eps_value, case.norm)
 
 
 def check_forward_values(backend: Backend, inputs: Inputs, run: ForwardRun, ref: oracle.Forward | None = None) -> None:
@@ -367,7 +373,8 @@ def check_inputs_unmodified(backend: Backend, inputs: Inputs, run: ForwardRun) -
     __tracebackhide__ = True
     for what, original, native in zip(("x", "weight", "bias"), run.originals, run.native):
         if original is not None and not same_bits(np.asarray(backend.to_numpy(native)), original):
-            raise ConformanceError(f"{backend.name} {inputs.case.id}: layer_norm modified its input {what} in place")
+            raise ConformanceError(f"{backend.name} {inputs.case.id}: {norms.of(inputs.case.norm).call_forward} "
+                                   f"modified its input {what} in place")
 
 
 def check_deterministic(backend: Backend, inputs: Inputs, run: ForwardRun, properties: Properties | None = None) -> None:
@@ -380,7 +387,8 @@ def check_deterministic(backend: Backend, inputs: Inputs, run: ForwardRun, prope
     differs = bit_differences(run.y, again.y)
     detail = ""
     if differs:
-        overridden = type(backend).layer_norm_with_statistics is not Backend.layer_norm_with_statistics
+        overridden = (inputs.case.norm == "layer_norm"
+                      and type(backend).layer_norm_with_statistics is not Backend.layer_norm_with_statistics)
         detail = (f"the same input twice gave a different y: {differs}"
                   + ("; layer_norm_with_statistics must return layer_norm's y" if overridden else ""))
     properties.report(DETERMINISTIC, not differs, detail, backend, inputs)
@@ -426,7 +434,7 @@ def check_rows_independent(backend: Backend, inputs: Inputs, properties: Propert
 
     def rows_of(order: list[int]) -> np.ndarray:
         sub = Inputs(Case(case.family, (len(order), *ns), ns, case.dtype, case.dist, case.eps, case.affine,
-                          case.param_dtype), inputs.seed, x_rows[order].copy(), inputs.weight, inputs.bias)
+                          case.param_dtype, norm=case.norm), inputs.seed, x_rows[order].copy(), inputs.weight, inputs.bias)
         return oracle.rows_view(run_forward(backend, sub, statistics=False).y, ns)
 
     variants = []  # (how the row was computed, row, its result)
@@ -481,19 +489,25 @@ def check_gradient(what: str, got, given, backend: Backend, case: Case, shape, d
 
 
 def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRun:
-    """Convert inputs and dy, call ``layer_norm_backward``, check what it returns (a
-    ``(dx, dweight, dbias)`` tuple; shapes; dtypes; None exactly for absent parameters)."""
+    """Convert inputs and dy, call ``layer_norm_backward`` (``rms_norm_backward``), check what it
+    returns (a ``(dx, dweight, dbias)`` tuple, ``(dx, dweight)`` for RMSNorm; shapes; dtypes; None
+    exactly for absent parameters)."""
     __tracebackhide__ = True
     case = inputs.case
+    norm = norms.of(case.norm)
     hosts = (dy, inputs.x, inputs.weight, inputs.bias)
     originals = tuple(None if a is None else a.copy() for a in hosts)
     native = tuple(None if a is None else backend.asarray(a) for a in hosts)
-    out = backend.layer_norm_backward(native[0], native[1], case.normalized_shape, native[2], native[3], case.eps)
+    params = native[2:] if norm.has_bias else native[2:3]
+    out = getattr(backend, norm.call_backward)(native[0], native[1], case.normalized_shape, *params, case.eps)
     backend.synchronize()
-    if not isinstance(out, (tuple, list)) or len(out) != 3:
+    arity = 3 if norm.has_bias else 2
+    if not isinstance(out, (tuple, list)) or len(out) != arity:
         got = f"a {type(out).__name__}" + (f" of {len(out)}" if isinstance(out, (tuple, list)) else "")
-        raise ConformanceError(f"{backend.name} {case.id}: layer_norm_backward returned {got}; it must return "
-                               f"the tuple (dx, dweight, dbias), None for an absent weight or bias")
+        wanted = ("the tuple (dx, dweight, dbias), None for an absent weight or bias" if norm.has_bias
+                  else "the tuple (dx, dweight), dweight None for an absent weight")
+        raise ConformanceError(f"{backend.name} {case.id}: {norm.call_backward} returned {got}; it must return {wanted}")
+    out = tuple(out) + (None,) * (3 - arity)
     if out[0] is None:
         raise ConformanceError(f"{backend.name} {case.id}: dx is None; return d(loss)/d(x) of x's shape {case.shape}")
     dx = host_array("dx", out[0], backend, case.shape, case.dtype)
@@ -535,7 +549,7 @@ def gradient_notes(inputs: Inputs) -> tuple[str, ...]:
 def check_backward_values(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun,
                           ref: oracle.Forward | None = None, grads: oracle.Backward | None = None) -> None:
     """dx, dweight and dbias within the backward error model's bounds of the oracle's closed
-    form; with N = 1, dweight 0 up to one rounding per row (``error_model.n1_dweight_bound``).
+    form; with N = 1, LayerNorm's dweight 0 up to one rounding per row (``error_model.n1_dweight_bound``).
     ``ref`` and ``grads``: the oracle's forward and backward of these inputs, computed when not given."""
     __tracebackhide__ = True
     case = inputs.case
@@ -554,7 +568,7 @@ def check_backward_values(backend: Backend, inputs: Inputs, dy: np.ndarray, run:
             ns = case.normalized_shape
             _fail(what, np.asarray(got, dtype=np.float64), exact.reshape(ns), bound.reshape(ns), inputs, backend,
                   None, column + notes, dy=dy, bound_for=lambda dtype, i=i, ns=ns: bounds_in(dtype, i).reshape(ns))
-    if case.hidden == 1 and run.dweight is not None:
+    if case.hidden == 1 and run.dweight is not None and ref.centered:  # RMSNorm's N = 1 xhat is x/sqrt(x^2 + eps)
         bound = error_model.n1_dweight_bound(dy, ref, case.dtype, case.params)
         _fail("dweight", np.asarray(run.dweight, dtype=np.float64).reshape(1), np.zeros(1), bound, inputs, backend,
               None, ("N = 1: xhat = x - mean = 0 exactly, so dweight is 0 up to one rounding of mean*rstd per row "
@@ -566,7 +580,7 @@ def check_backward_inputs_unmodified(backend: Backend, inputs: Inputs, run: Back
     __tracebackhide__ = True
     for what, original, native in zip(("dy", "x", "weight", "bias"), run.originals, run.native):
         if original is not None and not same_bits(np.asarray(backend.to_numpy(native)), original):
-            raise ConformanceError(f"{backend.name} {inputs.case.id}: layer_norm_backward modified its input "
+            raise ConformanceError(f"{backend.name} {inputs.case.id}: {norms.of(inputs.case.norm).call_backward} modified its input "
                                    f"{what} in place")
 
 

@@ -51,6 +51,34 @@ backward suite (sum(dx) = 0 per row, sum(xhat*dx) = 0 with eps = 0, dbias
 independent of x) get bounds derived from the same model, written in the
 kernel's own computed values (see "bounds for the reference-free identities").
 
+RMSNorm (``ref.centered`` False): ``y = w*x*r`` with ``r = 1/sqrt(ms + eps)``, ``ms = mean(x^2)``.
+The same bound, with the mean's terms gone (``mean|x|`` is 0: nothing is subtracted, so no
+cancellation and no conditioning beyond ``|x|*r = |xhat|``):
+
+* Accumulation. ms is a sum of N non-negative terms, so its computed value errs by
+  ``k(N)*u_acc`` relative to itself (not to a larger sum of magnitudes); r's relative error is
+  half of that times ``ms/(ms + eps) <= 1``, plus the rsqrt's rounding (inside c = 16). The
+  bound's ``k(N)*u_acc*|w|*|x|/sigma_eps = k(N)*u_acc*|w*xhat|`` covers it with a factor 2 to
+  spare. Tiny rms (ms near eps, or below) needs nothing more: eps enters once, exactly, and
+  nothing cancels. x^2 overflowing fp16 (|x| > 256) is no term: a correct kernel squares in the
+  accumulation dtype; one that squares in fp16 returns 0 or NaN, off by |y|.
+* Rounding conventions a correct kernel may use, each within ``3*u_out*|w*xhat| + 1.5*eta_out``:
+  (a) everything in fp32, y rounded once (torch, our Triton kernels): ``u_out*|y|``;
+  (b) Hugging Face's Llama: ``xhat`` rounded to x's dtype, then multiplied by the weight and
+  rounded again: ``u_out*|w*xhat| + u_out*|w*xhat|``, two roundings (its output takes the weight's
+  dtype; a backend wrapping it with a wider weight returns y in x's dtype, a third rounding);
+  (c) T5/Gemma-style ``(x*r).to(dtype) * (1 + w)``: as (b) once the backend passes ``w - 1``
+  computed in fp32 (in a half dtype, ``w - 1`` loses ``u_par*|w - 1|``, which for |w| << 1 is
+  beyond any bound: such a backend must convert in fp32). Rounding ``r`` itself to a half dtype
+  before the multiply is one more rounding, ``u_out*|y|``, within the bound per element, but it is
+  the same relative error in every element of the row: the coherence checks' per-row scale
+  (``normbench.check.coherence``) fails it.
+* Backward: ``dx = r*(g - xhat*mean(g*xhat))`` (no ``mean(g)`` term), so ``dx_accumulation`` drops
+  ``mean|g|``; dweight is LayerNorm's ``sum_rows(dy*xhat)``; there is no dbias. The bounds above
+  apply with ``mean|x| = 0`` (c = |xhat|).
+* Statistics: RMSNorm backends expose none (no hook); the coherence checks judge rstd's rounding
+  through y.
+
 Coherence: the signed error's structure (a common scale per row, a common offset, a
 rounding-mode bias per case), which no per-element bound sees, is derived and tested in
 ``normbench.check.coherence`` (its docstring, "coherence: the signed error's structure"), and
@@ -72,7 +100,10 @@ def k(n: int) -> float:
 
 
 def _mean_abs(ref: oracle.Forward) -> np.ndarray:
-    """(M,) mean of |x| per row: the scale of the mean's rounding error."""
+    """(M,) mean of |x| per row: the scale of the mean's rounding error; 0 for RMSNorm, which
+    subtracts no mean (see "RMSNorm" in the module doc)."""
+    if not ref.centered:
+        return np.zeros(ref.x.shape[0])
     return np.abs(ref.x).mean(axis=1) if ref.x.shape[0] else np.zeros(0)
 
 
@@ -127,7 +158,8 @@ def dx_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str) -> np.ndarr
         c = (np.abs(ref.x) + _mean_abs(ref)[:, None]) * r
         xhat = np.abs(ref.xhat)
         means = (lambda a: a.mean(axis=1, keepdims=True)) if m else (lambda a: np.zeros((0, 1)))
-        return k(n) * accumulation_roundoff(dtype) * r * (g + means(g) + (xhat + c) * means(g * xhat))
+        mean_g = means(g) if ref.centered else 0.0  # RMSNorm's dx has no mean(g) term
+        return k(n) * accumulation_roundoff(dtype) * r * (g + mean_g + (xhat + c) * means(g * xhat))
 
 
 def dweight_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str) -> np.ndarray:
@@ -267,3 +299,26 @@ def dbias_spread_bound(dy: np.ndarray, ref: oracle.Forward, dbias_a: np.ndarray,
     params = param_dtype or dtype
     rest = dbias_accumulation(dy, ref, dtype)
     return _allowance(dbias_a, params, rest) + _allowance(dbias_b, params, rest)
+
+
+def sign_symmetry_bounds(dy: np.ndarray, ref: oracle.Forward, dx_a: np.ndarray, dx_b: np.ndarray,
+                         dweight_a: np.ndarray | None, dweight_b: np.ndarray | None, dtype: str,
+                         param_dtype: str | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Bounds on ``|dx(x) - dx(-x)|`` (M, N) and ``|dweight(x) + dweight(-x)|`` (N,), same dy.
+
+    Negating x negates xhat and leaves r (LayerNorm's sigma, RMSNorm's rms) unchanged, so exactly
+    dx(-x) = dx(x) (dx = r*(g [- mean(g)] - xhat*mean(g*xhat)) is even in xhat) and dweight(-x) =
+    -dweight(x) (dweight = sum_rows(dy*xhat) is odd). Each computed value is within its allowance of
+    its exact value, and the two exact values agree (up to sign), so they differ by at most the sum
+    of the two allowances. (dweight does not depend on x's sign only up to that sign: it is odd.)
+    """
+    params = param_dtype or dtype
+    m, n = ref.x.shape
+    a, b = (np.asarray(d, dtype=np.float64).reshape(m, n) for d in (dx_a, dx_b))
+    rest = dx_accumulation(dy, ref, dtype)
+    dx = _allowance(a, dtype, rest) + _allowance(b, dtype, rest)
+    if dweight_a is None or dweight_b is None:
+        return dx, None
+    rest_w = dweight_accumulation(dy, ref, dtype)
+    wa, wb = (np.asarray(d, dtype=np.float64).reshape(-1) for d in (dweight_a, dweight_b))
+    return dx, _allowance(wa, params, rest_w) + _allowance(wb, params, rest_w)

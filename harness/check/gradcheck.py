@@ -37,6 +37,9 @@ The bound, ``|F - A| <= T + R + G + H``:
 * G, the backward's rounding: sum |v| * (its ``error_model.backward_bounds``) at p.
 * H, the host's float64 sums of n products: (n + 2)*u64 times their sums of magnitudes.
 
+RMSNorm is the same with nothing centred (c = x, d = v, S = mean(x^2) + eps): the same
+series, so the same T.
+
 With ALPHA = 1e-4, T is ~1e-8 of the signal and R ~1e-11 * (|x| + mean|x|)/sigma of it,
 while every bug class NUMERICS.md lists for the backward is off by O(1).
 """
@@ -115,8 +118,8 @@ def _inputs_at(inputs: Inputs, x: np.ndarray, weight, bias) -> Inputs:
 
 def truncation(dy: np.ndarray, ref: oracle.Forward, vx: np.ndarray) -> float:
     """T: the central difference's truncation error along vx (see the module doc)."""
-    c = ref.x - ref.mean[:, None]
-    d = vx - vx.mean(axis=1, keepdims=True)
+    c = ref.x - ref.mean[:, None]  # RMSNorm's mean is 0: nothing is centred, and the same series holds
+    d = vx - vx.mean(axis=1, keepdims=True) if ref.centered else vx
     s = ref.sigma_eps**2
     mean_dd = (d * d).mean(axis=1)
     alpha = np.sqrt(mean_dd / s)

@@ -4,9 +4,12 @@ They never compare with the oracle's gradients; they use only the backend's own
 output and the input's statistics (xhat, sigma_eps), so they cross-check the
 closed form the value checks rely on. Per row, exactly:
 
-* ``sum_j dx[i, j] = 0`` (LayerNorm is invariant to adding a constant to a row);
-* with eps = 0, ``sum_j xhat[i, j]*dx[i, j] = 0`` (and to scaling a row);
-* dbias = sum_rows(dy) does not depend on x.
+* ``sum_j dx[i, j] = 0`` (LayerNorm is invariant to adding a constant to a row; not RMSNorm);
+* with eps = 0, ``sum_j xhat[i, j]*dx[i, j] = 0`` (both normalizations ignore scaling a row);
+* LayerNorm: dbias = sum_rows(dy) does not depend on x;
+* RMSNorm, which has no bias: negating x leaves dx unchanged and negates dweight (xhat is odd
+  in x, r even; ``error_model.sign_symmetry_bounds``). It holds for LayerNorm too, whose
+  second backward call is the dbias check's instead.
 
 Their bounds (derivations in ``normbench.check.error_model``: ``row_sum_bound``,
 ``xhat_projection_bound``, ``dbias_spread_bound``) come from the same error model
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from normbench import norms
 from normbench.backend import Backend
 from normbench.cases import Inputs, make_other_x
 from normbench.check import error_model, hypotheses, oracle
@@ -54,7 +58,7 @@ def _row_check(what: str, why: str, values: np.ndarray, bound: np.ndarray, rows:
     raise ConformanceError(
         f"{backend.name} {case.id} (seed {inputs.seed}): {what} = {worst.value:.6g} in row {row}, but it is exactly 0 "
         f"for a correct gradient ({why}); |value| > bound {worst.bound:.3g}; {worst.out_of_bound('rows')}\n"
-        f"  row {row}: mean {ref.mean[row]:.6g}, sigma {np.sqrt(ref.var[row]):.3g}, eps {case.eps:g}, "
+        f"  row {row}: mean {ref.mean[row]:.6g}, sigma {np.sqrt(ref.var[row]):.3g}, eps {case.eps_value:g}, "
         f"N {ref.x.shape[1]}, dtype {case.dtype}\n"
         f"{explanation()}"
         f"  inputs: normbench.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); "
@@ -87,7 +91,7 @@ def check_xhat_projection(backend: Backend, inputs: Inputs, dy: np.ndarray, run:
     with np.errstate(invalid="ignore", over="ignore"):
         sums = (ref.xhat * dx).sum(axis=1)
     bound = error_model.xhat_projection_bound(dy, ref, dx, case.dtype)
-    _row_check("sum(xhat*dx)", "with eps = 0 LayerNorm ignores scaling a row; is xhat*mean(dy*weight*xhat) "
+    _row_check("sum(xhat*dx)", f"with eps = 0 {norms.of(case.norm).label} ignores scaling a row; is xhat*mean(dy*weight*xhat) "
                "subtracted?", sums, bound, _finite_rows(ref, dy), backend, inputs, ref,
                lambda: _explain_dx(backend, inputs, dy, ref, dx))
 
@@ -116,15 +120,54 @@ def check_dbias_independent_of_x(backend: Backend, inputs: Inputs, dy: np.ndarra
             f"normbench.cases.make_other_x(<case {case.id}>, seed={inputs.seed})")
 
 
+def check_sign_symmetry(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
+    """The backward at -x, same dy: dx unchanged and dweight negated, within
+    ``error_model.sign_symmetry_bounds``. Catches a kernel whose gradient depends on x's sign
+    where the exact one does not (|x| for x, a sign lost in dweight's accumulation)."""
+    __tracebackhide__ = True
+    case = inputs.case
+    mirrored = Inputs(case, inputs.seed, np.negative(inputs.x), inputs.weight, inputs.bias)
+    again = run_backward(backend, mirrored, dy)
+    ref = reference(inputs)
+    ns = case.normalized_shape
+    a, b = (oracle.rows_view(d, ns) for d in (run.dx, again.dx))
+    bound_dx, bound_dw = error_model.sign_symmetry_bounds(dy, ref, a, b, run.dweight, again.dweight,
+                                                          case.dtype, case.params)
+    rows = _finite_rows(ref, dy)
+    with np.errstate(invalid="ignore", over="ignore"):
+        worst = worst_violation(a - b, 0.0, bound_dx, where=np.broadcast_to(rows[:, None], a.shape),
+                                match_nonfinite=False)
+    if worst is None and bound_dw is not None:
+        wa, wb = (np.asarray(d, dtype=np.float64).reshape(-1) for d in (run.dweight, again.dweight))
+        with np.errstate(invalid="ignore", over="ignore"):
+            worst = worst_violation(wa + wb, 0.0, bound_dw, match_nonfinite=False)
+        what = "dweight(x) + dweight(-x)"
+    else:
+        what = "dx(x) - dx(-x)"
+    if worst is None:
+        return
+    raise ConformanceError(
+        f"{backend.name} {case.id} (seed {inputs.seed}): {what} = {worst.value:.6g} at [{worst.where}], but it is "
+        f"exactly 0 for a correct gradient (negating x negates xhat and keeps the rms, so dx is unchanged and "
+        f"dweight negated); |value| > bound {worst.bound:.3g}\n"
+        f"  inputs: normbench.cases.make_inputs(<case {case.id}>, seed={inputs.seed}) and its x negated; "
+        f"dy: normbench.cases.make_dy(<case {case.id}>, seed={inputs.seed})")
+
+
 def check_identities(backend: Backend, inputs: Inputs, dy: np.ndarray) -> None:
-    """Every reference-free identity that applies to the case: row sums always,
-    the xhat projection when eps = 0, dbias independence when there is a bias. They judge the
+    """Every reference-free identity that applies to the case: row sums (LayerNorm),
+    the xhat projection when eps = 0, dbias independence when there is a bias, the sign
+    symmetry for RMSNorm. They judge the
     backward ``conformance.check_backward`` ran on the same case just before, when there is one
     (``conformance.recent_backward``), so a case's first backward runs once for both tests."""
     __tracebackhide__ = True
     run = recent_backward(backend, inputs, dy)
-    check_row_sums(backend, inputs, dy, run)
+    norm = norms.of(inputs.case.norm)
+    if norm.centered:
+        check_row_sums(backend, inputs, dy, run)
     if inputs.case.eps == 0:
         check_xhat_projection(backend, inputs, dy, run)
     if inputs.bias is not None:
         check_dbias_independent_of_x(backend, inputs, dy, run)
+    if not norm.has_bias:
+        check_sign_symmetry(backend, inputs, dy, run)

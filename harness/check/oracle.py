@@ -1,4 +1,8 @@
-"""The float64 oracle: LayerNorm forward and backward, two-pass, on the rows.
+"""The float64 oracle: LayerNorm and RMSNorm forward and backward, two-pass, on the rows.
+
+RMSNorm is LayerNorm without the centring (``centered=False``: the mean taken as 0, so
+``var`` is the mean square and ``xhat = x / sqrt(mean(x^2) + eps)``) and without a bias;
+one code path computes both, so every check built on :class:`Forward` serves both.
 
 Inputs are the *already rounded* arrays a backend receives (x, weight, bias in
 the tested dtype); everything is computed in float64 on a (M, N) view where
@@ -32,12 +36,13 @@ class Forward:
 
     x: np.ndarray          # (M, N) float64 input
     weight: np.ndarray     # (N,) float64 (ones when None)
-    bias: np.ndarray       # (N,) float64 (zeros when None)
-    mean: np.ndarray       # (M,)
-    var: np.ndarray        # (M,) biased variance
+    bias: np.ndarray       # (N,) float64 (zeros when None; always for RMSNorm)
+    mean: np.ndarray       # (M,) the mean subtracted: the row mean, or zeros for RMSNorm
+    var: np.ndarray        # (M,) biased variance, or for RMSNorm the mean square mean(x^2)
     sigma_eps: np.ndarray  # (M,) sqrt(var + eps)
     xhat: np.ndarray       # (M, N)
     y: np.ndarray          # (M, N)
+    centered: bool = True  # LayerNorm (True) or RMSNorm (False)
 
     @property
     def rstd(self) -> np.ndarray:
@@ -46,20 +51,24 @@ class Forward:
 
 
 def forward(x: np.ndarray, normalized_shape: tuple[int, ...], weight: np.ndarray | None,
-            bias: np.ndarray | None, eps: float) -> Forward:
-    """``y = (x - mean) / sqrt(var + eps) * weight + bias``, two-pass, in float64."""
+            bias: np.ndarray | None, eps: float, norm: str = "layer_norm") -> Forward:
+    """``y = (x - mean) / sqrt(var + eps) * weight + bias``, two-pass, in float64; for
+    ``norm="rms_norm"``, ``y = x / sqrt(mean(x^2) + eps) * weight`` (``bias`` must be None)."""
+    subtract_mean = norm != "rms_norm"
+    if not subtract_mean and bias is not None:
+        raise ValueError("RMSNorm has no bias")
     x2 = rows_view(x, normalized_shape)
     n = x2.shape[1]
     w = params_row(weight, n, 1.0)
     b = params_row(bias, n, 0.0)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        mean = x2.mean(axis=1) if x2.shape[0] else np.zeros(0)
+        mean = x2.mean(axis=1) if x2.shape[0] and subtract_mean else np.zeros(x2.shape[0])
         centered = x2 - mean[:, None]
         var = (centered * centered).mean(axis=1) if x2.shape[0] else np.zeros(0)
         sigma_eps = np.sqrt(var + eps)
         xhat = centered / sigma_eps[:, None]
         y = xhat * w + b
-    return Forward(x2, w, b, mean, var, sigma_eps, xhat, y)
+    return Forward(x2, w, b, mean, var, sigma_eps, xhat, y, subtract_mean)
 
 
 @dataclass(frozen=True)
@@ -74,12 +83,13 @@ class Backward:
 
 def backward(dy: np.ndarray, fwd: Forward) -> Backward:
     """The closed form: ``dx = r*(g - mean(g) - xhat*mean(g*xhat))``, ``g = dy*weight``,
-    ``dweight = sum_rows(dy*xhat)``, ``dbias = sum_rows(dy)``."""
+    ``dweight = sum_rows(dy*xhat)``, ``dbias = sum_rows(dy)``; for RMSNorm (nothing centred,
+    so no ``mean(g)`` term) ``dx = r*(g - xhat*mean(g*xhat))``."""
     dy2 = np.asarray(dy, dtype=np.float64).reshape(fwd.x.shape)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         g = dy2 * fwd.weight
         if dy2.shape[0]:
-            mean_g = g.mean(axis=1, keepdims=True)
+            mean_g = g.mean(axis=1, keepdims=True) if fwd.centered else np.zeros((dy2.shape[0], 1))
             mean_gx = (g * fwd.xhat).mean(axis=1, keepdims=True)
         else:
             mean_g = mean_gx = np.zeros((0, 1))

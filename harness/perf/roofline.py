@@ -2,7 +2,8 @@
 
 The byte model (PERFORMANCE.md, one model applied identically to every
 backend; e_x, e_y, e_w, e_b are element sizes, M rows, N hidden; a term for a
-missing weight or bias is 0):
+missing weight or bias is 0; written for LayerNorm, and RMSNorm's (``norm="rms_norm"``)
+is the same with no bias and one statistic, rstd, instead of two):
 
 * forward, training: ``M*N*e_x + M*N*e_y + N*(e_w + e_b) + 2*M*4`` (fp32 mean, rstd written)
 * forward, inference: the same without ``2*M*4``
@@ -36,6 +37,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from normbench import norms
 from normbench.dtypes import host_dtype
 from normbench.exceptions import NormbenchError
 from normbench.machine import MIB, CacheSize, cpu_threads, last_level_cache
@@ -69,34 +71,47 @@ def _sizes(dtype: str, param_dtype: str | None, weight: bool, bias: bool) -> tup
     return e, ep if weight else 0, ep if bias else 0
 
 
+def statistics_per_row(norm: str = "layer_norm") -> int:
+    """The fp32 statistics a training forward saves per row: mean and rstd (LayerNorm), rstd (RMSNorm)."""
+    return 2 if norms.of(norm).centered else 1
+
+
+def _no_bias(norm: str, bias: bool) -> bool:
+    return bias and norms.of(norm).has_bias
+
+
 def forward_bytes(rows: int, hidden: int, dtype: str, param_dtype: str | None = None, *,
-                  weight: bool = True, bias: bool = True, training: bool = False) -> int:
+                  weight: bool = True, bias: bool = True, training: bool = False, norm: str = "layer_norm") -> int:
     """Bytes a forward must move: read x, write y, read weight and bias, and
-    (training) write the fp32 mean and rstd.
+    (training) write the fp32 mean and rstd (RMSNorm: no bias, rstd alone).
 
     >>> forward_bytes(2, 3, "float32", weight=False, bias=False)
     48
+    >>> forward_bytes(2, 3, "float32", training=True, norm="rms_norm")  # 48 + 3*4 (weight) + 2*4 (rstd)
+    68
     """
-    e, ew, eb = _sizes(dtype, param_dtype, weight, bias)
-    return rows * hidden * 2 * e + hidden * (ew + eb) + (2 * rows * STAT_BYTES if training else 0)
+    e, ew, eb = _sizes(dtype, param_dtype, weight, _no_bias(norm, bias))
+    stats = statistics_per_row(norm) * rows * STAT_BYTES
+    return rows * hidden * 2 * e + hidden * (ew + eb) + (stats if training else 0)
 
 
 def backward_bytes(rows: int, hidden: int, dtype: str, param_dtype: str | None = None, *,
-                   weight: bool = True, bias: bool = True) -> int:
+                   weight: bool = True, bias: bool = True, norm: str = "layer_norm") -> int:
     """Bytes a backward must move: read x and dy, write dx, read weight, read
-    mean and rstd, write dweight and dbias.
+    mean and rstd, write dweight and dbias (RMSNorm: rstd alone, no dbias).
 
-    >>> backward_bytes(2, 3, "float32")
-    124
+    >>> backward_bytes(2, 3, "float32"), backward_bytes(2, 3, "float32", norm="rms_norm")
+    (124, 104)
     """
-    e, ew, eb = _sizes(dtype, param_dtype, weight, bias)
-    return 3 * rows * hidden * e + hidden * ew + 2 * rows * STAT_BYTES + hidden * (ew + eb)
+    e, ew, eb = _sizes(dtype, param_dtype, weight, _no_bias(norm, bias))
+    stats = statistics_per_row(norm) * rows * STAT_BYTES
+    return 3 * rows * hidden * e + hidden * ew + stats + hidden * (ew + eb)
 
 
 def direction_bytes(rows: int, hidden: int, dtype: str, direction: str, param_dtype: str | None = None, *,
-                    weight: bool = True, bias: bool = True) -> int:
+                    weight: bool = True, bias: bool = True, norm: str = "layer_norm") -> int:
     """The byte model of one throughput direction (see :data:`BYTE_MODELS`)."""
-    kw = {"weight": weight, "bias": bias}
+    kw = {"weight": weight, "bias": bias, "norm": norm}
     if direction == "forward":
         return forward_bytes(rows, hidden, dtype, param_dtype, **kw)
     if direction == "backward":
