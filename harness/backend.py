@@ -15,15 +15,15 @@ a backward alone, and a training step as exactly one forward and one backward; s
 ``backward_includes_forward`` when ``layer_norm_backward`` runs a forward itself),
 :meth:`availability`, :meth:`library_version`, the ``device``, ``max_elements``
 and ``timing_note`` attributes, the documented ``limits`` and the ``runtime_note``, and
-``known_deviations`` (failures it is known to have, with the reasons).
+``known_deviations`` (failures it is known to have, with the reasons). :func:`device_label` writes a
+``device`` string in the form normbench shows and records everywhere.
 
 RMSNorm (``normbench.norms``): a backend that also implements it declares
 ``normalizations = ("layer_norm", "rms_norm")`` and defines :meth:`rms_norm` and (with
 ``has_backward``) :meth:`rms_norm_backward`; optionally :meth:`prepare_rms_norm_backward`,
 :meth:`rms_norm_forward_backward` and :meth:`warmup_rms_norm`, the counterparts of the
 LayerNorm hooks. A backend may implement RMSNorm alone (``normalizations = ("rms_norm",)``;
-it must still define :meth:`layer_norm`, which may raise). LayerNorm-only backends need nothing new. :func:`device_label` writes a ``device`` string in the form
-normbench shows and records everywhere.
+it must still define :meth:`layer_norm`, which may raise). LayerNorm-only backends need nothing new.
 
 Example, a complete backend (register it in your ``pyproject.toml`` under
 ``[project.entry-points."normbench.backends"]`` as ``mine = "my_pkg:Mine"``)::

@@ -580,8 +580,8 @@ def check_backward_inputs_unmodified(backend: Backend, inputs: Inputs, run: Back
     __tracebackhide__ = True
     for what, original, native in zip(("dy", "x", "weight", "bias"), run.originals, run.native):
         if original is not None and not same_bits(np.asarray(backend.to_numpy(native)), original):
-            raise ConformanceError(f"{backend.name} {inputs.case.id}: {norms.of(inputs.case.norm).call_backward} modified its input "
-                                   f"{what} in place")
+            raise ConformanceError(f"{backend.name} {inputs.case.id}: {norms.of(inputs.case.norm).call_backward} "
+                                   f"modified its input {what} in place")
 
 
 def check_backward_deterministic(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun,
