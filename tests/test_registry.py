@@ -374,6 +374,9 @@ def test_startup_failures_name_distribution_and_fix(fake, kind):
     ("dtypes = 'float32'", "dtypes = 'float32' is not a non-empty sequence"),
     ("known_deviations = ['*-offset1e4']", "known_deviations must map test patterns to reasons"),
     ("known_deviations = {'* | (': 'why'}", "bad message regex '('"),
+    ("normalizations = ('group_norm',)", "normalizations = ('group_norm',) is not a non-empty sequence of layer_norm, rms_norm"),
+    ("normalizations = 'rms_norm'", "normalizations = 'rms_norm' is not a non-empty sequence"),
+    ("normalizations = ('layer_norm', 'rms_norm')", "declares rms_norm in normalizations but does not define rms_norm"),
 ])
 def test_bad_class_declarations_are_plugin_errors(fake, body, what):
     name = f"{fake.tag}-decl"
