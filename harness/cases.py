@@ -233,8 +233,9 @@ class Inputs:
 
 
 def inputs_from_arrays(x: np.ndarray, normalized_shape: tuple[int, ...], weight: np.ndarray | None = None,
-                       bias: np.ndarray | None = None, eps: float = 1e-5) -> Inputs:
-    """Inputs from a user's own arrays (validated), for checking a backend on real data."""
+                       bias: np.ndarray | None = None, eps: float | None = 1e-5, norm: str = "layer_norm") -> Inputs:
+    """Inputs from a user's own arrays (validated), for checking a backend on real data (``norm``:
+    the normalization to check them under; RMSNorm takes no bias, and eps None for its default)."""
     x = np.asarray(x)
     validate_shapes(x.shape, tuple(normalized_shape), None if weight is None else np.shape(weight),
                     None if bias is None else np.shape(bias))
@@ -244,8 +245,8 @@ def inputs_from_arrays(x: np.ndarray, normalized_shape: tuple[int, ...], weight:
         raise InvalidInput(f"weight and bias have different dtypes {sorted(param_dtypes)}; give them one dtype")
     affine = {(True, True): "wb", (True, False): "w", (False, True): "b", (False, False): "none"}[
         (weight is not None, bias is not None)]
-    case = Case("custom", tuple(x.shape), tuple(normalized_shape), dtype_name(x.dtype), "normal", float(eps),
-                affine, param_dtypes.pop() if param_dtypes else None)
+    case = Case("custom", tuple(x.shape), tuple(normalized_shape), dtype_name(x.dtype), "normal",
+                None if eps is None else float(eps), affine, param_dtypes.pop() if param_dtypes else None, norm=norm)
     as_host = lambda p: None if p is None else np.asarray(p)
     return Inputs(case, 0, x, as_host(weight), as_host(bias))
 
