@@ -1,6 +1,6 @@
 """Backward conformance: dx, dweight and dbias of every selected backend, for every
-case of ``normbench.cases.BACKWARD_CASES``, with dy from ``normbench.cases.make_dy``
-(random, nonzero row means).
+case of ``normbench.cases.BACKWARD_CASES`` (both normalizations; RMSNorm's ``rms-`` cases have no
+dbias), with dy from ``normbench.cases.make_dy`` (random, nonzero row means).
 
 * ``test_backward``: values within the backward error model of ``normbench.check.error_model``
   (dweight and dbias bounded by sums of magnitudes over rows, not by their own
@@ -8,8 +8,9 @@ case of ``normbench.cases.BACKWARD_CASES``, with dy from ``normbench.cases.make_
   dtypes; None exactly for absent parameters; with N = 1, dweight exactly 0;
   inputs unmodified; the property ``deterministic`` (the same input twice gives identical bits of dx,
   dweight and dbias), required by default (``--normbench-require``), else recorded.
-* ``test_backward_identities``: without any reference, per row sum(dx) = 0; with
-  eps = 0, sum(xhat*dx) = 0; dbias does not depend on x (``normbench.check.identities``).
+* ``test_backward_identities``: without any reference, per row sum(dx) = 0 (LayerNorm); with
+  eps = 0, sum(xhat*dx) = 0; dbias does not depend on x (LayerNorm); negating x keeps dx and
+  negates dweight (RMSNorm) (``normbench.check.identities``).
 * ``test_finite_differences``: on float64 backends, directional central differences
   of the backend's own forward, step scaled to each row's sigma (``normbench.check.gradcheck``).
 
