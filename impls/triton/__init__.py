@@ -1,16 +1,18 @@
-"""normbench's own LayerNorm kernels in Triton: forward and backward.
+"""normbench's own LayerNorm and RMSNorm kernels in Triton: forward and backward.
 
 For PyTorch users (differentiable; tensors on CUDA, or on CPU under the
 Triton interpreter where no GPU is present)::
 
     from normbench.impls.triton import LayerNorm, layer_norm, LayerNormFunction
+    from normbench.impls.triton import RMSNorm, rms_norm, RMSNormFunction
 
 Modules, each with one job:
 
 * ``forward_kernels``, ``backward_kernels``: the ``@triton.jit`` kernels
 * ``heuristics``: block sizes, warps and grids (plain Python, documented)
 * ``launch``: tensor checks, layouts and kernel launches (no autograd)
-* ``autograd``: ``LayerNormFunction``, ``layer_norm`` and the ``LayerNorm`` layer
+* ``autograd``: ``LayerNormFunction``, ``layer_norm`` and the ``LayerNorm`` layer, and
+  their RMSNorm counterparts
 * ``runtime``: compiled on CUDA or interpreted on CPU, decided before triton loads
 * ``backend``: the ``triton`` backend of the harness
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {"LayerNorm": "autograd", "LayerNormFunction": "autograd", "layer_norm": "autograd",
-         "TritonBackend": "backend"}
+         "RMSNorm": "autograd", "RMSNormFunction": "autograd", "rms_norm": "autograd", "TritonBackend": "backend"}
 __all__ = sorted(_LAZY)
 
 

@@ -1,4 +1,4 @@
-"""The ``triton`` backend: normbench's own Triton kernels under the harness.
+"""The ``triton`` backend: normbench's own Triton kernels under the harness, LayerNorm and RMSNorm.
 
 On a machine with a CUDA device the kernels are compiled and run there; on one
 without, they run in the Triton interpreter on CPU (``normbench.impls.triton.runtime``
@@ -54,8 +54,9 @@ def _interpreter_max_elements() -> int | None:
 
 class TritonBackend(Backend):
     name = "triton"
-    description = ("normbench's Triton kernels (impls/triton): fp32 two-pass statistics, deterministic "
-                   "persistent backward; CUDA, or the Triton interpreter on CPU")
+    description = ("normbench's Triton kernels (impls/triton): LayerNorm and RMSNorm, fp32 statistics (two-pass "
+                   "for LayerNorm), deterministic persistent backward; CUDA, or the Triton interpreter on CPU")
+    normalizations = ("layer_norm", "rms_norm")
     strided = True
     backward_includes_forward = True  # autograd: prepare_backward separates them for timing
     requires = ("triton", "torch")
@@ -121,6 +122,34 @@ class TritonBackend(Backend):
         """Compile (on CUDA) every kernel that arrays like these launch, forward and
         backward, and wait: Triton compiles per dtype, flags and block sizes."""
         self.layer_norm_backward(self.torch.zeros_like(x), x, normalized_shape, weight, bias, eps)
+        self.synchronize()
+
+    # -- RMSNorm: the same kernels with CENTERED off (impls/triton/forward_kernels.py) ---------
+
+    def rms_norm(self, x, normalized_shape, weight, eps):
+        """eps None: ``normbench.dtypes.default_rms_eps`` of x's dtype, as torch does."""
+        return self.launch.rms_forward(x, normalized_shape, weight, eps)[0]
+
+    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
+        """Through the autograd function, as a PyTorch user would run it: ``(dx, dweight)``."""
+        return self.rms_norm_forward_backward(dy, x, normalized_shape, weight, eps)[1]
+
+    def _rms_graph(self, x, normalized_shape, weight, eps):
+        rms_norm = lambda x_, shape, w_, _bias, eps_: self.autograd.rms_norm(x_, shape, w_, eps_)
+        return torch_arrays.autograd_graph(self.torch, rms_norm, x, normalized_shape, weight, None, eps)
+
+    def prepare_rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
+        """The forward kernel and the autograd graph now; the callable launches the backward kernels only."""
+        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
+        return lambda: torch_arrays.gradients(self.torch, y, leaves, dy, retain_graph=True)[:2]
+
+    def rms_norm_forward_backward(self, dy, x, normalized_shape, weight, eps):
+        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
+        return y.detach(), torch_arrays.gradients(self.torch, y, leaves, dy)[:2]
+
+    def warmup_rms_norm(self, x, normalized_shape, weight, eps):
+        """:meth:`warmup` for RMSNorm: its forward and backward kernels, compiled, and wait."""
+        self.rms_norm_backward(self.torch.zeros_like(x), x, normalized_shape, weight, eps)
         self.synchronize()
 
     def synchronize(self):

@@ -1,9 +1,16 @@
-"""Forward kernels: ``y = (x - mean) * rstd * weight + bias``, saving ``mean`` and ``rstd``.
+"""Forward kernels: LayerNorm ``y = (x - mean) * rstd * weight + bias``, saving ``mean`` and
+``rstd``; RMSNorm ``y = x * rstd * weight`` with ``rstd = 1/sqrt(mean(x^2) + eps)``, saving ``rstd``.
 
-Statistics accumulate in ``ACC`` (fp32; fp64 for float64 x), two-pass: the
+One body per path (``forward_rows``, ``forward_looped``) serves both: its ``CENTERED``
+flag subtracts the mean (LayerNorm) or not (RMSNorm); the kernels, ``layer_norm_*`` and
+``rms_norm_*``, are thin entry points that call it with their own arguments (RMSNorm has
+no bias and no mean), so launches, traffic and compiler reports name what they compute.
+
+Statistics accumulate in ``ACC`` (fp32; fp64 for float64 x), two-pass for LayerNorm: the
 mean first, then the variance of the centred values, so large row means do
-not cancel (the one-pass E[x^2] - E[x]^2 does). Masked (padded) lanes load 0
-and are excluded from the centred sum, so they never enter the statistics.
+not cancel (the one-pass E[x^2] - E[x]^2 does). RMSNorm's mean(x^2) has nothing
+to cancel: one pass. Masked (padded) lanes load 0 and are excluded from the
+centred sum (they add 0 to x^2), so they never enter the statistics.
 
 Layout: x is read through a row stride (``X + row*stride_x_row + col``; any
 stride, 0 included); its columns are contiguous (the wrapper in
@@ -60,6 +67,90 @@ def apply_affine(xhat, W, B, cols, col_mask, HAS_WEIGHT: tl.constexpr, HAS_BIAS:
     return y
 
 
+@triton.jit
+def forward_rows(X, Y, W, B, MEAN, RSTD, stride_x_row, M, N, eps_bits, HAS_WEIGHT: tl.constexpr,
+                 HAS_BIAS: tl.constexpr, CENTERED: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr):
+    """The body of ``layer_norm_forward_rows`` (CENTERED) and ``rms_norm_forward_rows`` (not):
+    BLOCK_M whole rows per program, each read once and held in registers. Without CENTERED
+    the row is not centred (``centered`` is x itself: padded lanes load 0), so ``var`` is
+    mean(x^2), and no mean is saved (MEAN and B are None)."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.arange(0, BLOCK_N)
+    row_mask = rows < M
+    col_mask = cols < N
+    mask = row_mask[:, None] & col_mask[None, :]
+    rows = rows.to(tl.int64)
+    x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0).to(ACC)
+    if CENTERED:
+        mean = tl.sum(x, axis=1) / N
+        centered = tl.where(mask, x - mean[:, None], 0.0)
+    else:
+        centered = x
+    var = tl.sum(centered * centered, axis=1) / N
+    rstd = rstd_from_var(var, eps_from_bits(eps_bits, ACC), ACC)
+    y = apply_affine(centered * rstd[:, None], W, B, cols[None, :], col_mask[None, :], HAS_WEIGHT, HAS_BIAS, ACC)
+    tl.store(Y + rows[:, None] * N + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    if CENTERED:
+        tl.store(MEAN + rows, mean, mask=row_mask)
+    tl.store(RSTD + rows, rstd, mask=row_mask)
+
+
+@triton.jit
+def forward_looped(X, Y, W, B, MEAN, RSTD, stride_x_row, N, eps_bits, HAS_WEIGHT: tl.constexpr,
+                   HAS_BIAS: tl.constexpr, CENTERED: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The body of ``layer_norm_forward_looped`` (CENTERED) and ``rms_norm_forward_looped``:
+    one row per program, too long for registers, walked twice in chunks.
+
+    Pass 1, CENTERED: each chunk's mean and sum of squared deviations (two-pass, in
+    registers), merged into the row's with Chan, Golub and LeVeque's pairwise update, as
+    stable as the two-pass formula. Not CENTERED: x^2 summed into a chunk-sized vector (each
+    lane a chain of N/BLOCK_N additions), reduced once. Pass 2 reads the row again (mostly
+    from L2) and writes y.
+    """
+    row = tl.program_id(0).to(tl.int64)
+    x_row = X + row * stride_x_row
+    if CENTERED:
+        count = tl.zeros((), ACC)
+        mean = tl.zeros((), ACC)
+        m2 = tl.zeros((), ACC)
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = cols < N
+            x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+            chunk_count = tl.minimum(N - start, BLOCK_N).to(ACC)
+            chunk_mean = tl.sum(x, axis=0) / chunk_count
+            centered = tl.where(mask, x - chunk_mean, 0.0)
+            total = count + chunk_count
+            delta = chunk_mean - mean
+            mean += delta * (chunk_count / total)
+            m2 += tl.sum(centered * centered, axis=0) + delta * delta * (count * (chunk_count / total))
+            count = total
+        rstd = rstd_from_var(m2 / N, eps_from_bits(eps_bits, ACC), ACC)
+        tl.store(MEAN + row, mean)
+    else:
+        squares = tl.zeros((BLOCK_N,), ACC)
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(ACC)
+            squares += x * x
+        rstd = rstd_from_var(tl.sum(squares, axis=0) / N, eps_from_bits(eps_bits, ACC), ACC)
+    tl.store(RSTD + row, rstd)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = cols < N
+        x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+        if CENTERED:
+            xhat = (x - mean) * rstd
+        else:
+            xhat = x * rstd
+        y = apply_affine(xhat, W, B, cols, mask, HAS_WEIGHT, HAS_BIAS, ACC)
+        tl.store(Y + row * N + cols, y.to(Y.dtype.element_ty), mask=mask)
+
+
+# -- the kernels: LayerNorm and RMSNorm, one body each ---------------------------------------
+
+
 @triton.jit(do_not_specialize=["eps_bits"])
 def layer_norm_forward_rows(
     X,  # *x: element (row, col) at X + row * stride_x_row + col
@@ -79,21 +170,28 @@ def layer_norm_forward_rows(
     BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
 ):
     """BLOCK_M whole rows per program, each read once and held in registers."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.arange(0, BLOCK_N)
-    row_mask = rows < M
-    col_mask = cols < N
-    mask = row_mask[:, None] & col_mask[None, :]
-    rows = rows.to(tl.int64)
-    x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0).to(ACC)
-    mean = tl.sum(x, axis=1) / N
-    centered = tl.where(mask, x - mean[:, None], 0.0)
-    var = tl.sum(centered * centered, axis=1) / N
-    rstd = rstd_from_var(var, eps_from_bits(eps_bits, ACC), ACC)
-    y = apply_affine(centered * rstd[:, None], W, B, cols[None, :], col_mask[None, :], HAS_WEIGHT, HAS_BIAS, ACC)
-    tl.store(Y + rows[:, None] * N + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
-    tl.store(MEAN + rows, mean, mask=row_mask)
-    tl.store(RSTD + rows, rstd, mask=row_mask)
+    forward_rows(X, Y, W, B, MEAN, RSTD, stride_x_row, M, N, eps_bits, HAS_WEIGHT, HAS_BIAS, True, ACC, BLOCK_M,
+                 BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits"])
+def rms_norm_forward_rows(
+    X,  # *x: element (row, col) at X + row * stride_x_row + col
+    Y,  # *y: contiguous (M, N), x's dtype
+    W,  # *weight (N,), contiguous, any float dtype; read only if HAS_WEIGHT
+    RSTD,  # *rstd (M,), ACC dtype: 1 / sqrt(mean(x^2) + eps), saved for the backward
+    stride_x_row,  # elements between consecutive rows of x
+    M,  # number of rows
+    N,  # elements per row (the product of normalized_shape)
+    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    HAS_WEIGHT: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_M: tl.constexpr,  # rows per program
+    BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
+):
+    """RMSNorm: ``layer_norm_forward_rows`` without the mean and the bias."""
+    forward_rows(X, Y, W, None, None, RSTD, stride_x_row, M, N, eps_bits, HAS_WEIGHT, False, False, ACC, BLOCK_M,
+                 BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -112,36 +210,22 @@ def layer_norm_forward_looped(
     ACC: tl.constexpr,  # accumulation dtype
     BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
 ):
-    """One row per program, too long for registers, walked twice in chunks.
+    """One row per program, too long for registers, walked twice in chunks (see forward_looped)."""
+    forward_looped(X, Y, W, B, MEAN, RSTD, stride_x_row, N, eps_bits, HAS_WEIGHT, HAS_BIAS, True, ACC, BLOCK_N)
 
-    Pass 1 computes each chunk's mean and sum of squared deviations (two-pass,
-    in registers) and merges them into the row's with Chan, Golub and LeVeque's
-    pairwise update, which is as stable as the two-pass formula. Pass 2 reads
-    the row again (mostly from L2) and writes y.
-    """
-    row = tl.program_id(0).to(tl.int64)
-    x_row = X + row * stride_x_row
-    count = tl.zeros((), ACC)
-    mean = tl.zeros((), ACC)
-    m2 = tl.zeros((), ACC)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
-        chunk_count = tl.minimum(N - start, BLOCK_N).to(ACC)
-        chunk_mean = tl.sum(x, axis=0) / chunk_count
-        centered = tl.where(mask, x - chunk_mean, 0.0)
-        total = count + chunk_count
-        delta = chunk_mean - mean
-        mean += delta * (chunk_count / total)
-        m2 += tl.sum(centered * centered, axis=0) + delta * delta * (count * (chunk_count / total))
-        count = total
-    rstd = rstd_from_var(m2 / N, eps_from_bits(eps_bits, ACC), ACC)
-    tl.store(MEAN + row, mean)
-    tl.store(RSTD + row, rstd)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
-        y = apply_affine((x - mean) * rstd, W, B, cols, mask, HAS_WEIGHT, HAS_BIAS, ACC)
-        tl.store(Y + row * N + cols, y.to(Y.dtype.element_ty), mask=mask)
+
+@triton.jit(do_not_specialize=["eps_bits"])
+def rms_norm_forward_looped(
+    X,  # *x: element (row, col) at X + row * stride_x_row + col
+    Y,  # *y: contiguous (M, N), x's dtype
+    W,  # *weight (N,), contiguous; read only if HAS_WEIGHT
+    RSTD,  # *rstd (M,), ACC dtype
+    stride_x_row,  # elements between consecutive rows of x
+    N,  # elements per row
+    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    HAS_WEIGHT: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
+):
+    """RMSNorm: ``layer_norm_forward_looped`` without the mean and the bias."""
+    forward_looped(X, Y, W, None, None, RSTD, stride_x_row, N, eps_bits, HAS_WEIGHT, False, False, ACC, BLOCK_N)

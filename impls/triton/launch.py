@@ -1,7 +1,10 @@
 """Launch wrappers: check tensors, pick a configuration (``heuristics``), run the kernels.
 
 Plain tensors in and out, no autograd (``normbench.impls.triton.autograd`` adds it).
-:func:`forward` returns ``(y, mean, rstd)``; :func:`backward` takes them back.
+LayerNorm: :func:`forward` returns ``(y, mean, rstd)``; :func:`backward` takes them back.
+RMSNorm: :func:`rms_forward` returns ``(y, rstd)``; :func:`rms_backward` takes rstd back.
+Both normalizations go through the same checks, layouts, heuristics and launch code
+(``_forward``, ``_backward``); only the kernel names and their argument lists differ.
 
 Layouts. x (and dy) are viewed as ``(rows, N)`` with ``reshape``, which keeps
 any view whose leading dims collapse to one row stride (slices such as
@@ -72,13 +75,13 @@ def _cuda_target(device: torch.device) -> heuristics.Target:
     return heuristics.Target(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
-def _check_tensor(what: str, t: torch.Tensor, device: torch.device | None) -> None:
+def _check_tensor(what: str, t: torch.Tensor, device: torch.device | None, label: str = "LayerNorm") -> None:
     mode = ensure_mode()
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in SUPPORTED_DTYPES:
         names = ", ".join(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES)
-        raise TypeError(f"{what} has dtype {t.dtype}; the Triton LayerNorm kernels support {names}")
+        raise TypeError(f"{what} has dtype {t.dtype}; the Triton {label} kernels support {names}")
     if t.device.type != mode.torch_device:
         fix = "x.cpu()" if mode.interpreter else "x.cuda()"
         raise ValueError(f"{what} is on {t.device}, but the Triton kernels run on {mode.description} here "
@@ -88,16 +91,16 @@ def _check_tensor(what: str, t: torch.Tensor, device: torch.device | None) -> No
 
 
 def check_inputs(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
-                 bias: torch.Tensor | None) -> tuple[int, ...]:
+                 bias: torch.Tensor | None, label: str = "LayerNorm") -> tuple[int, ...]:
     """Validate types, dtypes, devices and shapes; returns normalized_shape as a tuple."""
-    _check_tensor("x", x, None)
+    _check_tensor("x", x, None, label)
     shape = tuple(int(d) for d in ((normalized_shape,) if isinstance(normalized_shape, int) else normalized_shape))
     if not shape or min(shape) < 1 or tuple(x.shape[x.dim() - len(shape):]) != shape:
         raise ValueError(f"normalized_shape {shape} must be non-empty, positive, and x's trailing dims "
                          f"(x has shape {tuple(x.shape)})")
     for what, p in (("weight", weight), ("bias", bias)):
         if p is not None:
-            _check_tensor(what, p, x.device)
+            _check_tensor(what, p, x.device, label)
             if tuple(p.shape) != shape:
                 raise ValueError(f"{what} has shape {tuple(p.shape)}; it must have normalized_shape {shape}")
     return shape
@@ -133,32 +136,67 @@ def forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tens
             bias: torch.Tensor | None = None, eps: float = 1e-5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """LayerNorm over the trailing ``normalized_shape`` dims: ``(y, mean, rstd)``, the
     statistics one per row in fp32 (fp64 for float64 x)."""
-    shape = check_inputs(x, normalized_shape, weight, bias)
+    return _forward(x, normalized_shape, weight, bias, eps, centered=True)
+
+
+def rms_eps(eps: float | None, dtype: torch.dtype) -> float:
+    """RMSNorm's eps: ``eps``, or for None ``normbench.dtypes.default_rms_eps`` (what
+    ``torch.nn.functional.rms_norm`` uses: the accumulation dtype's machine epsilon)."""
+    if eps is not None:
+        return float(eps)
+    from normbench.dtypes import default_rms_eps
+
+    return default_rms_eps(str(dtype).removeprefix("torch."))
+
+
+def rms_forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None = None,
+                eps: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """RMSNorm over the trailing ``normalized_shape`` dims, ``y = x / sqrt(mean(x^2) + eps) * weight``:
+    ``(y, rstd)``, rstd one per row in fp32 (fp64 for float64 x); ``eps=None`` as :func:`rms_eps`."""
+    y, _, rstd = _forward(x, normalized_shape, weight, None, eps, centered=False)
+    return y, rstd
+
+
+def _forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
+             bias: torch.Tensor | None, eps: float | None, centered: bool,
+             ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Either forward: LayerNorm (``centered``: mean subtracted, bias) or RMSNorm (neither; mean None)."""
+    label = "LayerNorm" if centered else "RMSNorm"
+    shape = check_inputs(x, normalized_shape, weight, bias, label)
+    if not centered:
+        eps = rms_eps(eps, x.dtype)
     n = math.prod(shape)
     x2 = rows_view(x, n)
     m = x2.shape[0]
     acc = statistics_dtype(x.dtype)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    mean = torch.empty(m, dtype=acc, device=x.device)
+    mean = torch.empty(m, dtype=acc, device=x.device) if centered else None
     rstd = torch.empty(m, dtype=acc, device=x.device)
     if m:
         fk = _kernels()[0]
         cfg = heuristics.forward_config(m, n, acc.itemsize, _target(x.device))
-        common = dict(HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-                      ACC=fk.accumulator(acc == torch.float64), BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
+        common = dict(HAS_WEIGHT=weight is not None, ACC=fk.accumulator(acc == torch.float64), BLOCK_N=cfg.block_n,
+                      num_warps=cfg.num_warps)
+        if centered:
+            common["HAS_BIAS"] = bias is not None
+            stats = (_param(weight), _param(bias), mean, rstd)
+            kernels = (fk.layer_norm_forward_looped, fk.layer_norm_forward_rows)
+        else:
+            stats = (_param(weight), rstd)
+            kernels = (fk.rms_norm_forward_looped, fk.rms_norm_forward_rows)
         with _launching(x.device):
             if cfg.looped:
-                fk.layer_norm_forward_looped[cfg.grid](x2, y, _param(weight), _param(bias), mean, rstd, x2.stride(0),
-                                                       n, eps_bits(eps), **common)
+                kernels[0][cfg.grid](x2, y, *stats, x2.stride(0), n, eps_bits(eps), **common)
             else:
-                fk.layer_norm_forward_rows[cfg.grid](x2, y, _param(weight), _param(bias), mean, rstd, x2.stride(0),
-                                                     m, n, eps_bits(eps), BLOCK_M=cfg.block_m, **common)
+                kernels[1][cfg.grid](x2, y, *stats, x2.stride(0), m, n, eps_bits(eps), BLOCK_M=cfg.block_m, **common)
     return y.view(x.shape), mean, rstd
 
 
-def _check_statistics(mean: torch.Tensor, rstd: torch.Tensor, rows: int, x: torch.Tensor) -> None:
+def _check_statistics(mean: torch.Tensor | None, rstd: torch.Tensor, rows: int, x: torch.Tensor) -> None:
     acc = statistics_dtype(x.dtype)
     for what, s in (("mean", mean), ("rstd", rstd)):
+        if s is None and what == "mean":  # RMSNorm
+            continue
         if s.dtype != acc or s.numel() != rows or s.device != x.device or not s.is_contiguous():
             raise ValueError(f"{what} must be the forward's saved statistics: {rows} contiguous {acc} values on "
                              f"{x.device}, got {s.numel()} {s.dtype} values on {s.device}")
@@ -170,8 +208,26 @@ def backward(dy: torch.Tensor, x: torch.Tensor, normalized_shape: Sequence[int],
              ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """The vector-Jacobian product ``(dx, dweight, dbias)`` from the forward's saved
     ``mean`` and ``rstd``; None for what is absent (no weight/bias) or not needed."""
-    shape = check_inputs(x, normalized_shape, weight, bias)
-    _check_tensor("dy", dy, x.device)
+    return _backward(dy, x, normalized_shape, weight, bias, mean, rstd, need_dx, need_dweight, need_dbias)
+
+
+def rms_backward(dy: torch.Tensor, x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
+                 rstd: torch.Tensor, *, need_dx: bool = True, need_dweight: bool = True,
+                 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """RMSNorm's vector-Jacobian product ``(dx, dweight)`` from the forward's saved ``rstd``
+    (:func:`rms_forward`); None for what is absent (no weight) or not needed."""
+    dx, dw, _ = _backward(dy, x, normalized_shape, weight, None, None, rstd, need_dx, need_dweight, False)
+    return dx, dw
+
+
+def _backward(dy: torch.Tensor, x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
+              bias: torch.Tensor | None, mean: torch.Tensor | None, rstd: torch.Tensor, need_dx: bool,
+              need_dweight: bool, need_dbias: bool,
+              ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """Either backward: LayerNorm (``mean`` given) or RMSNorm (``mean`` None, no bias)."""
+    label = "LayerNorm" if mean is not None else "RMSNorm"
+    shape = check_inputs(x, normalized_shape, weight, bias, label)
+    _check_tensor("dy", dy, x.device, label)
     if dy.shape != x.shape:
         raise ValueError(f"dy has shape {tuple(dy.shape)}; it must have x's shape {tuple(x.shape)}")
     n = math.prod(shape)
@@ -189,30 +245,34 @@ def backward(dy: torch.Tensor, x: torch.Tensor, normalized_shape: Sequence[int],
             None if db is None else db.view(shape))
 
 
-def _launch_backward(dy2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor | None, mean: torch.Tensor,
+def _launch_backward(dy2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor | None, mean: torch.Tensor | None,
                      rstd: torch.Tensor, dx: torch.Tensor | None, dw: torch.Tensor | None,
                      db: torch.Tensor | None) -> None:
-    """Run the backward kernels on (rows, N) views; dx, dw, db are filled where not None."""
+    """Run the backward kernels on (rows, N) views; dx, dw, db are filled where not None.
+    LayerNorm with ``mean``; RMSNorm without (``db`` is then None)."""
     fk, bk = _kernels()
     m, n = x2.shape
-    acc = mean.dtype
+    acc = rstd.dtype
     target = _target(x2.device)
     cfg = heuristics.backward_config(m, n, acc.itemsize, target, x2.element_size())
     partial = lambda out: None if out is None else torch.empty((cfg.programs, n), dtype=acc, device=x2.device)
     dw_partial, db_partial = partial(dw), partial(db)
     flags = dict(HAS_WEIGHT=w is not None, COMPUTE_DX=dx is not None, COMPUTE_DW=dw is not None,
-                 COMPUTE_DB=db is not None, ACC=fk.accumulator(acc == torch.float64), BLOCK_N=cfg.block_n,
-                 num_warps=cfg.num_warps)
+                 ACC=fk.accumulator(acc == torch.float64), BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
+    if mean is not None:  # LayerNorm
+        flags["COMPUTE_DB"] = db is not None
+        args = (dy2, x2, w, mean, rstd, dx, dw_partial, db_partial)
+        kernels = (bk.layer_norm_backward_looped, bk.layer_norm_backward_rows)
+    else:  # RMSNorm: no mean, no bias
+        args = (dy2, x2, w, rstd, dx, dw_partial)
+        kernels = (bk.rms_norm_backward_looped, bk.rms_norm_backward_rows)
     with _launching(x2.device):
         if cfg.looped:
-            bk.layer_norm_backward_looped[(cfg.programs,)](
-                dy2, x2, w, mean, rstd, dx, dw_partial, db_partial, dy2.stride(0), x2.stride(0), m, n,
-                cfg.tiles_per_program, **flags)
+            kernels[0][(cfg.programs,)](*args, dy2.stride(0), x2.stride(0), m, n, cfg.tiles_per_program, **flags)
         else:
-            bk.layer_norm_backward_rows[(cfg.programs,)](
-                dy2, x2, w, mean, rstd, dx, dw_partial, db_partial, dy2.stride(0), x2.stride(0), m, n,
-                cfg.tiles_per_program, BLOCK_M=cfg.block_m, PARTIALS_IN_MEMORY=cfg.partials_in_memory, **flags)
-        if dw is not None or db is not None:
+            kernels[1][(cfg.programs,)](*args, dy2.stride(0), x2.stride(0), m, n, cfg.tiles_per_program,
+                                        BLOCK_M=cfg.block_m, PARTIALS_IN_MEMORY=cfg.partials_in_memory, **flags)
+        if dw is not None or db is not None:  # one reduction kernel for both normalizations
             rc = heuristics.reduce_config(cfg.programs, n, target)
             bk.layer_norm_reduce_partials[rc.grid](dw_partial, db_partial, dw, db, cfg.programs, n,
                                                    COMPUTE_DW=dw is not None, COMPUTE_DB=db is not None,
