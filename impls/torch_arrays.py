@@ -38,9 +38,10 @@ def to_host(torch: Any, tensor: Any) -> np.ndarray:
     return t.numpy()
 
 
-def autograd_graph(torch: Any, layer_norm: Any, x: Any, normalized_shape, weight: Any, bias: Any, eps: float):
-    """Run ``layer_norm`` (``F.layer_norm``, or our Triton autograd function) on leaves that require
-    grad: ``(y, leaves)``, the graph ready for :func:`gradients` (None leaves where weight or bias is None)."""
+def autograd_graph(torch: Any, layer_norm: Any, x: Any, normalized_shape, weight: Any, bias: Any, eps: float | None):
+    """Run ``layer_norm`` (``F.layer_norm``, our Triton autograd function, or an RMSNorm called with the
+    same arguments and bias None) on leaves that require grad: ``(y, leaves)``, the graph ready for
+    :func:`gradients` (None leaves where weight or bias is None)."""
     leaves = [t.detach().requires_grad_(True) if t is not None else None for t in (x, weight, bias)]
     with torch.enable_grad():
         y = layer_norm(leaves[0], normalized_shape, leaves[1], leaves[2], eps)

@@ -1,6 +1,9 @@
-"""PyTorch's ``torch.nn.functional.layer_norm``, on CUDA when present, else CPU.
+"""PyTorch's ``torch.nn.functional.layer_norm`` and ``torch.nn.functional.rms_norm``, on CUDA
+when present, else CPU.
 
-Backward through autograd. torch is imported when the backend is created,
+Backward through autograd, for both. ``rms_norm`` gets normbench's arguments as they are,
+``eps=None`` included (torch then uses the machine epsilon of its computation dtype:
+:func:`normbench.dtypes.default_rms_eps`). torch is imported when the backend is created,
 never when this module is imported.
 """
 
@@ -13,7 +16,9 @@ from normbench.impls.torch_arrays import autograd_graph, from_host, gradients, s
 
 class TorchBackend(Backend):
     name = "torch"
-    description = "torch.nn.functional.layer_norm (ATen), CUDA if available else CPU; backward via autograd"
+    description = ("torch.nn.functional.layer_norm and rms_norm (ATen), CUDA if available else CPU; "
+                   "backward via autograd")
+    normalizations = ("layer_norm", "rms_norm")
     strided = True
     requires = ("torch",)
     install_hint = "pip install 'normbench[torch]'"
@@ -67,6 +72,28 @@ class TorchBackend(Backend):
     def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
         y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
         return y.detach(), gradients(self.torch, y, leaves, dy)
+
+    # -- RMSNorm: F.rms_norm, the same autograd plumbing --------------------------------------
+
+    def rms_norm(self, x, normalized_shape, weight, eps):
+        return self.torch.nn.functional.rms_norm(x, list(normalized_shape), weight, eps)
+
+    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
+        return self.rms_norm_forward_backward(dy, x, normalized_shape, weight, eps)[1]
+
+    def _rms_graph(self, x, normalized_shape, weight, eps):
+        # F.rms_norm looked up at each call (a test counts the graph's forwards there); bias is always None
+        rms_norm = lambda x_, ns, w, _bias, e: self.torch.nn.functional.rms_norm(x_, list(ns), w, e)
+        return autograd_graph(self.torch, rms_norm, x, normalized_shape, weight, None, eps)
+
+    def prepare_rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
+        """The forward and its autograd graph now; the callable runs ``autograd.grad`` on it (graph retained)."""
+        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
+        return lambda: gradients(self.torch, y, leaves, dy, retain_graph=True)[:2]
+
+    def rms_norm_forward_backward(self, dy, x, normalized_shape, weight, eps):
+        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
+        return y.detach(), gradients(self.torch, y, leaves, dy)[:2]
 
     def synchronize(self):
         if self._device.type == "cuda":
