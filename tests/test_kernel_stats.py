@@ -1,6 +1,6 @@
 """Static checks of compiled kernels (normbench.perf.kernel_stats): PTX access widths, the
 occupancy estimate, and our kernels compiled for sm_90 at shapes of the GPU sweep (no
-spills, 16-byte accesses, at least 32 resident warps per SM)."""
+spills, 16-byte accesses, at least 32 resident warps per SM), LayerNorm's and RMSNorm's."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ import importlib.util
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
-from normbench.perf.kernel_stats import STATS_COLUMNS, access_widths, occupancy
+from normbench.exceptions import NormbenchError
+from normbench.perf.kernel_stats import STATS_COLUMNS, access_widths, occupancy, stats_rows
 from normbench.perf.traffic import GPUS
 
 H100, A100 = GPUS["h100"], GPUS["a100"]
@@ -43,25 +45,43 @@ def test_occupancy_estimate(registers, warps, smem, gpu, want):
     assert occupancy(registers, smem, warps, gpu) == want
 
 
+def test_a_provider_without_a_norm_keyword_is_refused_for_rms_norm():
+    """A LayerNorm-only provider (compiled_kernels without ``norm``) is asked for LayerNorm as
+    before, and refused, saying why, for RMSNorm."""
+
+    def compiled_kernels(rows, hidden, dtype, arch, sm_count):
+        return []
+
+    LayerNormOnly = types.ModuleType("plugin.kernels")
+    LayerNormOnly.compiled_kernels = compiled_kernels
+
+    assert stats_rows(LayerNormOnly, [(8, 8, "float32")], H100, 90) == []
+    with pytest.raises(NormbenchError, match="plugin.kernels.compiled_kernels takes no norm keyword: it provides "
+                                             "LayerNorm kernels only, not rms_norm"):
+        stats_rows(LayerNormOnly, [(8, 8, "float32")], H100, 90, norm="rms_norm")
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
-def test_our_kernels_compiled_for_sm90_have_no_spills_and_fill_the_sms(tmp_path):
+@pytest.mark.parametrize("norm", ["layer_norm", "rms_norm"])
+def test_our_kernels_compiled_for_sm90_have_no_spills_and_fill_the_sms(tmp_path, norm):
     """The issue-14 configurations, compiled in a fresh process: the looped backward (1 CTA of
     32 warps per SM), the bf16 forward at 16384 (32 warps), the fp32 backward rows at 1024 and
-    8192 (were 1 CTA of 16 warps at 74 and 121 registers)."""
+    8192 (were 1 CTA of 16 warps at 74 and 121 registers); RMSNorm's kernels at the same shapes
+    (its looped backward adds its dweight term before dx: in dx's order ptxas spilled in bf16)."""
     out = tmp_path / "stats.csv"
     shapes = "8192x16384:bfloat16,65536x1024:float32,8192x8192:float32,8192x65536:float16"
     run = subprocess.run([sys.executable, "-m", "normbench.perf.kernel_stats", "--gpu", "h100", "--shapes", shapes,
-                          "--out", str(out)], capture_output=True, text=True, timeout=900,
+                          "--norm", norm, "--out", str(out)], capture_output=True, text=True, timeout=900,
                          env={**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"})
     assert run.returncode == 0, run.stdout + run.stderr
     with open(out) as f:
         rows = list(csv.DictReader(f))
     assert tuple(rows[0]) == ("schema_version", *STATS_COLUMNS)  # the file as the schema writes it
     kernels = {(r["kernel"], int(r["hidden"])) for r in rows}
-    assert {("layer_norm_backward_looped", 16384), ("layer_norm_forward_rows", 16384),
-            ("layer_norm_backward_rows", 1024), ("layer_norm_backward_looped", 8192),
-            ("layer_norm_forward_looped", 65536)} <= kernels
+    assert {(f"{norm}_backward_looped", 16384), (f"{norm}_forward_rows", 16384),
+            (f"{norm}_backward_rows", 1024), (f"{norm}_backward_looped", 8192),
+            (f"{norm}_forward_looped", 65536)} <= kernels
     for r in rows:
         assert int(r["spill_bytes"]) == 0, r["label"]
         if r["kernel"] != "layer_norm_reduce_partials":  # a small grid (hidden/128 programs)

@@ -107,13 +107,14 @@ PATHS = {
 }
 
 
+@pytest.mark.parametrize("norm", ["layer_norm", "rms_norm"])
 @pytest.mark.parametrize("shape", PATHS.values(), ids=PATHS.keys())
-def test_sampled_counts_equal_running_every_program(shape):
+def test_sampled_counts_equal_running_every_program(shape, norm):
     backend = get_registry().create("triton")
     with traffic.emulated_gpu(H100):
         for direction in ("forward", "backward"):
-            sampled = traffic.count_direction(backend, *shape, direction)
-            full = traffic.count_direction(backend, *shape, direction, sample=False)
+            sampled = traffic.count_direction(backend, *shape, direction, norm=norm)
+            full = traffic.count_direction(backend, *shape, direction, sample=False, norm=norm)
             assert sum(launch.programs_run for launch in sampled) < sum(launch.programs_run for launch in full)
             assert [(la.kernel, la.grid, la.args) for la in sampled] == [(la.kernel, la.grid, la.args) for la in full]
 
@@ -130,3 +131,26 @@ def test_a_traffic_row_has_the_schema_and_the_byte_model():
     fwd = rows[0]
     assert fwd["model_bytes"] == 2 * 128 * 256 * 2 + 2 * 256 * 2
     assert fwd["unique_bytes"] == fwd["model_bytes"] + 2 * 128 * 4  # plus the saved mean and rstd
+
+
+def test_an_rms_norm_traffic_row_has_its_own_byte_model():
+    """RMSNorm with weight: no bias, rstd alone; the forward writes rstd beyond the inference model."""
+    backend = get_registry().create("triton")
+    rows = traffic.traffic_rows(backend, "triton", [(128, 256, "bfloat16")], H100, norm="rms_norm")
+    for row in rows:
+        assert tuple(row) == traffic.TRAFFIC_COLUMNS and row["normalization"] == "rmsnorm"
+        assert row["ratio"] == round(row["unique_bytes"] / row["model_bytes"], 5)
+    fwd, bwd = rows
+    assert fwd["model_bytes"] == 2 * 128 * 256 * 2 + 256 * 2  # x, y, weight
+    assert fwd["unique_bytes"] == fwd["model_bytes"] + 128 * 4  # plus the saved rstd
+    assert fwd["kernels"] == "rms_norm_forward_rows"
+    assert bwd["model_bytes"] == 3 * 128 * 256 * 2 + 2 * 256 * 2 + 128 * 4  # x, dy, dx; weight, dweight; rstd
+    assert bwd["kernels"] == "rms_norm_backward_rows+layer_norm_reduce_partials"
+
+
+def test_a_backend_without_rms_norm_is_refused_by_the_cli(capsys, monkeypatch):
+    from normbench.impls.triton.backend import TritonBackend
+
+    monkeypatch.setattr(TritonBackend, "normalizations", ("layer_norm",))
+    assert traffic.main(["--norm", "rms_norm", "--shapes", "4x8"]) == 2
+    assert "implements layer_norm only, not rms_norm" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """The Triton backend's own tests: backward against the oracle, determinism, the
-autograd function and layer against torch, bad input, and the plain-Python heuristics.
+autograd function and layer against torch, bad input, and the plain-Python heuristics;
+RMSNorm (the same kernels with CENTERED off) against a float64 NumPy recomputation.
 
 They run where triton and torch are installed (``tox -e torch``): under the
 Triton interpreter on CPU, or compiled on a CUDA device.
@@ -8,6 +9,7 @@ Triton interpreter on CPU, or compiled on a CUDA device.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -24,7 +26,7 @@ if importlib.util.find_spec("triton") is None:  # never import triton before the
     pytest.skip("triton is not installed (pip install 'normbench[triton]')", allow_module_level=True)
 torch = pytest.importorskip("torch")
 
-from normbench.impls.triton import LayerNorm, launch, layer_norm  # noqa: E402
+from normbench.impls.triton import LayerNorm, RMSNorm, launch, layer_norm, rms_norm  # noqa: E402
 from normbench.impls.triton.backend import TritonBackend  # noqa: E402
 from normbench.impls.triton.runtime import ensure_mode  # noqa: E402
 
@@ -247,9 +249,224 @@ def test_kernels_compile_for_a_gpu(tmp_path):
                          env={**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"})
     assert out.returncode == 0, out.stdout + out.stderr
     pairs = [("bfloat16", "bfloat16"), ("float64", "float64"), ("bfloat16", "float32")]
-    runs = [(*pair, "wb") for pair in pairs] + [(*pairs[0], a) for a in compile_check.AFFINES if a != "wb"]
-    expected = sum(len(compile_check.variants(n, *run)) for n in (1, 1000, 65536) for run in runs)
+    expected = 0
+    for norm in compile_check.NORMS:  # both normalizations by default
+        full, *others = compile_check.affines(norm)
+        runs = [(*pair, full) for pair in pairs] + [(*pairs[0], a) for a in others]
+        expected += sum(len(compile_check.variants(n, *run, norm=norm)) for n in (1, 1000, 65536) for run in runs)
     assert out.stdout.count("ok ") == expected and "FAIL" not in out.stdout
+    assert "ok   rms_norm_backward_looped[bfloat16/bfloat16, N=65536" in out.stdout
+
+
+# -- RMSNorm: the same kernel bodies with CENTERED off -----------------------------------------
+#
+# Checked against a float64 NumPy recomputation of the formulas (r = 1/sqrt(mean(x^2) + eps),
+# xhat = x*r, g = dy*weight: y = xhat*weight, dx = r*(g - xhat*mean(g*xhat)), dweight = column
+# sums of dy*xhat) on the very inputs the kernels saw (cast from their dtype). The bound per
+# element: the output's rounding (2 ulp-halves: round to nearest, or the interpreter's bf16
+# truncation) plus k*u_acc times the scale of the terms (|y|; r*(|g| + |xhat|*mean|g*xhat|);
+# sum|dy*xhat|), with k = 16 + 2*sqrt(terms summed), as normbench's error model does. A
+# formula error (a mean subtracted, a term missing, weight applied twice) is off by O(1).
+
+UNIT_ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}
+TINY = {"float16": 2.0**-24, "bfloat16": 2.0**-133, "float32": 2.0**-149, "float64": 2.0**-1074}
+
+
+def rms_reference(x: np.ndarray, w: np.ndarray | None, dy: np.ndarray, eps: float) -> dict:
+    """float64 y, dx, dweight and the scales of their terms (see above)."""
+    x, dy = x.astype(np.float64), dy.astype(np.float64)
+    w = np.ones(x.shape[-1]) if w is None else w.astype(np.float64)
+    r = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    xhat = x * r
+    g = dy * w
+    rows = tuple(range(x.ndim - 1))
+    return {"y": xhat * w, "y_scale": np.abs(xhat * w),
+            "dx": r * (g - xhat * np.mean(g * xhat, axis=-1, keepdims=True)),
+            "dx_scale": r * (np.abs(g) + np.abs(xhat) * np.mean(np.abs(g * xhat), axis=-1, keepdims=True)),
+            "dweight": np.sum(dy * xhat, axis=rows), "dweight_scale": np.sum(np.abs(dy * xhat), axis=rows)}
+
+
+def assert_close_to_reference(what: str, got: torch.Tensor, want: np.ndarray, scale: np.ndarray, dtype: str,
+                              terms: int) -> None:
+    u_out, u_acc = UNIT_ROUNDOFF[dtype], UNIT_ROUNDOFF["float64" if dtype == "float64" else "float32"]
+    assert got.dtype == getattr(torch, dtype) and tuple(got.shape) == want.shape, what
+    got = got.double().numpy()
+    computing = (16 + 2 * math.sqrt(terms)) * u_acc * scale
+    bound = 2 * u_out * (np.abs(want) + computing) + computing + TINY[dtype]
+    error = np.abs(got - want)
+    worst = np.unravel_index(np.argmax(error / bound), want.shape)
+    assert np.all(error <= bound), (f"{what}{list(worst)} = {got[worst]!r}, reference {want[worst]!r}, "
+                                    f"bound {bound[worst]:.3g}; {int(np.sum(error > bound))} of {error.size} out")
+
+
+def rms_inputs(shape, dtype: str, weight: bool, seed: int = 0, offset: float = 0.5):
+    """x (its row 0 all zeros: rstd = 1/sqrt(eps)), weight and dy in ``dtype``."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64) * 2 + offset
+    x.view(-1, shape[-1])[0] = 0
+    w = torch.randn(shape[-1:], generator=gen, dtype=torch.float64) if weight else None
+    dy = torch.randn(shape, generator=gen, dtype=torch.float64) + 0.5
+    cast = lambda t: None if t is None else t.to(getattr(torch, dtype))
+    return cast(x), cast(w), cast(dy)
+
+
+def check_rms(x: torch.Tensor, w: torch.Tensor | None, dy: torch.Tensor, eps: float | None = None):
+    """The kernels' y, dx, dweight (and the saved rstd) against :func:`rms_reference`; returns them."""
+    dtype = str(x.dtype).removeprefix("torch.")
+    n = x.shape[-1]
+    y, rstd = launch.rms_forward(x, (n,), w, eps)
+    dx, dw = launch.rms_backward(dy, x, (n,), w, rstd)
+    host = lambda t: None if t is None else t.double().numpy()
+    ref = rms_reference(host(x), host(w), host(dy), launch.rms_eps(eps, x.dtype))
+    assert rstd.dtype == launch.statistics_dtype(x.dtype) and rstd.shape == (x.numel() // n,)
+    assert_close_to_reference("y", y, ref["y"], ref["y_scale"], dtype, n)
+    assert_close_to_reference("dx", dx, ref["dx"], ref["dx_scale"], dtype, n)
+    if w is None:
+        assert dw is None
+    else:
+        assert_close_to_reference("dweight", dw, ref["dweight"], ref["dweight_scale"], dtype, x.numel() // n + n)
+    return y, dx, dw
+
+
+#: (shape, dtypes): each path of the kernels; the interpreter runs a program per loop step, so
+#: the longest rows take few of them (and the slowest dtype pair once)
+RMS_SHAPES = [((5, 1), ("float32", "float16", "bfloat16")),  # N = 1: y = sign(x)*w, dx nearly cancels
+              ((37, 1001), ("float32", "float16", "bfloat16")),  # odd N: rows in registers, padded lanes
+              ((3, 5, 64), ("float32", "float16", "bfloat16")),  # several leading dims, many rows per program
+              ((3, 20000), ("float32", "bfloat16")),  # looped forward and backward, a ragged last chunk
+              ((2, 65536), ("float32", "bfloat16"))]  # the longest rows: 16 forward, 8 backward chunks
+
+
+@pytest.mark.parametrize("weight", [True, False], ids=["weight", "no-weight"])
+@pytest.mark.parametrize("shape,dtype", [(shape, d) for shape, dtypes in RMS_SHAPES for d in dtypes], ids=str)
+def test_rms_norm_against_float64_numpy(shape, dtype, weight):
+    check_rms(*rms_inputs(shape, dtype, weight))
+
+
+@pytest.mark.parametrize("shape", [(64, 100), (4, 9000)], ids=str)
+def test_rms_norm_float64(shape):
+    """fp64 statistics and eps (2**-52 by default: an fp32 eps would be 2**29 times larger)."""
+    check_rms(*rms_inputs(shape, "float64", True))
+    check_rms(*rms_inputs(shape, "float64", True), eps=1e-300)
+
+
+def test_rms_norm_strided_inputs():
+    """Rows read through their stride and offset (no copy), a stride-0 broadcast dy, a transposed
+    x (copied): each equal to the kernels on the contiguous copy, and to the reference."""
+    for dtype in ("float32", "bfloat16"):
+        base, w, dy_full = rms_inputs((9, 1030), dtype, True)
+        x = base[::2, 3:1027]  # row stride 2060, offset 3
+        dy = dy_full[1, 3:1027].expand(x.shape)  # stride 0
+        assert launch.rows_view(x, 1024).data_ptr() == x.data_ptr()
+        got = check_rms(x, w[3:1027], dy)
+        again = check_rms(x.contiguous(), w[3:1027].contiguous(), dy.contiguous())
+        for a, b in zip(got, again):
+            assert torch.equal(a, b)
+        xt = base[:, :9].T  # (9, 9): a strided last dim, copied by rows_view
+        check_rms(xt, None, dy_full[:, :9])
+
+
+@pytest.mark.parametrize("shape", [(4099, 33), (3, 20000)], ids=str)
+def test_rms_dweight_bit_identical(shape):
+    """Persistent programs and the fixed-order reduction (rows in registers, and looped)."""
+    x, w, dy = rms_inputs(shape, "bfloat16", True)
+    first, again = (check_rms(x, w, dy)[2] for _ in range(2))
+    assert same_bits(first.view(torch.int16).numpy(), again.view(torch.int16).numpy())
+
+
+def test_rms_eps_none_is_the_accumulation_dtypes_machine_epsilon():
+    """torch's default (normbench.dtypes.default_rms_eps): float32's eps for half and float32 x,
+    float64's for float64; tiny rows make it visible."""
+    from normbench.dtypes import default_rms_eps
+
+    for dtype, eps in (("float32", 2.0**-23), ("bfloat16", 2.0**-23), ("float64", 2.0**-52)):
+        assert default_rms_eps(dtype) == eps == launch.rms_eps(None, getattr(torch, dtype))
+        x = (torch.randn(4, 16, generator=torch.Generator().manual_seed(3)) * 1e-4).to(getattr(torch, dtype))
+        y, rstd = launch.rms_forward(x, (16,))
+        y_eps, rstd_eps = launch.rms_forward(x, (16,), None, eps)
+        assert torch.equal(y, y_eps) and torch.equal(rstd, rstd_eps)
+        assert not torch.equal(rstd, launch.rms_forward(x, (16,), None, eps * 4)[1])
+
+
+@pytest.mark.parametrize("weight", [True, False], ids=["weight", "no-weight"])
+def test_rms_gradcheck_float64(weight):
+    x = torch.randn(3, 2, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).requires_grad_()
+    w = torch.randn(2, 7, dtype=torch.float64).requires_grad_() if weight else None
+    fn = (lambda x_, w_: rms_norm(x_, (2, 7), w_, 1e-5)) if weight else (lambda x_: rms_norm(x_, (2, 7), None, 1e-5))
+    assert torch.autograd.gradcheck(fn, (x, w) if weight else (x,), fast_mode=True)
+
+
+@pytest.mark.parametrize("eps", [None, 1e-6], ids=str)
+def test_rms_matches_torch_rms_norm(eps):
+    """Values and gradients agree with torch.nn.functional.rms_norm (eps None: its default)."""
+    x = (torch.randn(65, 257, generator=torch.Generator().manual_seed(0)) + 1).to(torch.bfloat16)
+    w = torch.randn(257, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    ours = [t.clone().requires_grad_() for t in (x, w)]
+    ref = [t.double().requires_grad_() for t in (x, w)]
+    y = rms_norm(ours[0], (257,), ours[1], eps)
+    ref_eps = eps if eps is not None else torch.finfo(torch.float32).eps  # torch's default for bf16 x
+    y_ref = torch.nn.functional.rms_norm(ref[0], (257,), ref[1], ref_eps)
+    (y.float() * torch.arange(257)).sum().backward()  # a stride-0 dy times a column ramp
+    (y_ref * torch.arange(257)).sum().backward()
+    torch.testing.assert_close(y.double(), y_ref, atol=0.05, rtol=0.02)
+    for mine, theirs in zip(ours, ref):
+        scale = theirs.grad.abs().max().item() + 1
+        torch.testing.assert_close(mine.grad.double() / scale, theirs.grad / scale, atol=0.02, rtol=0.02)
+
+
+def test_rms_layer_is_a_drop_in_torch_rms_norm():
+    ref = torch.nn.RMSNorm((4, 6), eps=1e-3)
+    torch.nn.init.normal_(ref.weight)
+    ours = RMSNorm((4, 6), eps=1e-3)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(3, 4, 6)
+    torch.testing.assert_close(ours(x), ref(x), atol=1e-5, rtol=1e-5)
+    default = RMSNorm(6, elementwise_affine=False)  # eps None, no weight
+    torch.testing.assert_close(default(x), torch.nn.RMSNorm(6, elementwise_affine=False)(x), atol=1e-6, rtol=1e-6)
+    assert isinstance(ours, torch.nn.RMSNorm) and default.weight is None
+
+
+def test_rms_only_the_gradients_asked_for_and_no_double_backward():
+    x, w = torch.randn(5, 16), torch.randn(16).requires_grad_()
+    rms_norm(x, (16,), w).sum().backward()
+    assert w.grad is not None and x.grad is None
+    x.requires_grad_()
+    (dx,) = torch.autograd.grad(rms_norm(x, 16).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable"):
+        dx.sum().backward()
+
+
+def test_rms_backend_methods(triton_backend):
+    """The backend contract: rms_norm, its backward (through autograd), the backward prepared
+    alone, one forward and one backward, warmup; the same bits every way."""
+    assert tuple(triton_backend.normalizations) == ("layer_norm", "rms_norm")
+    x, w, dy = rms_inputs((6, 40), "float32", True)
+    y = triton_backend.rms_norm(x, (40,), w, None)
+    dx, dw = triton_backend.rms_norm_backward(dy, x, (40,), w, None)
+    y_fb, (dx_fb, dw_fb) = triton_backend.rms_norm_forward_backward(dy, x, (40,), w, None)
+    prepared = triton_backend.prepare_rms_norm_backward(dy, x, (40,), w, None)
+    for a, b in zip((y, dx, dw, dx, dw), (y_fb, dx_fb, dw_fb, *prepared())):
+        assert torch.equal(a, b)
+    assert torch.equal(prepared()[0], dx)  # runs again: the graph is kept
+    _, w_none, _ = rms_inputs((6, 40), "float32", False)
+    assert triton_backend.rms_norm_backward(dy, x, (40,), w_none, 1e-6)[1] is None
+    assert triton_backend.warmup_rms_norm(x, (40,), w, None) is None
+    check_rms(x, w, dy)
+
+
+def test_rms_empty_input_and_bad_input():
+    x = torch.randn(0, 7, requires_grad=True)
+    w = torch.randn(7, requires_grad=True)
+    y = rms_norm(x, (7,), w)
+    assert y.shape == (0, 7)
+    y.sum().backward()
+    assert x.grad.shape == (0, 7) and torch.equal(w.grad, torch.zeros(7))
+    with pytest.raises(TypeError, match=r"x has dtype torch.int32; the Triton RMSNorm kernels support float16"):
+        launch.rms_forward(torch.zeros(2, 3, dtype=torch.int32), (3,))
+    with pytest.raises(ValueError, match=r"weight has shape \(2,\); it must have normalized_shape \(3,\)"):
+        rms_norm(torch.zeros(2, 3), (3,), torch.zeros(2))
+    with pytest.raises(ValueError, match=r"rstd must be the forward's saved statistics"):
+        launch.rms_backward(torch.zeros(2, 3), torch.zeros(2, 3), (3,), None, torch.zeros(3))
 
 
 # -- compiled or interpreted: decided before triton is imported ------------------------------

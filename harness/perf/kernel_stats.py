@@ -21,16 +21,20 @@ about time. The kernels come from a *kernel provider*, a module that knows how
 its backend launches: a function ``compiled_kernels(rows, hidden, dtype, arch,
 sm_count)`` returning ``(kernel name, label, compiled kernel, programs)`` for
 every launch of a forward and a backward (normbench's own:
-``normbench.impls.triton.compile_check``). Run::
+``normbench.impls.triton.compile_check``). A provider that also has RMSNorm kernels takes
+``norm="rms_norm"`` as a keyword (LayerNorm, the default, is asked for without it, so a
+LayerNorm-only provider needs nothing). Run::
 
     python -m normbench.perf.kernel_stats --kernels normbench.impls.triton.compile_check --gpu h100 \\
         --out reports/traffic-h100/kernels-sm90.csv
+    python -m normbench.perf.kernel_stats --norm rms_norm --gpu h100 --out kernels-rms-sm90.csv
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import math
 import os
 import re
@@ -41,6 +45,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from normbench import results
+from normbench.exceptions import NormbenchError
 from normbench.perf.traffic import GPUS, GPUProfile, parse_shapes, write_csv
 from normbench.ptxas import ptxas_usage
 
@@ -104,12 +109,24 @@ def kernel_stats(compiled: Any, gpu: GPUProfile, arch: int, programs: int) -> di
     }
 
 
+def _compiled_kernels(provider: Any, norm: str):
+    """``provider.compiled_kernels``, asked for ``norm``'s kernels (see the module doc)."""
+    if norm == "layer_norm":
+        return provider.compiled_kernels
+    if "norm" not in inspect.signature(provider.compiled_kernels).parameters:
+        raise NormbenchError(f"{getattr(provider, '__name__', provider)}.compiled_kernels takes no norm keyword: it "
+                             f"provides LayerNorm kernels only, not {norm}")
+    return lambda *args: provider.compiled_kernels(*args, norm=norm)
+
+
 def stats_rows(provider: Any, shapes: Sequence[tuple[int, int, str]], gpu: GPUProfile, arch: int,
-               progress=None) -> list[dict]:
-    """Stats rows for every launch ``provider.compiled_kernels`` names at each (rows, hidden, dtype)."""
+               progress=None, norm: str = "layer_norm") -> list[dict]:
+    """Stats rows for every launch ``provider.compiled_kernels`` names at each (rows, hidden, dtype),
+    of ``norm``'s kernels (``layer_norm`` or ``rms_norm``)."""
     out = []
+    compiled_kernels = _compiled_kernels(provider, norm)
     for rows, hidden, dtype in shapes:
-        for kernel, label, compiled, programs in provider.compiled_kernels(rows, hidden, dtype, arch, gpu.sm_count):
+        for kernel, label, compiled, programs in compiled_kernels(rows, hidden, dtype, arch, gpu.sm_count):
             row = {"kernel": kernel, "label": label, "dtype": dtype, "rows": rows, "hidden": hidden,
                    **kernel_stats(compiled, gpu, arch, programs)}
             out.append({k: row[k] for k in STATS_COLUMNS})
@@ -125,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", default="h100", choices=sorted(GPUS))
     parser.add_argument("--arch", type=int, help="compute capability x10. Default: the GPU's")
     parser.add_argument("--shapes", default="sweep", type=parse_shapes, help="'sweep' or ROWSxHIDDEN:DTYPE,...")
+    parser.add_argument("--norm", default="layer_norm", choices=("layer_norm", "rms_norm"),
+                        help="which normalization's kernels. Default: %(default)s")
     parser.add_argument("--out", help="write the rows as CSV here")
     args = parser.parse_args(argv)
     os.environ["TRITON_INTERPRET"] = "0"  # compile, whatever the machine
@@ -132,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     arch = args.arch or gpu.arch
     shapes = args.shapes
     provider = importlib.import_module(args.kernels)  # a plugin's module, named on the command line
-    print(f"# static estimates for {gpu.name} ({gpu.sm_count} SMs), sm_{arch}: compiler output, not speeds")
+    norm = "" if args.norm == "layer_norm" else f", {args.norm}"
+    print(f"# static estimates for {gpu.name} ({gpu.sm_count} SMs), sm_{arch}{norm}: compiler output, not speeds")
 
     def show(r: dict) -> None:
         print(f"{r['label']}: {r['registers']} regs, {r['spill_bytes']} B spilled, {r['shared_bytes']} B smem, "
@@ -140,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
               f"stores {r['store_widths']}", flush=True)
 
     start = time.monotonic()
-    rows = stats_rows(provider, shapes, gpu, arch, show)
+    rows = stats_rows(provider, shapes, gpu, arch, show, args.norm)
     print(f"# {len(rows)} kernels in {time.monotonic() - start:.0f} s")
     if args.out:
         write_csv(rows, args.out, results.KERNEL_STATS)

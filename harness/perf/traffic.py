@@ -19,6 +19,10 @@ and per kernel argument:
 ``ratio = unique / byte model`` (``normbench.perf.roofline``): a kernel at ratio r
 cannot exceed 1/r of the copy ceiling. These are counts, never speeds.
 
+LayerNorm (with weight and bias) by default; ``norm="rms_norm"`` (``--norm rms_norm``)
+counts a backend's RMSNorm (with weight) against RMSNorm's byte model: the same counter,
+cases and rows, through ``normbench.norms``.
+
 Cheap and exact for GPU-sized cases. The interpreter runs a grid's programs
 one after another in NumPy, so an 8192 x 65536 case would take hours. The
 counter runs only a sample of each launch's programs along grid axis 0
@@ -44,6 +48,7 @@ reads the variable; a plugin should read either).
 Run (the published table; see docs/triton-kernels.md)::
 
     python -m normbench.perf.traffic --impl triton --gpu h100 --out reports/traffic-h100/traffic.csv
+    python -m normbench.perf.traffic --impl triton --gpu h100 --norm rms_norm --out traffic-rms.csv
 
 The module imports neither torch nor triton until it runs a case.
 """
@@ -74,6 +79,8 @@ SAMPLE_ALL_BELOW = 7
 #: the columns of a traffic row, in order: the results schema ``normbench.traffic``
 #: (:data:`normbench.results.TRAFFIC_COLUMNS` documents each), less ``schema_version``, which the writer adds
 TRAFFIC_COLUMNS: tuple[str, ...] = tuple(c.name for c in results.TRAFFIC_COLUMNS if c.name != "schema_version")
+#: the ``normalization`` column's value per normalization (LayerNorm's predates normbench.norms' names)
+NORMALIZATION_COLUMN = {"layer_norm": "layernorm", "rms_norm": "rmsnorm"}
 #: what a ratio means, printed with every table
 RATIO_NOTE = ("ratio = unique bytes / byte model: counted in the Triton interpreter with the GPU's launch "
               "configuration; re-reads inside a launch are assumed to hit L1/L2 (modelled, not measured); "
@@ -411,31 +418,35 @@ def _same_launch(a: Launch, b: Launch) -> bool:
 
 
 def count_direction(backend: Any, rows: int, hidden: int, dtype: str, direction: str, *, eps: float = 1e-5,
-                    sample: bool = True) -> list[Launch]:
-    """The launches of one direction of a (rows, hidden) LayerNorm with weight and bias.
+                    sample: bool = True, norm: str = "layer_norm") -> list[Launch]:
+    """The launches of one direction of a (rows, hidden) LayerNorm with weight and bias
+    (``norm="rms_norm"``: an RMSNorm with weight).
 
     ``backend`` is a normbench Backend whose arrays are torch tensors on the CPU
     (any Triton backend under the interpreter). Inputs are uninitialized
     (``torch.empty``): only addresses are counted. ``backward`` runs
-    ``layer_norm_backward``; launches it begins with that repeat the forward's
-    (a backend whose backward reruns the forward, as an autograd one does) are
+    ``layer_norm_backward`` (``rms_norm_backward``); launches it begins with that repeat the
+    forward's (a backend whose backward reruns the forward, as an autograd one does) are
     not counted, as the byte model's backward does not count them.
     """
     import torch
 
+    from normbench import norms
+
+    normalization = norms.of(norm)
     torch_dtype = getattr(torch, dtype)
     x = torch.empty((rows, hidden), dtype=torch_dtype)
     weight = torch.ones(hidden, dtype=torch_dtype)
-    bias = torch.zeros(hidden, dtype=torch_dtype)
+    bias = torch.zeros(hidden, dtype=torch_dtype) if normalization.has_bias else None
     with record(sample) as forward:
-        backend.layer_norm(x, (hidden,), weight, bias, eps)
+        normalization.forward(backend, x, (hidden,), weight, bias, eps)
     if direction == "forward":
         return forward.launches
     if direction != "backward":
         raise NormbenchError(f"traffic is counted for forward and backward, not {direction!r}")
     dy = torch.empty((rows, hidden), dtype=torch_dtype)
     with record(sample) as both:
-        backend.layer_norm_backward(dy, x, (hidden,), weight, bias, eps)
+        normalization.backward(backend, dy, x, (hidden,), weight, bias, eps)
     launches = list(both.launches)
     skip = 0
     while skip < min(len(forward.launches), len(launches)) and _same_launch(forward.launches[skip], launches[skip]):
@@ -444,9 +455,13 @@ def count_direction(backend: Any, rows: int, hidden: int, dtype: str, direction:
 
 
 def traffic_row(backend_name: str, launches: Sequence[Launch], rows: int, hidden: int, dtype: str, direction: str,
-                gpu: GPUProfile, normalization: str = "layernorm") -> dict:
-    """One results row (:data:`TRAFFIC_COLUMNS`, schema ``normbench.traffic``) from a direction's launches."""
-    model = direction_bytes(rows, hidden, dtype, direction)
+                gpu: GPUProfile, normalization: str | None = None, *, norm: str = "layer_norm") -> dict:
+    """One results row (:data:`TRAFFIC_COLUMNS`, schema ``normbench.traffic``) from a direction's launches
+    of ``norm`` (against its byte model; ``normalization``, the column, defaults to
+    :data:`NORMALIZATION_COLUMN` of it)."""
+    model = direction_bytes(rows, hidden, dtype, direction, norm=norm)
+    if normalization is None:
+        normalization = NORMALIZATION_COLUMN[norm]
     unique = sum(launch.unique for launch in launches)
     requested = sum(launch.requested for launch in launches)
     parts = []
@@ -467,14 +482,15 @@ def traffic_row(backend_name: str, launches: Sequence[Launch], rows: int, hidden
 
 def traffic_rows(backend: Any, backend_name: str, shapes: Sequence[tuple[int, int, str]], gpu: GPUProfile,
                  directions: Sequence[str] = ("forward", "backward"), sample: bool = True,
-                 progress: Callable[[dict], None] | None = None) -> list[dict]:
-    """Traffic rows for ``(rows, hidden, dtype)`` shapes and directions, with ``gpu``'s launch configuration."""
+                 progress: Callable[[dict], None] | None = None, norm: str = "layer_norm") -> list[dict]:
+    """Traffic rows for ``(rows, hidden, dtype)`` shapes and directions of ``norm``, with ``gpu``'s
+    launch configuration."""
     out = []
     with emulated_gpu(gpu):
         for rows, hidden, dtype in shapes:
             for direction in directions:
-                launches = count_direction(backend, rows, hidden, dtype, direction, sample=sample)
-                row = traffic_row(backend_name, launches, rows, hidden, dtype, direction, gpu)
+                launches = count_direction(backend, rows, hidden, dtype, direction, sample=sample, norm=norm)
+                row = traffic_row(backend_name, launches, rows, hidden, dtype, direction, gpu, norm=norm)
                 out.append(row)
                 if progress:
                     progress(row)
@@ -532,6 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default="sweep", type=parse_shapes,
                         help="'sweep' (the GPU throughput sweep) or ROWSxHIDDEN:DTYPE,... Default: %(default)s")
     parser.add_argument("--directions", default="forward,backward", type=_directions)
+    parser.add_argument("--norm", default="layer_norm", choices=sorted(NORMALIZATION_COLUMN),
+                        help="LayerNorm with weight and bias, or RMSNorm with weight. Default: %(default)s")
     parser.add_argument("--all-programs", action="store_true", help="run every program (slow), no extrapolation")
     parser.add_argument("--out", help="write the rows as CSV here")
     args = parser.parse_args(argv)
@@ -540,15 +558,22 @@ def main(argv: list[str] | None = None) -> int:
     from normbench import get_registry
 
     backend = get_registry().create(args.impl)
+    from normbench import norms
+
+    missing = norms.missing_reason(backend, args.norm)
+    if missing:
+        print(f"normbench traffic: {missing}", file=sys.stderr)
+        return 2
     gpu = GPUS[args.gpu]
-    print(f"# {args.impl} with the launch configuration of {gpu.name} ({gpu.sm_count} SMs); {RATIO_NOTE}")
+    norm = "" if args.norm == "layer_norm" else f" {args.norm}"
+    print(f"# {args.impl}{norm} with the launch configuration of {gpu.name} ({gpu.sm_count} SMs); {RATIO_NOTE}")
 
     def show(row: dict) -> None:
         print(f"{row['direction']:9} {row['dtype']:9} {row['rows']:>7}x{row['hidden']:<6} ratio {row['ratio']:.4f} "
               f"(requested {row['requested_ratio']:.3f}) {row['kernels']}", flush=True)
 
     start = time.monotonic()
-    rows = traffic_rows(backend, args.impl, shapes, gpu, args.directions, not args.all_programs, show)
+    rows = traffic_rows(backend, args.impl, shapes, gpu, args.directions, not args.all_programs, show, args.norm)
     print(f"# {len(rows)} rows in {time.monotonic() - start:.0f} s")
     if args.out:
         write_csv(rows, args.out)

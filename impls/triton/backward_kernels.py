@@ -38,6 +38,14 @@ import triton.language as tl  # noqa: E402
 
 
 @triton.jit
+def add_to_partial(PARTIAL, cols, again, mask, value):
+    """``PARTIAL[cols] += value`` where ``mask``; the old value is read only where ``again``
+    (a program's first row or tile starts its partial sums)."""
+    previous = tl.load(PARTIAL + cols, mask=again, other=0.0)
+    tl.store(PARTIAL + cols, previous + value, mask=mask)
+
+
+@triton.jit
 def backward_rows(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_row, stride_x_row, M, N,
                   tiles_per_program, HAS_WEIGHT: tl.constexpr, COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr,
                   COMPUTE_DB: tl.constexpr, CENTERED: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -144,11 +152,13 @@ def backward_looped(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_
                 if CENTERED:
                     acc_gx += g * tl.where(mask, (x - mean) * rstd, 0.0)
                     acc_g += g
-                else:
-                    acc_gx += g * tl.where(mask, x * rstd, 0.0)
-            mean_gx = tl.sum(acc_gx, axis=0) / N
+                else:  # mean(g * xhat) = rstd * mean(g * x); padded lanes add 0 * 0
+                    acc_gx += g * x
             if CENTERED:
+                mean_gx = tl.sum(acc_gx, axis=0) / N
                 mean_g = tl.sum(acc_g, axis=0) / N
+            else:
+                mean_gx = tl.sum(acc_gx, axis=0) * rstd / N
         # each partial value is written and read back by the same thread (1-D chunks, 8 values
         # per thread, no replicas); the barrier makes that ordering not depend on the layout
         tl.debug_barrier()
@@ -161,8 +171,13 @@ def backward_looped(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_
             dy = tl.load(dy_row + cols, mask=mask, other=0.0).to(ACC)
             if CENTERED:
                 xhat = tl.where(mask, (x - mean) * rstd, 0.0)
-            else:
-                xhat = tl.where(mask, x * rstd, 0.0)
+            else:  # nothing below sums across lanes: padded lanes are never stored
+                xhat = x * rstd
+            if not CENTERED:
+                # RMSNorm adds its dweight term first: dy and xhat then die before g and dx live
+                # (in dx's order, ptxas spilled 12-24 bytes in this loop for bf16, sm_80 and sm_90)
+                if COMPUTE_DW:
+                    add_to_partial(DW_PARTIAL + partial, cols, again, mask, dy * xhat)
             if COMPUTE_DX:
                 g = dy
                 if HAS_WEIGHT:
@@ -172,12 +187,11 @@ def backward_looped(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_
                 else:
                     dx = (g - xhat * mean_gx) * rstd
                 tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
-            if COMPUTE_DW:
-                dw = tl.load(DW_PARTIAL + partial + cols, mask=again, other=0.0)
-                tl.store(DW_PARTIAL + partial + cols, dw + dy * xhat, mask=mask)
+            if CENTERED:
+                if COMPUTE_DW:
+                    add_to_partial(DW_PARTIAL + partial, cols, again, mask, dy * xhat)
             if COMPUTE_DB:
-                db = tl.load(DB_PARTIAL + partial + cols, mask=again, other=0.0)
-                tl.store(DB_PARTIAL + partial + cols, db + dy, mask=mask)
+                add_to_partial(DB_PARTIAL + partial, cols, again, mask, dy)
 
 
 # -- the kernels: LayerNorm and RMSNorm, one body each ---------------------------------------

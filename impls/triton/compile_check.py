@@ -7,8 +7,12 @@ sizes, the way a launch specializes it (16-byte aligned pointers; sizes that
 are multiples of 16 marked so), down to a cubin with ptxas, and reports the
 registers and spill bytes ptxas prints::
 
-    python -m normbench.impls.triton.compile_check --arch 90                 # H100, every size and dtype
+    python -m normbench.impls.triton.compile_check --arch 90                 # H100, every size, dtype and norm
     python -m normbench.impls.triton.compile_check --arch 80 --hidden 1000,65536 --dtypes bfloat16
+    python -m normbench.impls.triton.compile_check --norms rms_norm          # RMSNorm's kernels only
+
+Both normalizations: LayerNorm's kernels (``layer_norm_*``) and RMSNorm's (``rms_norm_*``, the
+same bodies with CENTERED off, no bias), and the partial-sum reduction both launch.
 
 It exits 1 if any configuration fails to compile (spills are reported, not
 failed: a tuning pass reads them). It sets ``TRITON_INTERPRET=0`` for itself.
@@ -56,35 +60,50 @@ class Variant:
 #: weight/bias presence: (HAS_WEIGHT, HAS_BIAS, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB)
 AFFINES = {"wb": (True, True, True, True, True), "none": (False, False, True, False, False),
            "dweight-only": (True, False, False, True, False)}
+#: RMSNorm's (no bias): the first is the one the kernel-stats sweep compiles
+RMS_AFFINES = {"w": (True, False, True, True, False), "none": (False, False, True, False, False),
+               "dweight-only": (True, False, False, True, False)}
+NORMS = ("layer_norm", "rms_norm")
+
+
+def affines(norm: str = "layer_norm") -> dict[str, tuple[bool, ...]]:
+    """The weight/bias cases compiled for ``norm``, the full one first."""
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {', '.join(NORMS)}, not {norm!r}")
+    return AFFINES if norm == "layer_norm" else RMS_AFFINES
 
 
 def variants(n: int, x: str, params: str, affine: str = "wb", rows: int = ROWS,
-             target: heuristics.Target = TARGET) -> list[Variant]:
-    """Every kernel the wrappers launch for ``rows`` x n inputs of these dtypes and ``affine``."""
-    return [v for v, _ in _launches(n, x, params, affine, rows, target)]
+             target: heuristics.Target = TARGET, norm: str = "layer_norm") -> list[Variant]:
+    """Every kernel the wrappers launch for ``rows`` x n inputs of these dtypes, ``affine`` and ``norm``."""
+    return [v for v, _ in _launches(n, x, params, affine, rows, target, norm)]
 
 
-def _launches(n: int, x: str, params: str, affine: str, rows: int,
-              target: heuristics.Target) -> list[tuple[Variant, int]]:
+def _launches(n: int, x: str, params: str, affine: str, rows: int, target: heuristics.Target,
+              norm: str = "layer_norm") -> list[tuple[Variant, int]]:
     """Each kernel a forward and a backward launch, with its number of programs."""
     acc_bytes = 8 if x == "float64" else 4
-    has_w, has_b, dx, dw, db = AFFINES[affine]
-    flags = (("HAS_WEIGHT", has_w), ("HAS_BIAS", has_b))
-    grads = (("HAS_WEIGHT", has_w), ("COMPUTE_DX", dx), ("COMPUTE_DW", dw), ("COMPUTE_DB", db))
+    has_w, has_b, dx, dw, db = affines(norm)[affine]
+    if norm == "layer_norm":
+        flags = (("HAS_WEIGHT", has_w), ("HAS_BIAS", has_b))
+        grads = (("HAS_WEIGHT", has_w), ("COMPUTE_DX", dx), ("COMPUTE_DW", dw), ("COMPUTE_DB", db))
+    else:  # RMSNorm's kernels take no bias flags
+        flags = (("HAS_WEIGHT", has_w),)
+        grads = (("HAS_WEIGHT", has_w), ("COMPUTE_DX", dx), ("COMPUTE_DW", dw))
     out = []
     f = heuristics.forward_config(rows, n, acc_bytes, target)
-    name = "layer_norm_forward_looped" if f.looped else "layer_norm_forward_rows"
+    name = f"{norm}_forward_looped" if f.looped else f"{norm}_forward_rows"
     block = (("BLOCK_N", f.block_n),) if f.looped else (("BLOCK_M", f.block_m), ("BLOCK_N", f.block_n))
     out.append((Variant(name, x, params, n, f.num_warps, flags + block), math.prod(f.grid)))
     b = heuristics.backward_config(rows, n, acc_bytes, target, 2 if x in ("float16", "bfloat16") else acc_bytes)
     if b.looped:
-        out.append((Variant("layer_norm_backward_looped", x, params, n, b.num_warps, grads + (("BLOCK_N", b.block_n),)),
+        out.append((Variant(f"{norm}_backward_looped", x, params, n, b.num_warps, grads + (("BLOCK_N", b.block_n),)),
                     b.programs))
     else:
-        out.append((Variant("layer_norm_backward_rows", x, params, n, b.num_warps,
+        out.append((Variant(f"{norm}_backward_rows", x, params, n, b.num_warps,
                             grads + (("BLOCK_M", b.block_m), ("BLOCK_N", b.block_n),
                                      ("PARTIALS_IN_MEMORY", b.partials_in_memory))), b.programs))
-    if dw or db:
+    if dw or db:  # one reduction kernel for both normalizations
         r = heuristics.reduce_config(b.programs, n, target)
         out.append((Variant("layer_norm_reduce_partials", x, params, n, r.num_warps,
                             (("COMPUTE_DW", dw), ("COMPUTE_DB", db), ("BLOCK_P", r.block_p), ("BLOCK_N", r.block_n))),
@@ -92,14 +111,16 @@ def _launches(n: int, x: str, params: str, affine: str, rows: int,
     return out
 
 
-def compiled_kernels(rows: int, hidden: int, dtype: str, arch: int, sm_count: int) -> list[tuple[str, str, object, int]]:
+def compiled_kernels(rows: int, hidden: int, dtype: str, arch: int, sm_count: int,
+                     norm: str = "layer_norm") -> list[tuple[str, str, object, int]]:
     """The kernel-provider protocol of ``normbench.perf.kernel_stats``: every launch of a
-    forward and a backward (weight and bias in x's dtype) on a GPU of ``sm_count`` SMs, as
-    ``(kernel, label, compiled kernel, programs)``."""
+    forward and a backward of ``norm`` (weight and bias, RMSNorm's weight, in x's dtype) on a
+    GPU of ``sm_count`` SMs, as ``(kernel, label, compiled kernel, programs)``."""
     os.environ["TRITON_INTERPRET"] = "0"
     target = heuristics.Target(sm_count=sm_count)
+    affine = next(iter(affines(norm)))
     return [(v.kernel, v.label, compile_variant(v, arch), programs)
-            for v, programs in _launches(hidden, dtype, dtype, "wb", rows, target)]
+            for v, programs in _launches(hidden, dtype, dtype, affine, rows, target, norm)]
 
 
 #: pointer arguments that a launch passes as None when the flag is False
@@ -160,7 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", default=",".join(map(str, HIDDEN)), help="hidden sizes. Default: %(default)s")
     parser.add_argument("--dtypes", default="float16,bfloat16,float32,float64",
                         help="x dtypes (bfloat16 also runs with float32 parameters). Default: %(default)s")
+    parser.add_argument("--norms", default=",".join(NORMS), help="normalizations. Default: %(default)s")
     args = parser.parse_args(argv)
+    norms = args.norms.split(",")
+    if any(norm not in NORMS for norm in norms):
+        parser.error(f"--norms: give some of {', '.join(NORMS)}, separated by commas")
     os.environ["TRITON_INTERPRET"] = "0"
     from normbench.impls.triton.runtime import ensure_mode
 
@@ -169,11 +194,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     pairs = [(d, d) for d in args.dtypes.split(",")] + ([("bfloat16", "float32")] if "bfloat16" in args.dtypes else [])
     failures = 0
-    for n in (int(h) for h in args.hidden.split(",")):
+    for n, norm in ((int(h), norm) for h in args.hidden.split(",") for norm in norms):
         # every dtype pair with weight and bias; the other weight/bias cases with the first pair
-        runs = [(x, params, "wb") for x, params in pairs] + [(*pairs[0], a) for a in AFFINES if a != "wb"]
+        full, *others = affines(norm)
+        runs = [(x, params, full) for x, params in pairs] + [(*pairs[0], a) for a in others]
         for x, params, affine in runs:
-            for v in variants(n, x, params, affine):
+            for v in variants(n, x, params, affine, norm=norm):
                 try:
                     registers, spills = ptxas_usage(compile_variant(v, args.arch).asm["ptx"], args.arch)
                 except Exception as exc:  # report every failure, then exit 1

@@ -1,5 +1,9 @@
 """Launch heuristics: block sizes, warps and grids, in plain Python (no torch, no triton).
 
+The same for LayerNorm and RMSNorm: one kernel body per path serves both (see
+``forward_kernels``), and RMSNorm's kernels hold fewer values (no mean, no dbias), so a
+configuration that fits LayerNorm fits RMSNorm (``compile_check`` compiles both).
+
 These are starting points, chosen from PERFORMANCE.md ("What makes the fast
 ones fast") and register arithmetic, not yet tuned on a GPU; every number that
 a tuning pass should revisit is a named constant here. The kernels take all of
@@ -221,21 +225,34 @@ def reduce_config(programs: int, n: int, target: Target) -> ReduceConfig:
     return ReduceConfig(block_p, block_n, warps_for(block_p * block_n), (cdiv(n, block_n),))
 
 
-def traffic_beyond_model(rows: int, n: int, acc_bytes: int, target: Target, direction: str, x_bytes: int = 4) -> int:
-    """The unique bytes our kernels move beyond the byte model (``normbench.perf.roofline``),
-    as ``normbench.perf.traffic`` counts them (re-reads inside a launch cached):
+#: the normalizations the kernels compute, and per normalization (saved statistics per row,
+#: partial-sum buffers of the backward): LayerNorm saves mean and rstd and sums dweight and
+#: dbias; RMSNorm saves rstd and sums dweight
+NORMALIZATIONS = {"layer_norm": (2, 2), "rms_norm": (1, 1)}
 
-    * forward: the saved mean and rstd, ``2*rows*acc_bytes`` (the inference model has none);
+
+def traffic_beyond_model(rows: int, n: int, acc_bytes: int, target: Target, direction: str, x_bytes: int = 4,
+                         norm: str = "layer_norm") -> int:
+    """The unique bytes our kernels move beyond the byte model (``normbench.perf.roofline``, with
+    weight and bias for LayerNorm, weight for RMSNorm), as ``normbench.perf.traffic`` counts them
+    (re-reads inside a launch cached):
+
+    * forward: the saved statistics, ``2*rows*acc_bytes`` (mean and rstd; RMSNorm's rstd alone:
+      ``rows*acc_bytes``), which the inference model does not count;
     * backward: the partial-sum buffers, each ``programs x n`` accumulators written by the
-      main kernel and read by the reduction (dweight and dbias: ``4*programs*n*acc_bytes``),
-      and statistics wider than the model's fp32 (fp64: ``2*rows*4`` more).
+      main kernel and read by the reduction (LayerNorm's dweight and dbias:
+      ``4*programs*n*acc_bytes``; RMSNorm's dweight: ``2*programs*n*acc_bytes``), and
+      statistics wider than the model's fp32 (fp64: 4 more bytes per statistic and row).
 
     Everything else (x, dy, y, dx, weight, bias, dweight, dbias) leaves or reaches DRAM
     once. ``tests/test_traffic_triton.py`` checks this against the counter.
     """
+    if norm not in NORMALIZATIONS:
+        raise ValueError(f"norm must be one of {', '.join(NORMALIZATIONS)}, not {norm!r}")
+    statistics, buffers = NORMALIZATIONS[norm]
     if direction == "forward":
-        return 2 * rows * acc_bytes
+        return statistics * rows * acc_bytes
     if direction == "backward":
         programs = backward_config(rows, n, acc_bytes, target, x_bytes).programs
-        return 4 * programs * n * acc_bytes + 2 * rows * (acc_bytes - 4)
+        return 2 * buffers * programs * n * acc_bytes + statistics * rows * (acc_bytes - 4)
     raise ValueError(f"direction must be forward or backward, not {direction!r}")
