@@ -2,8 +2,9 @@
 
 Shared by normbench's ``jax`` backend (:mod:`normbench.impls.jax_xla`) and JAX-based
 plugins (``examples/normbench-flax``). A backend subclasses :class:`JaxBackendBase`
-and gives its forward as a function JAX can trace (:meth:`JaxBackendBase.make_forward`);
-the base does the rest:
+and gives its forward as a function JAX can trace (:meth:`JaxBackendBase.make_forward`;
+for RMSNorm too, :meth:`JaxBackendBase.make_rms_forward` with ``"rms_norm"`` in
+``normalizations``); the base does the rest, for each normalization:
 
 * **device**: the first device JAX sees (a GPU if jaxlib has one, else the CPU),
   named in ``device`` as every backend names it (``"cpu"``, ``"cuda:0 (NVIDIA H100 80GB HBM3)"``:
@@ -20,7 +21,10 @@ the base does the rest:
   static and eps traced, so XLA compiles once per shape, dtype, weight/bias
   presence and normalized_shape, never per eps. :meth:`~JaxBackendBase.warmup`
   compiles the forward, the statistics (where the backend has them) and the
-  backward for one such signature, so a timed region that follows never compiles.
+  backward for one such signature, so a timed region that follows never compiles
+  (:meth:`~JaxBackendBase.warmup_rms_norm` the same for RMSNorm).
+* **RMSNorm's eps=None** is resolved on the host to :func:`normbench.dtypes.default_rms_eps`
+  of x's dtype (torch's semantics), so the jitted function always gets a number.
 * **asynchronous dispatch**: JAX returns before the device is done; results are
   remembered until :meth:`~JaxBackendBase.synchronize` blocks on them (at most
   :data:`MAX_PENDING` are held: beyond that the oldest are waited for at once).
@@ -28,7 +32,7 @@ the base does the rest:
 jax is imported when a backend is created, never when this module is imported:
 ``normbench list`` imports backend modules to read their class attributes.
 
-Example, a complete JAX backend (normbench's ``jax`` backend is this, plus statistics)::
+Example, a complete JAX backend (normbench's ``jax`` backend is this, plus statistics and RMSNorm)::
 
     >>> import numpy as np
     >>> from normbench.impls.jax_support import JaxBackendBase
@@ -70,6 +74,7 @@ import numpy as np
 
 from normbench import Backend
 from normbench.backend import device_label
+from normbench.dtypes import default_rms_eps, dtype_name
 
 #: results held for :meth:`JaxBackendBase.synchronize`; beyond this many, the oldest are
 #: waited for at once (the device still has the rest queued, so throughput is unaffected)
@@ -129,6 +134,17 @@ def apply_vjp(vjp: Any, dy: Any) -> tuple:
     return vjp(dy)
 
 
+def without_bias(rms_forward: Callable) -> Callable:
+    """An RMSNorm forward ``(x, weight, eps, normalized_shape)`` in LayerNorm's signature
+    ``(x, weight, bias, eps, normalized_shape)``, bias always None: so :func:`vjp_of`,
+    :func:`forward_and_vjp` and :func:`residuals_of` serve both (their dbias is None)."""
+
+    def forward(x, weight, bias, eps, normalized_shape):
+        return rms_forward(x, weight, eps, normalized_shape)
+
+    return forward
+
+
 class JaxBackendBase(Backend):
     """A backend whose forward is a JAX function; see the module doc. Subclasses set
     ``name`` and implement :meth:`make_forward`; they may add statistics (jit them with
@@ -157,12 +173,24 @@ class JaxBackendBase(Backend):
         self._step = self.jit(forward_and_vjp(jax, forward))
         self._residuals = self.jit(residuals_of(jax, forward))
         self._apply_vjp = jax.jit(apply_vjp)
+        if "rms_norm" in self.normalizations:
+            rms = without_bias(self.make_rms_forward())
+            self._rms_forward = self.jit(rms)
+            self._rms_backward = self.jit(vjp_of(jax, rms))
+            self._rms_step = self.jit(forward_and_vjp(jax, rms))
+            self._rms_residuals = self.jit(residuals_of(jax, rms))
 
     @abc.abstractmethod
     def make_forward(self) -> Callable:
         """The forward as a function JAX can trace, ``forward(x, weight, bias, eps, normalized_shape) -> y``
         (weight and bias may be None; normalized_shape is a static tuple). Called once, in ``__init__``,
         after ``self.jax`` is set: import the framework here."""
+
+    def make_rms_forward(self) -> Callable:
+        """The RMSNorm forward, for a backend that declares ``"rms_norm"`` in ``normalizations``:
+        ``forward(x, weight, eps, normalized_shape) -> y`` (weight may be None; eps is a number, never
+        None: the base resolves None first). Called once, in ``__init__``, after :meth:`make_forward`."""
+        raise NotImplementedError(f"{type(self).__name__} declares rms_norm but defines no make_rms_forward")
 
     # -- plumbing for subclasses ------------------------------------------------------------
 
@@ -234,6 +262,50 @@ class JaxBackendBase(Backend):
         self.layer_norm_statistics(x, normalized_shape, weight, bias, eps)
         if self.has_backward:
             self.layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
+        self.synchronize()
+
+    # -- RMSNorm (with "rms_norm" in normalizations): the same plumbing, no bias -------------
+
+    @staticmethod
+    def rms_eps(x: Any, eps: float | None) -> float:
+        """eps as a number: None is :func:`normbench.dtypes.default_rms_eps` of x's dtype."""
+        return default_rms_eps(dtype_name(x.dtype)) if eps is None else float(eps)
+
+    def rms_norm(self, x, normalized_shape, weight, eps):
+        with self.scope(x, weight):
+            return self.queued(self._rms_forward(x, weight, None, self.rms_eps(x, eps),
+                                                 normalized_shape=tuple(normalized_shape)))
+
+    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
+        with self.scope(dy, x, weight):
+            grads = self._rms_backward(dy, x, weight, None, self.rms_eps(x, eps),
+                                       normalized_shape=tuple(normalized_shape))
+        return self.queued(tuple(grads)[:2])
+
+    def prepare_rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
+        """The forward's residuals now (jitted ``jax.vjp``); the callable applies the jitted VJP to dy."""
+        with self.scope(dy, x, weight):
+            vjp = self._rms_residuals(x, weight, None, self.rms_eps(x, eps), normalized_shape=tuple(normalized_shape))
+
+        def backward():
+            with self.scope(dy, x, weight):
+                return self.queued(tuple(self._apply_vjp(vjp, dy))[:2])
+
+        return backward
+
+    def rms_norm_forward_backward(self, dy, x, normalized_shape, weight, eps):
+        with self.scope(dy, x, weight):
+            y, grads = self._rms_step(dy, x, weight, None, self.rms_eps(x, eps),
+                                      normalized_shape=tuple(normalized_shape))
+        return self.queued((y, tuple(grads)[:2]))
+
+    def warmup_rms_norm(self, x, normalized_shape, weight, eps):
+        """:meth:`warmup` for RMSNorm: compile its forward and backward for arrays like these (any eps)."""
+        with self.scope(x):
+            dy = self.jax.numpy.zeros_like(x)
+        self.rms_norm(x, normalized_shape, weight, eps)
+        if self.has_backward:
+            self.rms_norm_backward(dy, x, normalized_shape, weight, eps)
         self.synchronize()
 
     def synchronize(self) -> None:

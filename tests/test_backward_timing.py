@@ -110,3 +110,40 @@ def test_built_in_autograd_backends_prepare_their_backward(name, monkeypatch):
     again = [backend.to_numpy(g) for g in op()]
     backend.synchronize()
     assert not forwards and all((a == b).all() for a, b in zip(first, again))
+
+
+@pytest.mark.parametrize("name", ["torch", "triton", "jax"])
+def test_built_in_autograd_backends_prepare_their_rms_backward(name, monkeypatch):
+    """RMSNorm's hook, ``prepare_rms_norm_backward``: the forward once, then only the backward, same bits."""
+    from normbench import norms
+
+    registry = get_registry()
+    if not registry.availability(name):
+        pytest.skip(f"{name} is not available here: {registry.availability(name).reason}")
+    backend = registry.create(name)
+    if norms.missing_reason(backend, norms.RMS_NORM):
+        pytest.skip(norms.missing_reason(backend, norms.RMS_NORM))
+    assert backend.separates_backward("rms_norm")
+    case = cases.Case("t", (16, 256), (256,), "float32", norm="rms_norm")
+    inputs = cases.make_inputs(case, 0)
+    x, w, dy = (backend.asarray(a) for a in (inputs.x, inputs.weight, cases.make_dy(case, 0)))
+    op = norms.RMS_NORM.prepare_backward(backend, dy, x, (256,), w, None, None)
+    forwards = []
+    monkeypatch.setattr(backend, "rms_norm", lambda *a: forwards.append(a))
+    if name == "torch":  # the graph's forward is F.rms_norm itself: count it there
+        import torch
+
+        original = torch.nn.functional.rms_norm
+        monkeypatch.setattr(torch.nn.functional, "rms_norm", lambda *a, **k: forwards.append(a) or original(*a, **k))
+    if name == "triton":  # the forward kernel's launch
+        from normbench.impls.triton import launch
+
+        original = launch.rms_forward
+        monkeypatch.setattr(launch, "rms_forward", lambda *a, **k: forwards.append(a) or original(*a, **k))
+    if name == "jax":  # the jitted functions that run a forward: only the VJP's application may run
+        monkeypatch.setattr(backend, "_rms_residuals", lambda *a, **k: forwards.append(a))
+        monkeypatch.setattr(backend, "_rms_backward", lambda *a, **k: forwards.append(a))
+    first, again = op(), op()
+    backend.synchronize()
+    assert first[2] is None and not forwards
+    assert all((backend.to_numpy(a) == backend.to_numpy(b)).all() for a, b in zip(first[:2], again[:2]))

@@ -1,5 +1,6 @@
-"""The jax backend's own promises: warmup leaves nothing to compile, float64 without
-touching JAX's global configuration, synchronize waits, list shows version and device."""
+"""The jax backend's own promises: warmup leaves nothing to compile (LayerNorm and RMSNorm),
+float64 without touching JAX's global configuration, RMSNorm's eps=None as torch means it,
+synchronize waits, list shows version and device."""
 
 import importlib.metadata
 import subprocess
@@ -40,6 +41,51 @@ def test_warmup_leaves_nothing_to_compile(compiles, dtype, affine):
         b.layer_norm_statistics(x, (3, 29), w, bias, eps)
     b.synchronize()
     assert compiles[done:] == [], "a call after warmup compiled"
+
+
+@pytest.mark.parametrize("dtype, affine", [("bfloat16", "w"), ("float64", "none")])
+def test_rms_warmup_leaves_nothing_to_compile(compiles, dtype, affine):
+    from normbench import cases, norms
+
+    b = JaxBackend()
+    case = cases.Case("t", (37, 3, 29), (3, 29), dtype, affine=affine, norm="rms_norm")
+    inputs = cases.make_inputs(case, 0)
+    x, w = (None if a is None else b.asarray(a) for a in (inputs.x, inputs.weight))
+    dy = b.asarray(cases.make_dy(case, 0))
+    norms.RMS_NORM.warmup(b, x, (3, 29), w, None, 1e-5)
+    assert compiles, "warmup compiled nothing (was it cached from elsewhere?)"
+    done = len(compiles)
+    for eps in (1e-5, 0.1, None):  # None is resolved on the host to a number: no retrace either
+        b.rms_norm(x, (3, 29), w, eps)
+        b.rms_norm_backward(dy, x, (3, 29), w, eps)
+    b.synchronize()
+    assert compiles[done:] == [], "a call after warmup compiled"
+
+
+def test_rms_eps_none_is_the_default_of_the_computation_dtype():
+    from normbench.dtypes import default_rms_eps
+
+    b = JaxBackend()
+    rows = np.full((2, 64), 1e-3, np.float32)  # rms 1e-3: eps 2**-23 (fp32's) against bfloat16's 2**-7 shows
+    for dtype in (np.float32, np.float64):
+        x = b.asarray(rows.astype(dtype))
+        default = default_rms_eps("float64" if dtype == np.float64 else "float32")
+        assert np.array_equal(b.to_numpy(b.rms_norm(x, (64,), None, None)), b.to_numpy(b.rms_norm(x, (64,), None, default)))
+    import ml_dtypes
+
+    y = b.to_numpy(b.rms_norm(b.asarray(rows.astype(ml_dtypes.bfloat16)), (64,), None, None)).astype(np.float64)
+    assert np.allclose(y, 1 / np.sqrt(1 + 2.0**-23 / 1e-6), rtol=2.0**-8), y  # 0.945, as torch gives; not 0.0088
+
+
+def test_rms_backward_returns_dx_and_dweight_only():
+    b = JaxBackend()
+    x = b.asarray(np.random.default_rng(0).standard_normal((4, 8)))  # float64
+    w = b.asarray(np.ones(8))
+    dx, dw = b.rms_norm_backward(x, x, (8,), w, None)
+    assert dx.dtype == dw.dtype == np.float64 and dw.shape == (8,) and not jax.config.jax_enable_x64
+    assert b.rms_norm_backward(x, x, (8,), None, 0.0)[1] is None
+    y, (dx2, dw2) = b.rms_norm_forward_backward(x, x, (8,), w, None)
+    assert np.array_equal(np.asarray(dx), np.asarray(dx2)) and np.array_equal(np.asarray(dw), np.asarray(dw2))
 
 
 def test_float64_without_changing_the_global_configuration():
