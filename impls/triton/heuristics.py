@@ -1,8 +1,9 @@
 """Launch heuristics: block sizes, warps and grids, in plain Python (no torch, no triton).
 
 The same for LayerNorm and RMSNorm: one kernel body per path serves both (see
-``forward_kernels``), and RMSNorm's kernels hold fewer values (no mean, no dbias), so a
-configuration that fits LayerNorm fits RMSNorm (``compile_check`` compiles both).
+``forward_kernels``), and one configuration per size; ``compile_check`` and
+``normbench kernel-stats --norm rms_norm`` compile both (docs/triton-kernels.md has
+their registers: no spill in the GPU sweep on sm_90 or sm_80).
 
 These are starting points, chosen from PERFORMANCE.md ("What makes the fast
 ones fast") and register arithmetic, not yet tuned on a GPU; every number that
