@@ -2,8 +2,9 @@
 import, and the finding, so it can never silently disappear: Flax's LayerNorm with
 its defaults (``use_fast_variance=True``) fails on rows with a large mean, by far, and
 with ``use_fast_variance=False`` it does not; both compute a half-precision dx out of
-two separately rounded parts. Run by ``tox -e jax``; skipped where the plugin is not
-installed.
+two separately rounded parts, and so does ``flax.linen.RMSNorm`` (in ``flax`` only), whose
+declared deviations are its own: LayerNorm's explain no RMSNorm failure. Run by ``tox -e jax``;
+skipped where the plugin is not installed.
 """
 
 import importlib.util
@@ -18,7 +19,9 @@ import pytest
 if importlib.util.find_spec("normbench_flax") is None or importlib.util.find_spec("flax") is None:
     pytest.skip("the example plugin is not installed: pip install -e examples/normbench-flax", allow_module_level=True)
 
-from normbench import cases, get_registry
+import numpy as np  # noqa: E402
+
+from normbench import cases, deviations, get_registry
 from normbench.check import conformance  # noqa: E402
 from normbench.suites import DIRECTORY as SUITES  # noqa: E402
 from tests.plugins import ROOT, pytest_command, subprocess_env  # noqa: E402
@@ -73,6 +76,56 @@ def test_the_default_variant_fails_large_offsets_and_the_stable_one_passes(dist,
         conformance.check_forward(registry.create("flax"), cases.make_inputs(case, 0))
     assert ratio(str(info.value)) >= at_least, str(info.value)
     conformance.check_forward(registry.create("flax-stable"), cases.make_inputs(case, 0))
+
+
+def test_rms_norm_is_flax_linen_rmsnorm_in_flax_only():
+    registry = get_registry()
+    assert registry.load_class("flax").normalizations == ("layer_norm", "rms_norm")
+    assert registry.load_class("flax-stable").normalizations == ("layer_norm",)  # use_fast_variance: no effect on RMS
+    flax = registry.create("flax")
+    for case_id in ("rms-float32-rows5-hidden6x129-offset3", "rms-float32-rows7-hidden100-uniform9-noaffine"):
+        case = next(c for c in cases.FORWARD_CASES if c.id == case_id)  # two trailing dims; no scale
+        conformance.check_forward(flax, cases.make_inputs(case, 0))
+
+
+def test_rms_half_precision_dx_is_two_roundings_of_its_two_paths():
+    """Flax's RMSNorm dx in bfloat16 is bf16(bf16(rstd*g) + bf16(-x*rstd^3*mean(g*x))) (its two paths of x,
+    each cotangent rounded): a NumPy model of that reproduces every bit, and fails as Flax does."""
+    import ml_dtypes
+
+    case = next(c for c in cases.BACKWARD_CASES if c.id == "rms-bfloat16-rows8-hidden1000-normal")
+    inputs, dy = cases.make_inputs(case, 0), cases.make_dy(case, 0)
+    flax = get_registry().create("flax")
+    with pytest.raises(conformance.ConformanceError, match=r"\): dx\[") as info:
+        conformance.check_backward(flax, inputs, dy)
+    assert ratio(str(info.value)) >= 5.0, str(info.value)
+    dx, _ = flax.rms_norm_backward(*(flax.asarray(a) for a in (dy, inputs.x)), (1000,), flax.asarray(inputs.weight),
+                                   case.eps)
+    x, g = inputs.x.astype(np.float32), dy.astype(np.float32) * inputs.weight.astype(np.float32)
+    rstd = 1 / np.sqrt((x * x).mean(axis=1, keepdims=True) + np.float32(case.eps))
+    bf16 = lambda a: a.astype(ml_dtypes.bfloat16)
+    two = bf16(bf16(g * rstd).astype(np.float32) + bf16(-x * rstd**3 * (g * x).mean(axis=1, keepdims=True)))
+    assert np.array_equal(np.asarray(dx), two)
+
+
+def test_layer_norm_deviations_explain_no_rms_norm_failure():
+    """RMSNorm's ids match LayerNorm's globs (``*-offset1e3``); the entries' regexes keep them apart."""
+    entries = deviations.from_backend(get_registry().load_class("flax"))
+    for test, message, source in [
+        ("test_forward[flax-float32-rows8-hidden1000-offset1e3]",
+         "flax float32-rows8-hidden1000-offset1e3 (seed 0): y[3, 5] = 1, ...", "*-offset1e3"),
+        ("test_backward[flax-bfloat16-rows8-hidden1000-normal]",
+         "flax bfloat16-rows8-hidden1000-normal (seed 0): dx[0, 498] = 1, ...", "test_backward*[*float16-*]"),
+        ("test_forward[flax-rms-float32-rows8-hidden1000-offset1e3]",
+         "flax rms-float32-rows8-hidden1000-offset1e3 (seed 0): y[3, 5] = 1, ...", None),
+        ("test_backward[flax-rms-float32-rows8-hidden64-constant]",
+         "flax rms-float32-rows8-hidden64-constant (seed 0): dx[3, 5] = 1, ...", None),
+        ("test_backward[flax-rms-bfloat16-rows8-hidden1000-normal]",
+         "flax rms-bfloat16-rows8-hidden1000-normal (seed 0): dx[0, 498] = 1, ...", "test_backward*[*rms-*float16-*]"),
+    ]:
+        subject = deviations.Subject("flax", "cpu", test, test.split("[flax-")[1][:-1], "dist")
+        found = deviations.find(entries, subject, message, check_failure=True)
+        assert (found and found.test) == source, (test, found)
 
 
 def _run(backend: str, tests: list[str], junit: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
