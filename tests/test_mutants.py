@@ -14,16 +14,20 @@ from collections import Counter, defaultdict
 import pytest
 
 from normbench.suites import DIRECTORY as SUITES
-from tests import mutants
+from tests import mutants, rms_mutants
 from tests.plugins import ROOT, outcomes_by_backend, pytest_command
 
 pytestmark = pytest.mark.e2e
-CONTROL = mutants.Fp32Kernel.name
-#: direction -> its mutants, and how many of its suite's tests the control must pass, more than
+#: direction -> its mutants, and how many of its suite's tests the control must pass, more than;
+#: the rms- directions run RMSNorm's cases (``-k rms``) with the RMSNorm control and mutants
 DIRECTIONS = {
     "forward": (mutants.FORWARD_MUTANTS, 200),
     "backward": (mutants.BACKWARD_MUTANTS, 250),
+    "rms-forward": (rms_mutants.FORWARD_MUTANTS, 200),
+    "rms-backward": (rms_mutants.BACKWARD_MUTANTS, 250),
 }
+CONTROLS = {"forward": mutants.Fp32Kernel, "backward": mutants.Fp32Kernel,
+            "rms-forward": rms_mutants.RmsKernel, "rms-backward": rms_mutants.RmsKernel}
 MUTANTS = [pytest.param(direction, mutant, id=f"{direction}-{mutant.name}")
            for direction, (classes, _) in DIRECTIONS.items() for mutant in classes]
 
@@ -38,15 +42,17 @@ def direction(request) -> str:
 def outcomes(direction, make_plugins, once_per_run) -> dict[str, Counter]:
     """Per backend, the outcomes of the control and every mutant of ``direction`` on its suite, seed 0
     (computed once per run, whichever xdist workers its tests land on)."""
-    classes = [mutants.Fp32Kernel, *DIRECTIONS[direction][0]]
+    classes = [CONTROLS[direction], *DIRECTIONS[direction][0]]
     names = [c.name for c in classes]
+    suite = direction.removeprefix("rms-")
+    only_rms = ["-k", "rms"] if direction.startswith("rms-") else []
 
     def run() -> dict[str, Counter]:
-        plugins = make_plugins({c.name: f"tests.mutants:{c.__name__}" for c in classes}, dist="normbench-mutants")
+        plugins = make_plugins({c.name: f"{c.__module__}:{c.__name__}" for c in classes}, dist="normbench-mutants")
         xml = plugins.path / f"{direction}.xml"
         proc = subprocess.run(
-            pytest_command(str(SUITES / f"test_{direction}.py"), f"--normbench-impl={','.join(names)}", "-q", "-n", "2",
-                           f"--junitxml={xml}", "--normbench-seed=0", "--normbench-maxfail=1"),
+            pytest_command(str(SUITES / f"test_{suite}.py"), f"--normbench-impl={','.join(names)}", "-q", "-n", "2",
+                           f"--junitxml={xml}", "--normbench-seed=0", "--normbench-maxfail=1", *only_rms),
             cwd=ROOT, env=plugins.env, capture_output=True, text=True, timeout=1200)
         output = proc.stdout[-2000:] + proc.stderr[-2000:]
         assert proc.returncode in (0, 1), f"the {direction} suite did not run (exit {proc.returncode}):\n{output}"
@@ -58,7 +64,7 @@ def outcomes(direction, make_plugins, once_per_run) -> dict[str, Counter]:
 
 @pytest.mark.parametrize("direction", DIRECTIONS, indirect=True)
 def test_control_passes(outcomes, direction):
-    control = outcomes[CONTROL]
+    control = outcomes[CONTROLS[direction].name]
     assert control["failed"] == 0, f"the correct fp32 control failed the {direction} suite: {dict(control)}"
     assert control["passed"] > DIRECTIONS[direction][1]
 
@@ -74,6 +80,6 @@ def test_mutant_fails(outcomes, direction, mutant):
 def test_mutants_stop_at_their_first_failures(outcomes, direction):
     """--normbench-maxfail=1 finds the mutants by their hyphenated names: after a failure their other
     tests are skipped as not run (more skips than the control's, which are its unsupported cases)."""
-    control = outcomes[CONTROL]["skipped"]
+    control = outcomes[CONTROLS[direction].name]["skipped"]
     stopped = [m.name for m in DIRECTIONS[direction][0] if outcomes[m.name]["skipped"] > control]
     assert len(stopped) > len(DIRECTIONS[direction][0]) // 2, f"only {stopped} stopped early"
