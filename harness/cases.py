@@ -604,8 +604,9 @@ def cpu_sweep_cases(norm: str = "layer_norm") -> list[Case]:
     return cases
 
 
-THROUGHPUT_GPU_CASES: list[Case] = gpu_sweep_cases()
-THROUGHPUT_CPU_CASES: list[Case] = cpu_sweep_cases()
+#: both normalizations' sweeps, LayerNorm's first
+THROUGHPUT_GPU_CASES: list[Case] = gpu_sweep_cases() + gpu_sweep_cases("rms_norm")
+THROUGHPUT_CPU_CASES: list[Case] = cpu_sweep_cases() + cpu_sweep_cases("rms_norm")
 
 
 def throughput_cases(device: str) -> list[Case]:

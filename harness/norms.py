@@ -140,6 +140,24 @@ def of(name: str | Norm) -> Norm:
     raise InvalidInput(f"unknown normalization {name!r}; expected one of {', '.join(NAMES)}")
 
 
+def of_case_id(case_id: str) -> Norm:
+    """The normalization a case id names: RMSNorm's start with ``rms-``, every other is LayerNorm's
+    (whose ids predate RMSNorm). The one place that reads a case id's normalization.
+
+    >>> of_case_id("rms-float16-rows5-hidden33-offset3").name, of_case_id("float16-rows5-hidden33-offset3").name
+    ('rms_norm', 'layer_norm')
+    """
+    for norm in NORMS:
+        if norm.id_prefix and case_id.startswith(norm.id_prefix):
+            return norm
+    return LAYER_NORM
+
+
+def strip_id(case_id: str) -> str:
+    """A case id without its normalization's prefix: ``rms-float16-...`` -> ``float16-...``."""
+    return case_id.removeprefix(of_case_id(case_id).id_prefix)
+
+
 def implemented(backend: Any) -> tuple[str, ...]:
     """The normalizations a backend (class or instance) declares: ``normalizations``, default LayerNorm."""
     return tuple(getattr(backend, "normalizations", ("layer_norm",)))

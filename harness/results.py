@@ -73,20 +73,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from normbench import norms
 from normbench.exceptions import NormbenchError
 from normbench.files import append_whole, write_atomic
+
+#: the normalizations a row may name
+NORM_NAMES = norms.NAMES
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: the throughput schema's version (and the traffic and kernel-stats schemas'); each schema's own is :data:`VERSIONS`
+#: the traffic and kernel-stats schemas' version; each schema's own is :data:`VERSIONS`
 SCHEMA_VERSION = 1
+#: the throughput schema's version: 2 added ``normalization`` (RMSNorm); version 1 files are migrated
+#: (:data:`MIGRATIONS`) as LayerNorm's, the only normalization normbench measured then
+THROUGHPUT_VERSION = 2
 THROUGHPUT = "normbench.throughput"
 CONFORMANCE = "normbench.conformance"
 #: the conformance schema's version: 2 added the properties beyond tolerance (deterministic, batch_invariant,
 #: property_notes) and the structure of the forward error (error_histogram, nearest_histogram, coherence_*);
-#: version 1 files are migrated (:data:`MIGRATIONS`), all of these "not measured" (empty)
-CONFORMANCE_VERSION = 2
+#: version 1 files are migrated (:data:`MIGRATIONS`), all of these "not measured" (empty); 3 added
+#: ``normalization`` (RMSNorm), migrated from the case id (every earlier case is LayerNorm's)
+CONFORMANCE_VERSION = 3
 
 
 class ResultsError(NormbenchError):
@@ -162,9 +170,9 @@ FAILING = ("failed", "error", CRASHED, TIMEOUT, "xpassed")
 #: a throughput row's verdicts: only ``ok`` is a speed
 VERDICTS = ("ok", "wrong-before", "wrong-after", "above-ceiling", "error", CRASHED, TIMEOUT)
 
-#: the throughput schema, version 1: one row per (backend, case, direction)
+#: the throughput schema, version 2: one row per (backend, case, direction)
 THROUGHPUT_COLUMNS: tuple[Column, ...] = (
-    Column("schema_version", "int", "the schema version of this row (1)"),
+    Column("schema_version", "int", "the schema version of this row (2)"),
     Column("run_id", "str", "the run this row belongs to (also the folder name)"),
     Column("time", "str", "when the row was measured, ISO 8601 UTC"),
     Column("host", "str", "the machine's host name"),
@@ -172,6 +180,7 @@ THROUGHPUT_COLUMNS: tuple[Column, ...] = (
     Column("device_name", "str", "the CPU or GPU model"),
     Column("backend", "str", "the backend name (--impl)"),
     Column("backend_version", "str", "the version of the library it wraps"),
+    Column("normalization", "str", "layer_norm or rms_norm (normbench.norms). Version 2", choices=NORM_NAMES),
     Column("direction", "str", "forward, backward or forward+backward"),
     Column("dtype", "str", "the dtype of x, y, dy and dx"),
     Column("param_dtype", "str", "the dtype of weight and bias"),
@@ -299,14 +308,17 @@ HISTOGRAM_FORM = ("a histogram b=BINSxWIDTH;u=UNDER;o=OVER;c=COUNT,... (odd BINS
 #: a coherence statistic's worst |value|/allowance (1: at the allowance; above: the test fails)
 RATIO: dict[str, Any] = {"low": 0.0}
 
-#: the conformance schema, version 2: one row per test of a ``normbench run``
+#: the conformance schema, version 3: one row per test of a ``normbench run``
 CONFORMANCE_COLUMNS: tuple[Column, ...] = (
-    Column("schema_version", "int", "the schema version of this row (2)"),
+    Column("schema_version", "int", "the schema version of this row (3)"),
     Column("run_id", "str", "the run this row belongs to"),
     Column("backend", "str", "the backend name"),
     Column("suite", "str", "the suite file, e.g. test_forward.py"),
     Column("test", "str", "the test function"),
     Column("case", "str", "the case id (the test id without the backend)"),
+    Column("normalization", "str", "layer_norm or rms_norm, the case's normalization (normbench.norms; an RMSNorm "
+                                   "case id starts with rms-); layer_norm for a test without a case. Version 3",
+           choices=NORM_NAMES),
     Column("nodeid", "str", "the pytest node id relative to the suites, `suites/test_forward.py::test_forward[...]`, "
                             "whether they ran from a checkout or an installation"),
     Column("outcome", "str", "pytest's passed, failed, skipped, error, xfailed/xpassed (a known deviation); or crashed "
@@ -414,7 +426,7 @@ KERNEL_STATS = "normbench.kernel_stats"
 SCHEMAS: dict[str, tuple[Column, ...]] = {THROUGHPUT: THROUGHPUT_COLUMNS, CONFORMANCE: CONFORMANCE_COLUMNS,
                                           TRAFFIC: TRAFFIC_COLUMNS, KERNEL_STATS: KERNEL_STATS_COLUMNS}
 #: schema -> the version this normbench writes (and migrates older files to)
-VERSIONS: dict[str, int] = {THROUGHPUT: SCHEMA_VERSION, CONFORMANCE: CONFORMANCE_VERSION, TRAFFIC: SCHEMA_VERSION,
+VERSIONS: dict[str, int] = {THROUGHPUT: THROUGHPUT_VERSION, CONFORMANCE: CONFORMANCE_VERSION, TRAFFIC: SCHEMA_VERSION,
                             KERNEL_STATS: SCHEMA_VERSION}
 #: schema -> the stem of its files; a kernel-stats file is one per compile target, ``kernels-sm90.csv``
 FILES: dict[str, str] = {THROUGHPUT: "throughput", CONFORMANCE: "conformance", TRAFFIC: "traffic",
@@ -517,6 +529,9 @@ MIGRATIONS: dict[tuple[str, int], Callable[[pd.DataFrame], pd.DataFrame]] = {
     (CONFORMANCE, 1): lambda df: df.assign(deterministic="", batch_invariant="", property_notes="", error_histogram="",
                                            nearest_histogram="", coherence_scale=None, coherence_offset=None,
                                            coherence_toward_zero=None, coherence_downward=None),
+    # conformance 2 -> 3 and throughput 1 -> 2: the normalization, LayerNorm for every earlier case
+    (CONFORMANCE, 2): lambda df: df.assign(normalization=[norms.of_case_id(str(c)).name for c in df["case"]]),
+    (THROUGHPUT, 1): lambda df: df.assign(normalization="layer_norm"),
 }
 
 _EMPTY = {"str": "", "int": 0, "float": math.nan, "bool": False}
@@ -602,6 +617,8 @@ def new_row(schema: str = THROUGHPUT, **values: Any) -> dict[str, Any]:
         raise ValueError(f"not columns of {schema}: {', '.join(sorted(unknown))}")
     row = {c.name: _EMPTY[c.kind] for c in columns}
     row["schema_version"] = VERSIONS[schema]
+    if "normalization" in row:  # unless given, the case id's (LayerNorm for a row without a case)
+        row["normalization"] = norms.of_case_id(str(values.get("case") or values.get("case_id") or "")).name
     row.update(values)
     return row
 

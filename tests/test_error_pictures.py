@@ -151,7 +151,9 @@ def test_the_report_draws_the_histograms_and_the_statistics(rows, tmp_path):
     section = section[:section.index("<h3>", 10)] if "<h3>" in section[10:] else section
     panels = {m.group(1): part for m, part in
               zip(re.finditer(r"<h4>(.*?) <span", section), section.split("<h4>")[1:])}
-    assert set(panels) == {"numpy, float32", "numpy, float16", "numpy, bfloat16", "mutant-truncating-bf16, bfloat16"}
+    # one panel per backend, normalization and dtype (the truncating mutant is LayerNorm-only)
+    assert set(panels) == {"numpy, float32", "numpy, float16", "numpy, bfloat16", "mutant-truncating-bf16, bfloat16",
+                           "numpy RMSNorm, float32", "numpy RMSNorm, float16", "numpy RMSNorm, bfloat16"}
     truncating = panels["mutant-truncating-bf16, bfloat16"]
     assert truncating.count("<svg") == 1 and truncating.count('class="bar"') >= 35 and 'class="nearest"' in truncating
     mean = float(re.search(r"<td>mean error toward zero</td><td class=\"num\">([-+0-9.]+) ulp", truncating).group(1))

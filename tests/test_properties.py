@@ -173,7 +173,7 @@ def _v2_rows() -> list[dict]:
 def test_the_results_schema_round_trips_the_properties(tmp_path):
     df = results.frame(_v2_rows(), results.CONFORMANCE)
     results.save(tmp_path, df, results.CONFORMANCE)
-    assert json.loads((tmp_path / "conformance.json").read_text())["schema_version"] == 2
+    assert json.loads((tmp_path / "conformance.json").read_text())["schema_version"] == results.CONFORMANCE_VERSION
     for path in (tmp_path, tmp_path / "conformance.csv", tmp_path / "conformance.json"):
         again = results.load(path, results.CONFORMANCE)
         assert again[["deterministic", "batch_invariant", "property_notes"]].to_dict("records") == [
@@ -198,7 +198,8 @@ def test_version_1_conformance_files_load_with_properties_not_measured(tmp_path)
     for folder in ("json", "csv"):
         df = results.load(tmp_path / folder, results.CONFORMANCE)
         assert list(df.columns) == [c.name for c in results.CONFORMANCE_COLUMNS]
-        assert set(df.schema_version) == {2} and set(df.deterministic) == {""} and set(df.message) == {""}
+        assert set(df.schema_version) == {results.CONFORMANCE_VERSION} and set(df.deterministic) == {""}
+        assert set(df.message) == {""} and set(df.normalization) == {"layer_norm"}
         assert list(df.outcome) == ["passed", "passed"]
     html = render_html(load_result_sets([tmp_path / "json"]))
     assert "Properties beyond tolerance" in html and "Not measured: this run's conformance results" in html

@@ -29,7 +29,7 @@ def rows(run_id="r1", n=3):
 
 def test_every_column_is_documented_and_a_row_has_them_all():
     row = new_row(backend="numpy")
-    assert list(row) == [c.name for c in results.THROUGHPUT_COLUMNS] and row["schema_version"] == results.SCHEMA_VERSION
+    assert list(row) == [c.name for c in results.THROUGHPUT_COLUMNS] and row["schema_version"] == results.THROUGHPUT_VERSION
     assert all(c.doc and c.kind in ("str", "int", "float", "bool") for c in results.THROUGHPUT_COLUMNS)
     with pytest.raises(ValueError, match="not columns of normbench.throughput: speed"):
         new_row(speed=3)
@@ -78,13 +78,13 @@ def _json_with_version(tmp_path, version):
 
 
 def test_a_newer_schema_version_is_refused_with_the_fix(tmp_path):
-    with pytest.raises(ResultsError, match="schema version 2, newer than this normbench reads .1.. Fix: upgrade"):
-        load(_json_with_version(tmp_path, 2))
+    with pytest.raises(ResultsError, match="schema version 3, newer than this normbench reads .2.. Fix: upgrade"):
+        load(_json_with_version(tmp_path, 3))
 
 
 def test_an_older_version_is_migrated_or_refused(tmp_path, monkeypatch):
     path = _json_with_version(tmp_path, 0)
-    with pytest.raises(ResultsError, match="schema version 0, which this normbench cannot migrate to version 1"):
+    with pytest.raises(ResultsError, match="schema version 0, which this normbench cannot migrate to version 2"):
         load(path)
     monkeypatch.setitem(results.MIGRATIONS, (THROUGHPUT, 0), lambda df: df.assign(host="migrated"))
     assert set(load(path).host) == {"migrated"}

@@ -249,9 +249,9 @@ MALFORMED = {
     "a string for a bool": (_set("wide_spread", "yes"), r"row 1: field wide_spread is 'yes', not true or false"),
     "a number for a string": (_set("backend", 3), r"row 1: field backend is 3, not a string"),
     "a missing field": (lambda d: d["rows"][2].pop("gbps"), r"row 3 lacks the fields gbps"),
-    "an unknown field": (_set("speed", 3.0), r"row 1 has fields not in normbench.throughput version 1: speed"),
-    "a row of version 2": (_set("schema_version", 2, row=1), r"row 2: field schema_version is 2, but the file is "
-                                                             r"version 1"),
+    "an unknown field": (_set("speed", 3.0), r"row 1 has fields not in normbench.throughput version 2: speed"),
+    "a row of version 3": (_set("schema_version", 3, row=1), r"row 2: field schema_version is 3, but the file is "
+                                                             r"version 2"),
     "a bool version": (lambda d: d.update(schema_version=True), r"schema_version is true, not an integer"),
     "deeply nested": (lambda d: '{"rows": ' + "[" * 100000 + "]" * 100000 + "}", r"nested too deeply"),
 }

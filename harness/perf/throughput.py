@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from normbench import norms
 from normbench.backend import Backend
 from normbench.cases import Case, shape_name
 from normbench.check.conformance import ConformanceError
@@ -72,17 +73,18 @@ def prepare(backend: Backend, reference: Reference, direction: str) -> Prepared:
     case = reference.case
     wanted = reference.arrays if direction != "forward" else (*reference.arrays[:3], None)
     x, w, b, g = (None if a is None else backend.asarray(a.copy()) for a in wanted)
-    ns, eps = case.normalized_shape, case.eps
+    ns, eps, norm = case.normalized_shape, case.eps, norms.of(case.norm)
     if direction == "forward":
-        op = lambda: backend.layer_norm(x, ns, w, b, eps)
+        op = lambda: norm.forward(backend, x, ns, w, b, eps)
     elif direction == "backward":
-        op = backend.prepare_backward(g, x, ns, w, b, eps) or (lambda: backend.layer_norm_backward(g, x, ns, w, b, eps))
+        op = (norm.prepare_backward(backend, g, x, ns, w, b, eps)
+              or (lambda: norm.backward(backend, g, x, ns, w, b, eps)))
     else:
-        op = lambda: backend.forward_backward(g, x, ns, w, b, eps)
+        op = lambda: norm.forward_backward(backend, g, x, ns, w, b, eps)
     return Prepared((x, w, b, g), op)
 
 
-def model_direction(backend: Backend, direction: str) -> str:
+def model_direction(backend: Backend, direction: str, norm: str = "layer_norm") -> str:
     """The direction whose byte model a measurement of ``direction`` is judged by: a backward that
     cannot be timed without its forward (``Backend.separates_backward``) is forward+backward's.
 
@@ -90,7 +92,7 @@ def model_direction(backend: Backend, direction: str) -> str:
     >>> model_direction(get_registry().create("numpy"), "backward")
     'backward'
     """
-    return "forward+backward" if direction == "backward" and not backend.separates_backward() else direction
+    return "forward+backward" if direction == "backward" and not backend.separates_backward(norm) else direction
 
 
 @dataclass
@@ -144,14 +146,16 @@ class ThroughputRunner:
         """The row of ``case`` before it is measured: what was to be measured, where, with which byte model."""
         from normbench.results import new_row
 
-        modelled = model_direction(backend, direction)
+        modelled = model_direction(backend, direction, case.norm)
         return new_row(run_id=self.run_id, time=now_utc(), host=socket.gethostname(), device=backend.device,
                        device_name=device_name(backend.device), backend=backend.name,
-                       backend_version=type(backend).library_version(), direction=direction, dtype=case.dtype,
+                       backend_version=type(backend).library_version(), normalization=case.norm,
+                       direction=direction, dtype=case.dtype,
                        param_dtype=case.params, rows=case.rows, hidden=case.hidden, shape=shape_name(case),
                        case_id=case.id, seed=self.seed, byte_model=BYTE_MODELS[modelled],
                        bytes=direction_bytes(case.rows, case.hidden, case.dtype, modelled, case.params,
-                                             weight=case.affine in ("wb", "w"), bias=case.affine in ("wb", "b")),
+                                             weight=case.affine in ("wb", "w"), bias=case.affine in ("wb", "b"),
+                                             norm=case.norm),
                        cache=self.options.cache)
 
     def _reference(self, case: Case) -> Reference:
@@ -164,10 +168,8 @@ class ThroughputRunner:
 
     def _warm_up(self, backend: Backend, case: Case, prepared: Prepared, sync: Callable[[Any], None]) -> None:
         """The backend's ``warmup`` hook (compilation, autotuning), then the op, untimed."""
-        hook = getattr(backend, "warmup", None)
-        if callable(hook):
-            x, w, b, _ = prepared.native
-            hook(x, case.normalized_shape, w, b, case.eps)
+        x, w, b, _ = prepared.native
+        norms.of(case.norm).warmup(backend, x, case.normalized_shape, w, b, case.eps)
         for _ in range(self.options.warmup):
             sync(prepared.op())
 

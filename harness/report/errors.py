@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from normbench.dtypes import DTYPES
+from normbench.norms import NAMES, of, of_case_id
 from normbench.report.properties import dtype_of
 from normbench.report.sources import ResultSet
 from normbench.report.svg import PALETTE, linear_ticks
@@ -159,13 +160,16 @@ def error_pictures(rs: ResultSet) -> dict[str, Any]:
     recorded = forward[(forward.error_histogram != "") | forward[columns].notna().any(axis=1)]
     if recorded.empty:
         return {"measured": False, "panels": []}
-    recorded = recorded.assign(dtype=[dtype_of(c) for c in recorded.case])
+    recorded = recorded.assign(dtype=[dtype_of(c) for c in recorded.case],
+                               norm=[of_case_id(c).name for c in recorded.case])
     order = {d: i for i, d in enumerate(DTYPES)}
+    norm_order = {n: i for i, n in enumerate(NAMES)}
     backends = sorted(set(df.backend))
     panels = []
-    groups = sorted(recorded.groupby(["backend", "dtype"]), key=lambda kv: (kv[0][0], order.get(kv[0][1], 9)))
-    for (backend, dtype), part in groups:
-        same = np.array([dtype_of(c) == dtype for c in forward.case], bool)
+    groups = sorted(recorded.groupby(["backend", "norm", "dtype"]),
+                    key=lambda kv: (kv[0][0], norm_order.get(kv[0][1], 9), order.get(kv[0][2], 9)))
+    for (backend, norm, dtype), part in groups:
+        same = np.array([dtype_of(c) == dtype and of_case_id(c).name == norm for c in forward.case], bool)
         all_forward = forward[(forward.backend == backend).to_numpy() & same]
         h = near = None
         skipped = 0
@@ -181,7 +185,9 @@ def error_pictures(rs: ResultSet) -> dict[str, Any]:
                 skipped += 1
         colour = PALETTE[backends.index(backend) % len(PALETTE)]
         panel: dict[str, Any] = {
-            "backend": backend, "dtype": dtype or "other", "tests": len(part), "forward_tests": len(all_forward),
+            "backend": backend, "dtype": dtype or "other", "tests": len(part),
+            # LayerNorm's panels keep their names; RMSNorm's say so
+            "norm": "" if norm == "layer_norm" else of(norm).label, "forward_tests": len(all_forward),
             "skipped_bins": skipped,
             "statistics": [{"name": name, "doc": doc, **_statistic(part, column)} for name, column, doc in STATISTICS],
         }

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from normbench.dtypes import DTYPES
+from normbench.norms import NAMES, of, of_case_id, strip_id
 from normbench.report.sources import ResultSet
 
 #: the table's columns: (title, the conformance column, the suite files whose tests count, what it covers)
@@ -26,8 +27,9 @@ COLUMNS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 
 
 def dtype_of(case: str) -> str:
-    """The dtype of x in a case id (``float32-rows65-...`` -> ``float32``), or "" when it names none."""
-    head = case.split("-", 1)[0]
+    """The dtype of x in a case id (``float32-rows65-...`` and ``rms-float32-rows65-...`` -> ``float32``),
+    or "" when it names none."""
+    head = strip_id(case).split("-", 1)[0]
     return head if head in DTYPES else ""
 
 
@@ -48,7 +50,7 @@ def _cell(verdicts: list[str], notes: list[str], cases: list[str], column: str) 
 
 
 def properties_table(rs: ResultSet) -> dict[str, Any]:
-    """Per backend and dtype, each property's cell (``kind`` pass, fail or none; ``text``; for a violation
+    """Per backend, normalization and dtype, each property's cell (``kind`` pass, fail or none; ``text``; for a violation
     ``detail``, the first case and what differed). ``measured``: whether any row measured any property
     (a conformance schema version 1 run measured none)."""
     df = rs.conformance
@@ -56,14 +58,19 @@ def properties_table(rs: ResultSet) -> dict[str, Any]:
     if df.empty:
         return {"measured": False, "columns": columns, "rows": []}
     measured = bool((df.deterministic != "").any() or (df.batch_invariant != "").any())
-    df = df.assign(dtype=[dtype_of(c) for c in df.case])
+    df = df.assign(dtype=[dtype_of(c) for c in df.case], norm=[of_case_id(c).name for c in df.case])
     order = {d: i for i, d in enumerate(DTYPES)}
+    norm_order = {n: i for i, n in enumerate(NAMES)}
     rows = []
-    for (backend, dtype), part in sorted(df.groupby(["backend", "dtype"]), key=lambda kv: (kv[0][0], order.get(kv[0][1], 9))):
+    groups = sorted(df.groupby(["backend", "norm", "dtype"]),
+                    key=lambda kv: (kv[0][0], norm_order.get(kv[0][1], 9), order.get(kv[0][2], 9)))
+    for (backend, norm, dtype), part in groups:
         cells = []
         for _, column, suites, _doc in COLUMNS:
             sub = part[part.suite.isin(suites)]
             cells.append(_cell(list(sub[column]), list(sub.property_notes), list(sub.case), column))
         if any(c["kind"] != "none" for c in cells):
-            rows.append({"backend": backend, "dtype": dtype or "other", "cells": cells})
+            # LayerNorm's rows keep their names; RMSNorm's say so
+            label = backend if norm == "layer_norm" else f"{backend} {of(norm).label}"
+            rows.append({"backend": label, "dtype": dtype or "other", "cells": cells})
     return {"measured": measured, "columns": columns, "rows": rows}
