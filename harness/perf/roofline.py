@@ -54,6 +54,8 @@ BYTE_MODEL_FORMULAS: dict[str, str] = {
     "forward-training+backward": "the training forward, M*N*e_x + M*N*e_y + N*(e_w + e_b) + 2*M*4 (write fp32 "
                                  "mean, rstd), plus the backward",
 }
+#: what RMSNorm's byte model changes, shown beside the formulas
+RMS_BYTE_MODEL_NOTE = "RMSNorm: the same with no bias (e_b = 0) and one fp32 statistic, rstd (M*4 where LayerNorm has 2*M*4)"
 #: statistics are fp32 whatever the input dtype: 4 bytes each for mean and rstd
 STAT_BYTES = 4
 #: the ceiling's copy buffer is at least this many times the last-level cache

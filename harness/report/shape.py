@@ -9,7 +9,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from normbench.perf.roofline import BYTE_MODEL_FORMULAS, BYTE_MODELS, DIRECTIONS
+from normbench import norms
+from normbench.perf.roofline import BYTE_MODEL_FORMULAS, BYTE_MODELS, DIRECTIONS, RMS_BYTE_MODEL_NOTE
 from normbench.report.sources import ResultSet
 from normbench.results import FAILING, NOT_RUN, OUTCOMES
 
@@ -77,8 +78,14 @@ def _panel_table(part: pd.DataFrame, entries: list, families: dict[tuple[str, st
     return {"shapes": shapes, "rows": body}
 
 
+def with_norm(text: str, normalization: str) -> str:
+    """A label as LayerNorm's reports always wrote it, and RMSNorm's marked: ``float32`` and
+    ``float32, RMSNorm``: the report's tables and charts are per normalization."""
+    return text if normalization in ("", "layer_norm") else f"{text}, {norms.of(normalization).label}"
+
+
 def throughput_panels(sets: list[ResultSet]) -> list[Panel]:
-    """One panel per direction x dtype present in any set, lines per (backend, result set)."""
+    """One panel per normalization x direction x dtype present in any set, lines per (backend, result set)."""
     import pandas as pd
 
     frames = [rs.throughput.assign(result_set=rs.label) for rs in sets if not rs.throughput.empty]
@@ -88,15 +95,18 @@ def throughput_panels(sets: list[ResultSet]) -> list[Panel]:
     order = {d: i for i, d in enumerate(DIRECTIONS)}
     entries, families = _deviation_entries(), _family_lookup()
     panels = []
-    keys = sorted(set(zip(df.direction, df.dtype)), key=lambda k: (order.get(k[0], 9), k[0], k[1]))
-    for direction, dtype in keys:
-        part = df[(df.direction == direction) & (df.dtype == dtype)]
+    norm_order = {n: i for i, n in enumerate(norms.NAMES)}
+    keys = sorted(set(zip(df.normalization, df.direction, df.dtype)),
+                  key=lambda k: (norm_order.get(k[0], 9), order.get(k[1], 9), k[1], k[2]))
+    for normalization, direction, dtype in keys:
+        part = df[(df.normalization == normalization) & (df.direction == direction) & (df.dtype == dtype)]
         ok = _ok(part)
         lines = [_line(ok[ok.result_set == rs.label], b, rs.label) for rs in sets
                  for b in sorted(set(ok[ok.result_set == rs.label].backend))]
         ceilings = [(label, float(g.ceiling_gbps.median())) for label, g in part.groupby("result_set", sort=False)
                     if g.ceiling_gbps.notna().any()]
-        panels.append(Panel(direction, dtype, BYTE_MODELS.get(direction, direction), lines, ceilings,
+        panels.append(Panel(direction, with_norm(dtype, normalization), BYTE_MODELS.get(direction, direction), lines,
+                            ceilings,
                             _panel_table(part, entries, families)))
     return panels
 
@@ -112,16 +122,18 @@ def speedups(rs: ResultSet, baseline: str) -> dict[str, Any]:
         return {"note": f"the baseline {baseline!r} has no correct throughput rows in this set (backends with rows: "
                         f"{have}); choose one with --baseline", "backends": [], "rows": []}
     rows = []
-    for (direction, dtype, hidden, shape), group in ok.groupby(["direction", "dtype", "hidden", "shape"], sort=False):
+    keys = ["normalization", "direction", "dtype", "hidden", "shape"]
+    for (normalization, direction, dtype, hidden, shape), group in ok.groupby(keys, sort=False):
         base = group[group.backend == baseline]
         if base.empty:
             continue
         t0 = float(base.median_s.iloc[0])
         by_backend = {r.backend: t0 / r.median_s for r in group.itertuples()}
-        rows.append({"direction": direction, "dtype": dtype, "shape": shape, "hidden": int(hidden),
-                     "cells": [by_backend.get(b) for b in backends]})
+        rows.append({"direction": direction, "dtype": with_norm(dtype, normalization), "shape": shape,
+                     "hidden": int(hidden), "cells": [by_backend.get(b) for b in backends],
+                     "order": norms.NAMES.index(normalization) if normalization in norms.NAMES else 9})
     order = {d: i for i, d in enumerate(DIRECTIONS)}
-    rows.sort(key=lambda r: (order.get(r["direction"], 9), r["dtype"], r["hidden"]))
+    rows.sort(key=lambda r: (r.pop("order"), order.get(r["direction"], 9), r["dtype"], r["hidden"]))
     return {"note": "" if backends else f"only {baseline!r} has correct rows: nothing to compare",
             "backends": backends, "rows": rows}
 
@@ -205,7 +217,7 @@ def conformance_matrix(rs: ResultSet) -> dict[str, Any]:
     if df.empty:
         return {"backends": [], "total": [], "rows": []}
     families = _family_lookup()
-    df = df.assign(family=[families.get((s, c)) or families.get(("", c), t)
+    df = df.assign(family=[with_norm(families.get((s, c)) or families.get(("", c), t), norms.of_case_id(c).name)
                             for s, c, t in zip(df.suite, df.case, df.test)])
     backends = sorted(set(df.backend))
     counts = {key: Counter(g.outcome) for key, g in df.groupby(["suite", "family", "backend"])}
@@ -282,7 +294,9 @@ def byte_models(sets: list[ResultSet]) -> list[tuple[str, str, str]]:
     """(direction, byte-model variant, formula) for the directions measured or counted."""
     measured = ({d for rs in sets for d in set(rs.throughput.direction)}
                 | {d for rs in sets if rs.traffic is not None for d in set(rs.traffic.direction)}) or set(DIRECTIONS)
-    return [(d, BYTE_MODELS[d], BYTE_MODEL_FORMULAS[BYTE_MODELS[d]]) for d in DIRECTIONS if d in measured]
+    rms = any("rms_norm" in set(rs.throughput.normalization) for rs in sets if not rs.throughput.empty)
+    return [(d, BYTE_MODELS[d], BYTE_MODEL_FORMULAS[BYTE_MODELS[d]] + (f"; {RMS_BYTE_MODEL_NOTE}" if rms else ""))
+            for d in DIRECTIONS if d in measured]
 
 
 def _apart(part: pd.DataFrame, fast: str, slow: str) -> tuple[int, int]:
@@ -323,7 +337,10 @@ def at_a_glance(rs: ResultSet) -> list[dict[str, Any]]:
     conf = rs.conformance
     order = {d: i for i, d in enumerate(DIRECTIONS)}
     out = []
-    for (direction, dtype), part in sorted(ok.groupby(["direction", "dtype"]), key=lambda k: (order.get(k[0][0], 9), k[0])):
+    norm_order = {n: i for i, n in enumerate(norms.NAMES)}
+    groups = sorted(ok.groupby(["normalization", "direction", "dtype"]),
+                    key=lambda k: (norm_order.get(k[0][0], 9), order.get(k[0][1], 9), k[0]))
+    for (normalization, direction, dtype), part in groups:
         medians = part.groupby("backend").gbps.median().sort_values(ascending=False)
         best = str(medians.index[0])
         others = [str(b) for b in medians.index[1:]]
@@ -333,7 +350,8 @@ def at_a_glance(rs: ResultSet) -> list[dict[str, Any]]:
         trust = trusts[0][0] if len(named) == 1 else "; ".join(f"{b}: {t}" for b, (t, _) in zip(named, trusts))
         apart, shared = _apart(part, best, others[0]) if others else (0, 0)
         pct = part[part.backend == best].pct_of_ceiling.median()
-        out.append({"direction": direction, "dtype": dtype, "best": best, "gbps": float(medians.iloc[0]),
+        out.append({"direction": direction, "dtype": with_norm(dtype, normalization), "best": best,
+                    "gbps": float(medians.iloc[0]),
                     "pct": float(pct), "runner_up": others[0] if others else "",
                     "ratio": float(medians.iloc[0] / medians.iloc[1]) if others else None,
                     "clear_winner": not tied, "tied": named if tied else [], "apart": apart, "shared": shared,
