@@ -569,7 +569,8 @@ def geometry_cases(norm: str = "layer_norm") -> list[Case]:
 #: 10x of the plain network's change, so "not invariant" could not be asserted far above it
 RNN_CASES: list[Case] = [Case("recurrent", (4, 64), (64,), dtype, eps=0.0) for dtype in ("float64", "float32", "float16")]
 LSTM_CASES: list[Case] = [Case("recurrent", (4, 128), (128,), dtype, eps=0.0) for dtype in ("float64", "float32")]
-INVARIANCE_CASES: list[Case] = invariance_cases()
+#: Table 1's layer-norm row, and normbench's RMSNorm row (``rms-`` ids)
+INVARIANCE_CASES: list[Case] = invariance_cases() + invariance_cases("rms_norm")
 GEOMETRY_CASES: list[Case] = geometry_cases()
 
 

@@ -505,6 +505,9 @@ def cmd_table1(args: argparse.Namespace) -> int:
                                  f"choose one of those")
         row_norm = BackendRowLayerNorm(backend, dtype)
         rows["layer"] = table1.layer_norm_row(row_norm, 1e-5 if args.eps is None else args.eps)
+        if "rms_norm" in backend.normalizations:  # else RMSNorm's row stays the float64 oracle's
+            rows["rms"] = table1.layer_norm_row(BackendRowLayerNorm(backend, dtype, "rms_norm"),
+                                                1e-5 if args.eps is None else args.eps)
     progress(f"measuring Table 1 ({len(rows)} rows, layer norm: {row_norm.label}, seed {args.seed})...")
     cells = table1.measure_table(rows, args.seed)
     print(table1.render_table(cells, rows, args.seed), flush=True)

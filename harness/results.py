@@ -1234,6 +1234,12 @@ def check_document(document: Any, spec: Field, source: str, fix: str) -> None:
                            f"not {what}. Fix: {fix}") from None
 
 
+def read_json_version(path: Path, fix: str) -> Any:
+    """The ``schema_version`` a JSON document at ``path`` says it has (None when it says none)."""
+    document = _read_json(path, fix)
+    return document.get("schema_version") if isinstance(document, dict) else None
+
+
 def read_document(path: Path, schema: str, version: int, spec: Field, fix: str) -> dict[str, Any]:
     """A JSON document of ``schema`` and ``version`` at ``path``, checked against ``spec``."""
     document = _read_json(path, fix)

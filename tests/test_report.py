@@ -140,7 +140,8 @@ def test_a_saved_table1_is_shown(run):
     out = normbench("table1", "--no-recurrent", f"--save={run}")
     assert out.returncode == 0, out.stderr
     document = json.loads((run / "table1.json").read_text())
-    assert document["schema"] == "normbench.table1" and document["schema_version"] == 1
+    assert document["schema"] == "normbench.table1" and document["schema_version"] == 2
     html = html_of(run)
     section = html[html.index("Table 1 of the paper, measured"):]
     assert "Weight matrix re-scaling" in section and "Layer norm" in section and "(paper:" not in section
+    assert "RMSNorm *" in section and "normbench's measurement against normbench's own derivation" in section

@@ -7,6 +7,7 @@ import pytest
 
 from normbench import cases
 from normbench.check import conformance
+from normbench.paper import invariances
 from tests import rms_mutants
 
 CASES = {c.id: c for c in cases.FORWARD_CASES + cases.BACKWARD_CASES}
@@ -53,3 +54,19 @@ def test_correct_conventions_pass_the_cases_that_catch_the_mutants(variant, seed
     for _, case_id, _ in BACKWARD:
         case = CASES[case_id]
         conformance.check_backward(variant(), cases.make_inputs(case, seed), cases.make_dy(case, seed))
+
+
+# -- normbench's Table 1 row for RMSNorm (normbench.paper.invariances.RMS_TABLE1) ---------------------------------
+
+TABLE1_CASE = cases.table1_case("float32", norm="rms_norm")
+
+
+@pytest.mark.parametrize("key", sorted(invariances.RMS_TABLE1))
+def test_a_correct_rmsnorm_has_normbenchs_table1_row(key):
+    invariances.check_column(rms_mutants.RmsKernel(), TABLE1_CASE, 0, key)
+
+
+def test_eps_outside_the_sqrt_breaks_rmsnorms_rescaling_invariance():
+    # RMSNorm_eps(delta*a) = RMSNorm_(eps/delta^2)(a) holds only with eps under the square root
+    with pytest.raises(conformance.ConformanceError, match="RMSNorm is invariant to dataset re-scaling"):
+        invariances.check_column(rms_mutants.EpsOutsideSqrt(), TABLE1_CASE, 0, "dataset_rescaling")

@@ -38,7 +38,7 @@ def test_the_oracles_reproduce_the_paper_and_import_no_framework():
             "print('HEAVY:', sorted(m for m in ('torch', 'jax') if m in sys.modules))\nsys.exit(rc)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "All 18 cells agree with the paper." in out.stdout
+    assert "All 24 cells agree with the paper (and RMSNorm's with its derivation)." in out.stdout
     assert "HEAVY: []" in out.stdout
     for heading in ("Paper", "Measured", "Batch norm", "Weight norm", "Layer norm", "§3.1 recurrent networks",
                     "RNN (eq. 4)", "LSTM (eq. 20-22)", "no norm, 10*W"):
@@ -49,7 +49,7 @@ def test_a_backend_measures_the_layer_norm_row(plugins):
     out = table1("--impl=mutant-control", "--dtype=bfloat16", env=plugins.env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Layer norm: mutant-control (bfloat16), bfloat16, eps 1e-05" in out.stdout
-    assert "All 18 cells agree with the paper." in out.stdout
+    assert "All 24 cells agree with the paper (and RMSNorm's with its derivation)." in out.stdout
 
 
 def test_a_wrong_backend_disagrees_and_fails(plugins):

@@ -16,6 +16,10 @@ per row, with ``s = sqrt(var + eps)``, ``r = 1/s``, ``xhat = (x - mu)*r``:
   ``|dm| <= mean(|g|*E)``, so ``|d dx_i| <= rms(p)/s*|dx_i| + r*(E_i*|m| + |xhat_i|*mean(|g|*E))``.
 * ``dweight = sum_rows(dy*xhat)``: ``|d dweight| <= sum_rows(|dy|*E)``; dbias does not depend on x.
 
+RMSNorm (nothing centred, ``s = sqrt(mean(x^2) + eps)``): ``d ms = 2*mean(x*dx)``, ``|d ms| <=
+2*rms(x)*rms(p) <= 2*s*rms(p)``, so ``|ds| <= rms(p)`` again and ``E_i = (p_i + |xhat_i|*rms(p))/s``
+(no ``mean(p)``).
+
 Second-order terms are smaller than these by a further factor ``max(rms(p)/s, E)``,
 which is below 2**-6 in every use here; they are left out.
 """
@@ -37,6 +41,8 @@ def xhat_perturbation(ref: oracle.Forward, p: np.ndarray) -> np.ndarray:
     """E (M, N): the bound on ``|d xhat|`` for input perturbations ``p`` (M, N)."""
     p = np.asarray(p, np.float64).reshape(ref.x.shape)
     rms, mean = _rms_mean(p)
+    if not ref.centered:  # RMSNorm subtracts no mean: d xhat_i = (dx_i - xhat_i*ds)/s, |ds| <= rms(p) as well
+        mean = 0.0
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         return (p + mean + np.abs(ref.xhat) * rms) / ref.sigma_eps[:, None]
 

@@ -61,7 +61,9 @@ VECTOR_SCALE = 12.0
 DATA_SHIFT = 2.0
 
 METHODS = ("batch", "weight", "layer")
-METHOD_TITLES = {"batch": "Batch norm", "weight": "Weight norm", "layer": "Layer norm"}
+#: the rows normbench measures: the paper's three, and RMSNorm's, which the paper does not have
+ALL_METHODS = (*METHODS, "rms")
+METHOD_TITLES = {"batch": "Batch norm", "weight": "Weight norm", "layer": "Layer norm", "rms": "RMSNorm *"}
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,16 @@ TRANSFORMATIONS: dict[str, Transformation] = {t.key: t for t in (
 )}
 #: Table 1 as printed in the paper: method -> column -> invariant?
 PAPER_TABLE1: dict[str, dict[str, bool]] = {m: {k: t.paper[m] for k, t in TRANSFORMATIONS.items()} for m in METHODS}
+#: RMSNorm's row, normbench's derivation (the paper has no RMSNorm row). h = g*a/rms(a), per training case, rms
+#: over the units, no mean subtracted. Weight-matrix re-scaling (a -> delta*a), dataset re-scaling (the same) and
+#: single-case re-scaling (one case's a -> delta*a) scale a case's a and its rms together: invariant, with eps/delta^2
+#: as for LayerNorm. Weight-matrix re-centering adds gamma.x, a constant per case, to every unit of the case, and
+#: dataset re-centering adds c*sum_i W_ij, a constant per unit: nothing subtracts either, so both change h (LayerNorm
+#: is invariant to the first because it subtracts the case's mean). Weight-vector re-scaling scales one unit's a_j: it
+#: changes that case's rms, so every unit's h changes: not invariant, as for LayerNorm.
+RMS_TABLE1: dict[str, bool] = {"weight_matrix_rescaling": True, "weight_matrix_recentering": False,
+                               "weight_vector_rescaling": False, "dataset_rescaling": True,
+                               "dataset_recentering": False, "single_case_rescaling": True}
 
 
 @dataclass(frozen=True)
@@ -275,24 +287,26 @@ def verdict(deviations: list[Deviation]) -> str:
 
 
 def expected(method: str, key: str) -> str:
-    """The paper's cell as a verdict string."""
-    return "Invariant" if PAPER_TABLE1[method][key] else "No"
+    """The paper's cell as a verdict string (for "rms", normbench's derivation, :data:`RMS_TABLE1`)."""
+    claims = RMS_TABLE1 if method == "rms" else PAPER_TABLE1[method]
+    return "Invariant" if claims[key] else "No"
 
 
-def _explain(key: str, d: Deviation, eps: float, want: str) -> str:
-    """Why the instance ``d`` disagrees with the paper's layer-norm cell ``want``."""
+def _explain(key: str, d: Deviation, eps: float, want: str, name: str = "layer norm") -> str:
+    """Why the instance ``d`` disagrees with the paper's layer-norm cell (or normbench's RMSNorm cell) ``want``."""
     title = TRANSFORMATIONS[key].title.lower()
+    source = "Table 1" if name == "layer norm" else "normbench's Table 1 row for it"
     if not np.isfinite(d.change).all():
         bad = np.argwhere(~np.isfinite(d.change))[0]
         return f"{d.instance.label} gave a non-finite output at y[{bad[0]}, {bad[1]}]"
     if want == "No":
-        return (f"layer norm is not invariant to {title} (Table 1), but under {d.instance.label} its output changed by "
+        return (f"{name} is not invariant to {title} ({source}), but under {d.instance.label} its output changed by "
                 f"at most {d.ratio:.3g}x the bound (largest change {d.max_change:.3g}); a change of at least {FAR:g}x "
                 f"is required. A normalization whose statistics are not each training case's over the whole layer "
                 f"(batch axis, trailing dims only) is invariant here")
     worst = worst_violation(d.change, 0.0, d.bound, match_nonfinite=False)
     row = worst.index[0]
-    text = (f"layer norm is invariant to {title} (Table 1), but {d.instance.label} changed y[{worst.where}] by "
+    text = (f"{name} is invariant to {title} ({source}), but {d.instance.label} changed y[{worst.where}] by "
             f"{worst.error:.3g} {worst.excess()}; {worst.out_of_bound()}")
     scale = d.instance.row_scale
     if scale is not None and eps > 0:
@@ -303,18 +317,20 @@ def _explain(key: str, d: Deviation, eps: float, want: str) -> str:
 
 
 def check_column(backend: Backend, case: Case, seed: int, key: str) -> list[Deviation]:
-    """The backend's layer norm agrees with the paper's Table 1 cell for column ``key``
-    on every instance; raises :class:`ConformanceError` with a diagnosis otherwise."""
+    """The backend's layer norm agrees with the paper's Table 1 cell for column ``key`` (an RMSNorm case:
+    with normbench's RMSNorm row, :data:`RMS_TABLE1`) on every instance; raises :class:`ConformanceError`
+    with a diagnosis otherwise."""
     __tracebackhide__ = True
     reason = skip_reason(backend, case, key)
     if reason:
         raise InvalidInput(f"{case.id}: {reason}; skip it (normbench.paper.invariances.skip_reason)")
-    norm = LayerNormalizer(BackendRowLayerNorm(backend, case.dtype))
+    norm = LayerNormalizer(BackendRowLayerNorm(backend, case.dtype, case.norm))
     layer = make_layer(case, seed)
     scales, _ = rescaling_factors(backend.limits, case.eps)
     deviations = measure(norm, layer, key, case.dtype, case.eps, scales)
-    want = expected("layer", key)
+    want = expected(norm.method, key)
+    name = "layer norm" if norm.method == "layer" else "RMSNorm"
     for d in deviations:
         if d.verdict != want:
-            raise ConformanceError(f"{backend.name} {case.id} (seed {seed}): {_explain(key, d, case.eps, want)}")
+            raise ConformanceError(f"{backend.name} {case.id} (seed {seed}): {_explain(key, d, case.eps, want, name)}")
     return deviations

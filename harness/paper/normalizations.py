@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from normbench import norms
 from normbench.backend import Backend
 from normbench.check import error_model, oracle, sensitivity
 from normbench.check.conformance import host_array
@@ -119,13 +120,19 @@ class RowLayerNorm(abc.ABC):
 
 
 class OracleRowLayerNorm(RowLayerNorm):
-    """The float64 oracle; its own error is bounded like a float64 kernel's."""
+    """The float64 oracle; its own error is bounded like a float64 kernel's. ``norm="rms_norm"``:
+    RMSNorm's (no centring, and no bias: a layer's bias is left out)."""
 
-    label, dtype = "float64 oracle (eq. 3)", "float64"
+    dtype = "float64"
+
+    def __init__(self, norm: str = "layer_norm") -> None:
+        self.norm = norm
+        self.label = "float64 oracle (eq. 3)" if norm == "layer_norm" else f"float64 oracle ({norms.of(norm).label})"
 
     def apply(self, a, normalized_shape, gain, bias, eps, perturbation=None):
         a = np.asarray(a, np.float64)
-        ref = oracle.forward(a, normalized_shape, gain, bias, eps)
+        bias = bias if norms.of(self.norm).has_bias else None
+        ref = oracle.forward(a, normalized_shape, gain, bias, eps, self.norm)
         bound = error_model.forward_bound(ref, "float64")
         if perturbation is not None:
             bound = bound + sensitivity.output_perturbation(ref, perturbation)
@@ -137,26 +144,29 @@ class BackendRowLayerNorm(RowLayerNorm):
     error model's forward bound on the rounded inputs plus the effect of the rounding
     (and of ``perturbation``) from :mod:`normbench.check.sensitivity`."""
 
-    def __init__(self, backend: Backend, dtype: str) -> None:
-        self.backend, self.dtype = backend, dtype
-        self.label = f"{backend.name} ({dtype})"
+    def __init__(self, backend: Backend, dtype: str, norm: str = "layer_norm") -> None:
+        self.backend, self.dtype, self.norm = backend, dtype, norm
+        self.label = f"{backend.name} ({dtype})" if norm == "layer_norm" else \
+            f"{backend.name} ({dtype}, {norms.of(norm).label})"
 
     def run(self, x_host: np.ndarray, normalized_shape, gain, bias, eps) -> np.ndarray:
         """The backend's y for host arrays, as float64 (M, N) rows."""
-        be = self.backend
+        be, norm = self.backend, norms.of(self.norm)
         native = [None if v is None else be.asarray(v) for v in (x_host, gain, bias)]
-        y = be.layer_norm(native[0], tuple(normalized_shape), native[1], native[2], eps)
+        y = norm.forward(be, native[0], tuple(normalized_shape), native[1], native[2], eps)
         be.synchronize()
-        return oracle.rows_view(host_array("layer_norm's y (x's shape)", y, be, x_host.shape), normalized_shape)
+        return oracle.rows_view(host_array(f"{norm.call_forward}'s y (x's shape)", y, be, x_host.shape),
+                                normalized_shape)
 
     def apply(self, a, normalized_shape, gain, bias, eps, perturbation=None):
         a = np.asarray(a, np.float64)
+        bias = bias if norms.of(self.norm).has_bias else None
         rounded = a.astype(host_dtype(self.dtype))
         p = sensitivity.rounding_perturbation(a, rounded)
         if perturbation is not None:
             p = p + perturbation
         x_host = rounded.reshape(a.shape[0], *normalized_shape)
-        ref = oracle.forward(rounded, normalized_shape, gain, bias, eps)
+        ref = oracle.forward(rounded, normalized_shape, gain, bias, eps, self.norm)
         y = self.run(x_host, normalized_shape, gain, bias, eps)
         return Normalized(y, error_model.forward_bound(ref, self.dtype) + sensitivity.output_perturbation(ref, p), ref)
 
@@ -164,16 +174,19 @@ class BackendRowLayerNorm(RowLayerNorm):
 class LayerNormalizer(Normalizer):
     """Layer norm of a layer's summed inputs, by a :class:`RowLayerNorm` (oracle or backend)."""
 
-    method, rowwise = "layer", True
+    rowwise = True
 
     def __init__(self, row_norm: RowLayerNorm) -> None:
         self.row_norm = row_norm
         self.label = row_norm.label
+        #: Table 1's row: "layer", or "rms" for RMSNorm (normbench's row, not the paper's)
+        self.method = "rms" if getattr(row_norm, "norm", "layer_norm") == "rms_norm" else "layer"
 
     def __call__(self, layer: Layer, eps: float) -> Normalized:
         return self.row_norm.apply(layer.summed_inputs(), layer.normalized_shape, layer.gain, layer.bias, eps)
 
 
 def oracle_normalizers() -> dict[str, Normalizer]:
-    """The three rows of Table 1 as float64 oracles, keyed by method."""
-    return {"batch": OracleBatchNorm(), "weight": OracleWeightNorm(), "layer": LayerNormalizer(OracleRowLayerNorm())}
+    """The three rows of Table 1 as float64 oracles, keyed by method, and normbench's RMSNorm row ("rms")."""
+    return {"batch": OracleBatchNorm(), "weight": OracleWeightNorm(), "layer": LayerNormalizer(OracleRowLayerNorm()),
+            "rms": LayerNormalizer(OracleRowLayerNorm("rms_norm"))}

@@ -17,7 +17,7 @@ from normbench import cases
 from normbench.backend import Limits
 from normbench.check.worst import multiple
 from normbench.paper import invariances, recurrent
-from normbench.paper.invariances import FAR, METHOD_TITLES, METHODS, TRANSFORMATIONS, Deviation
+from normbench.paper.invariances import ALL_METHODS, FAR, METHOD_TITLES, METHODS, TRANSFORMATIONS, Deviation
 from normbench.paper.layer import INPUT_DIM, make_layer
 from normbench.paper.normalizations import LayerNormalizer, Normalizer, RowLayerNorm
 
@@ -111,9 +111,14 @@ def _header() -> list[str]:
 
 def render_table(cells: dict[tuple[str, str], Cell], rows: dict[str, Row], seed: int) -> str:
     """The paper's table, the measured one (verdict, max |h' - h|, ratio to the bound), and the legend."""
-    methods = [m for m in METHODS if m in rows]
+    methods = [m for m in ALL_METHODS if m in rows]
     out = ["Table 1 of the paper (§5.1): invariance under weights and data transformations", "", *_header(), "Paper"]
-    out += [_line(METHOD_TITLES[m], [invariances.expected(m, k) for k in TRANSFORMATIONS]) for m in methods]
+    out += [_line(METHOD_TITLES[m], [invariances.expected(m, k) for k in TRANSFORMATIONS]) for m in methods
+            if m in METHODS]
+    if "rms" in methods:
+        out.append("normbench's derivation (* not in the paper: RMSNorm subtracts no mean; normbench.paper.invariances."
+                   "RMS_TABLE1)")
+        out.append(_line(METHOD_TITLES["rms"], [invariances.expected("rms", k) for k in TRANSFORMATIONS]))
     out.append("Measured (max |h' - h| over the layer, and its ratio to the bound: the worst instance's, the weakest "
                "for No; !! where it disagrees with the paper)")
     for m in methods:
@@ -139,8 +144,10 @@ def render_table(cells: dict[tuple[str, str], Cell], rows: dict[str, Row], seed:
             for c in cells.values() if c.skipped]
     bad = [c for c in cells.values() if not c.agrees]
     out.append("")
-    out.append(f"All {len(cells)} cells agree with the paper." if not bad else
-               f"{len(bad)} of {len(cells)} cells DISAGREE with the paper: " + "; ".join(
+    if "rms" in methods:
+        out.append("* RMSNorm's row is normbench's measurement against normbench's derivation, not the paper's.")
+    out.append(f"All {len(cells)} cells agree with the paper (and RMSNorm's with its derivation)." if not bad else
+               f"{len(bad)} of {len(cells)} cells DISAGREE with the paper (or RMSNorm's derivation): " + "; ".join(
                    f"{METHOD_TITLES[c.method]} / {TRANSFORMATIONS[c.key].title}: paper {c.paper}, measured {c.verdict} "
                    f"({multiple(c.ratio)} the bound)" for c in bad))
     return "\n".join(out)
@@ -174,26 +181,29 @@ def run_recurrent(norm: RowLayerNorm, dtype: str, seed: int) -> list[recurrent.R
 
 
 def oracle_rows() -> dict[str, Row]:
-    """The three rows as float64 oracles with eps = 0 (the paper's definitions)."""
+    """The three rows as float64 oracles with eps = 0 (the paper's definitions), and RMSNorm's."""
     from normbench.paper.normalizations import oracle_normalizers
 
     return {m: Row(n, "float64", 0.0) for m, n in oracle_normalizers().items()}
 
 
 def layer_norm_row(row_norm: RowLayerNorm, eps: float) -> Row:
+    """The layer-norm row (or, for a ``row_norm`` of RMSNorm, the RMSNorm row) on ``row_norm``."""
     return Row(LayerNormalizer(row_norm), row_norm.dtype, eps)
 
 
 # -- saved as JSON, for the report -----------------------------------------------------------
 
 TABLE1_SCHEMA = "normbench.table1"
-TABLE1_VERSION = 1
+#: 2: normbench's RMSNorm row (method "rms", ``source`` "normbench"; top-level ``rms_norm``)
+TABLE1_VERSION = 2
 #: the documented fields of a saved cell (``table1.json``, schema ``normbench.table1`` version 1)
 CELL_FIELDS: dict[str, str] = {
     "key": "the column (a normbench.paper.invariances.TRANSFORMATIONS key)",
     "measured": "Invariant, No or unclear: the verdict from the measured change against the error-model bound; "
                 "skipped where the backend's documented limits leave no way to measure it",
-    "paper": "the paper's claim for this cell (Invariant or No)",
+    "paper": "the paper's claim for this cell (Invariant or No); for RMSNorm's row (source normbench), "
+             "normbench's derivation",
     "agrees": "whether the measured verdict is the paper's",
     "max_change": "max |h' - h| over the layer and the column's instances",
     "ratio": "the evidence: the worst instance's change/bound (the weakest for No)",
@@ -209,15 +219,17 @@ def to_document(cells: dict[tuple[str, str], Cell], rows: dict[str, Row], seed: 
     ran on), ``recurrent_held`` (§3.1; null when skipped), ``transformations`` (key, title), ``fields`` (the
     cell fields' meanings) and ``methods``: title, description (normalizer, dtype, eps) and one cell per column.
     """
-    methods = [m for m in METHODS if m in rows]
+    methods = [m for m in ALL_METHODS if m in rows]
+    describe = lambda m: f"{rows[m].normalizer.label}, {rows[m].dtype}, eps {rows[m].eps:g}"
     return {
         "schema": TABLE1_SCHEMA, "schema_version": TABLE1_VERSION, "seed": seed, "command": command,
         "layer_norm": f"{rows['layer'].normalizer.label}, {rows['layer'].dtype}, eps {rows['layer'].eps:g}"
-        if "layer" in rows else "", "recurrent_held": recurrent_held,
+        if "layer" in rows else "", "rms_norm": describe("rms") if "rms" in rows else "",
+        "recurrent_held": recurrent_held,
         "transformations": [{"key": k, "title": t.title} for k, t in TRANSFORMATIONS.items()],
         "fields": CELL_FIELDS,
-        "methods": [{"method": m, "title": METHOD_TITLES[m],
-                     "description": f"{rows[m].normalizer.label}, {rows[m].dtype}, eps {rows[m].eps:g}",
+        "methods": [{"method": m, "title": METHOD_TITLES[m], "source": "paper" if m in METHODS else "normbench",
+                     "description": describe(m),
                      "cells": [{"key": k, "measured": cells[m, k].verdict, "paper": cells[m, k].paper,
                                 "agrees": cells[m, k].agrees, "max_change": float(cells[m, k].max_change),
                                 "ratio": float(cells[m, k].ratio)}

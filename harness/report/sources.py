@@ -37,14 +37,17 @@ if TYPE_CHECKING:
 
 TABLE1_FILE = "table1.json"
 TABLE1 = "normbench.table1"
-#: table1.json, version 1 (written by ``normbench table1 --save``, normbench.paper.table1.to_document): what the report reads
+#: table1.json, version 2 (written by ``normbench table1 --save``, normbench.paper.table1.to_document): what the
+#: report reads. Version 2 added normbench's RMSNorm row (a method with ``source`` "normbench", and ``rms_norm``, what
+#: it ran on); a version 1 file (the paper's rows alone) reads as it is
+TABLE1_VERSIONS = (1, 2)
 TABLE1_FIELDS = record({
     "transformations": list_of(record({"key": text(), "title": text()})),
     "methods": list_of(record({"title": text(), "description": text(), "cells": list_of(record({
         "key": text(), "measured": text(), "paper": text(), "agrees": boolean(), "max_change": number(low=0.0),
-        "ratio": number(low=0.0)}))}, {"method": text()})),
-}, {"seed": integer(0), "command": text(), "layer_norm": text(), "recurrent_held": nullable(boolean()),
-    "fields": mapping(text())})
+        "ratio": number(low=0.0)}))}, {"method": text(), "source": text()})),
+}, {"seed": integer(0), "command": text(), "layer_norm": text(), "rms_norm": text(),
+    "recurrent_held": nullable(boolean()), "fields": mapping(text())})
 #: the files of a run folder the report reads (and every ``kernels-*.csv``: :func:`input_files`)
 READ_FILES = (*results.RESULT_FILES, ENVIRONMENT_FILE, TABLE1_FILE, results.TRAFFIC_FILE)
 #: the parts of a result set that come from a run (the rest are traffic counts and kernel estimates)
@@ -79,7 +82,9 @@ class ResultSet:
 def read_table1(path: Path) -> dict[str, Any]:
     """``table1.json``, validated (:data:`TABLE1_FIELDS`); every method has one cell per transformation."""
     fix = "re-run `normbench table1 --save=FOLDER` to write it again"
-    document = results.read_document(path, TABLE1, 1, TABLE1_FIELDS, fix)
+    version = results.read_json_version(path, fix)
+    document = results.read_document(path, TABLE1, version if version in TABLE1_VERSIONS else TABLE1_VERSIONS[-1],
+                                     TABLE1_FIELDS, fix)
     columns = len(document["transformations"])
     for i, method in enumerate(document["methods"]):
         if len(method["cells"]) != columns:
