@@ -150,8 +150,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from normbench.check import conformance
 
     normalized = args.normalized_shape or args.shape[-1:]
-    case = cases.Case("check", args.shape, normalized, args.dtype, args.dist, args.eps, args.affine,
-                      args.param_dtype, args.layout)
+    affine = args.affine or ("wb" if args.norm == "layer_norm" else "w")
+    case = cases.Case("check", args.shape, normalized, args.dtype, args.dist, args.eps, affine,
+                      args.param_dtype, args.layout, norm=args.norm)
     machine.check_fits(machine.check_case_bytes(case.shape, case.dtype),  # before allocating (or importing) anything
                        f"checking {case.dtype} x of shape {'x'.join(map(str, case.shape))}")
     progress(f"creating backend {args.impl} (imports its framework)...")
@@ -540,6 +541,7 @@ def _save_table1(args: argparse.Namespace, document: dict) -> None:
 
 def parser() -> argparse.ArgumentParser:
     from normbench.cases import AFFINES, DISTRIBUTIONS, LAYOUTS
+    from normbench.norms import NAMES as NORM_NAMES
     from normbench.dtypes import DTYPES
 
     top = argparse.ArgumentParser(prog="normbench", description="LayerNorm conformance and throughput harness.")
@@ -568,8 +570,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--param-dtype", choices=DTYPES, help="weight/bias dtype. Default: --dtype")
     p.add_argument("--dist", choices=sorted(DISTRIBUTIONS), default="normal", help="Default: %(default)r")
     p.add_argument("--eps", type=options.parse_eps, default=1e-5, help="Default: %(default)r")
-    p.add_argument("--affine", choices=AFFINES, default="wb",
-                   help="weight and bias, weight only, bias only, none. Default: %(default)r")
+    p.add_argument("--affine", choices=AFFINES,
+                   help="weight and bias, weight only, bias only, none. Default: wb (rms_norm: w, it has no bias)")
+    p.add_argument("--norm", choices=NORM_NAMES, default="layer_norm",
+                   help="the normalization to check. Default: %(default)r")
     p.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="Default: %(default)r")
     p.add_argument("--seed", type=options.parse_seed, default=0, help="Default: %(default)r")
 

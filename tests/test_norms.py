@@ -69,3 +69,12 @@ def test_the_norm_calls_the_backends_rmsnorm_and_gives_three_gradients():
     assert dbias is None and dx.shape == x.shape and dweight.shape == (8,)
     with pytest.raises(InvalidInput, match="RMSNorm has no bias"):
         norms.RMS_NORM.forward(backend, x, (8,), w, w, 1e-6)
+
+
+def test_normbench_check_takes_the_normalization(capsys):
+    from normbench.cli import main
+
+    assert main(["check", "--impl=numpy", "--shape=4x100", "--norm=rms_norm", "--dtype=bfloat16"]) == 0
+    assert "PASS numpy rms-bfloat16-rows4-hidden100-normal (seed 0)" in capsys.readouterr().out
+    assert main(["check", "--impl=numpy", "--shape=4x100", "--norm=rms_norm", "--affine=wb"]) == 2
+    assert "RMSNorm has no bias, so affine must be 'w' or 'none', got 'wb'" in capsys.readouterr().err
