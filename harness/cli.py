@@ -150,6 +150,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from normbench.check import conformance
 
     normalized = args.normalized_shape or args.shape[-1:]
+    if args.norm == "rms_norm" and args.affine in ("wb", "b"):
+        raise NormbenchError(f"--affine={args.affine}: RMSNorm has no bias, so affine must be 'w' or 'none' "
+                             f"(the default for --norm=rms_norm is w)")
     affine = args.affine or ("wb" if args.norm == "layer_norm" else "w")
     case = cases.Case("check", args.shape, normalized, args.dtype, args.dist, args.eps, affine,
                       args.param_dtype, args.layout, norm=args.norm)
@@ -541,8 +544,8 @@ def _save_table1(args: argparse.Namespace, document: dict) -> None:
 
 def parser() -> argparse.ArgumentParser:
     from normbench.cases import AFFINES, DISTRIBUTIONS, LAYOUTS
-    from normbench.norms import NAMES as NORM_NAMES
     from normbench.dtypes import DTYPES
+    from normbench.norms import NAMES as NORM_NAMES
 
     top = argparse.ArgumentParser(prog="normbench", description="LayerNorm conformance and throughput harness.")
     top.add_argument("--version", action="version", version=f"normbench {__version__}")
