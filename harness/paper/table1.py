@@ -146,8 +146,9 @@ def render_table(cells: dict[tuple[str, str], Cell], rows: dict[str, Row], seed:
     out.append("")
     if "rms" in methods:
         out.append("* RMSNorm's row is normbench's measurement against normbench's derivation, not the paper's.")
-    out.append(f"All {len(cells)} cells agree with the paper (and RMSNorm's with its derivation)." if not bad else
-               f"{len(bad)} of {len(cells)} cells DISAGREE with the paper (or RMSNorm's derivation): " + "; ".join(
+    derivation = " (and RMSNorm's with its derivation)" if "rms" in methods else ""
+    out.append(f"All {len(cells)} cells agree with the paper{derivation}." if not bad else
+               f"{len(bad)} of {len(cells)} cells DISAGREE with the paper{derivation.replace('and', 'or')}: " + "; ".join(
                    f"{METHOD_TITLES[c.method]} / {TRANSFORMATIONS[c.key].title}: paper {c.paper}, measured {c.verdict} "
                    f"({multiple(c.ratio)} the bound)" for c in bad))
     return "\n".join(out)
