@@ -490,8 +490,10 @@ def _one_backend(spec: str):
 
 
 def cmd_table1(args: argparse.Namespace) -> int:
-    """Measure Table 1 (float64 oracles; the layer-norm row on --impl if given) and §3.1; exit 1 on disagreement."""
-    from normbench.paper import table1
+    """Measure Table 1 (float64 oracles; the layer-norm and RMSNorm rows on --impl if given, each where it declares
+    that normalization) and §3.1 (on --impl's LayerNorm if it has one); exit 1 on disagreement."""
+    from normbench import norms
+    from normbench.paper import invariances, table1
     from normbench.paper.normalizations import BackendRowLayerNorm, OracleRowLayerNorm
 
     rows = table1.oracle_rows()
@@ -507,12 +509,19 @@ def cmd_table1(args: argparse.Namespace) -> int:
         if dtype not in backend.dtypes:
             raise NormbenchError(f"--dtype={dtype}: backend {backend.name!r} supports {', '.join(backend.dtypes)}; "
                                  f"choose one of those")
-        row_norm = BackendRowLayerNorm(backend, dtype)
-        rows["layer"] = table1.layer_norm_row(row_norm, 1e-5 if args.eps is None else args.eps)
-        if "rms_norm" in backend.normalizations:  # else RMSNorm's row stays the float64 oracle's
-            rows["rms"] = table1.layer_norm_row(BackendRowLayerNorm(backend, dtype, "rms_norm"),
-                                                1e-5 if args.eps is None else args.eps)
-    progress(f"measuring Table 1 ({len(rows)} rows, layer norm: {row_norm.label}, seed {args.seed})...")
+        eps = 1e-5 if args.eps is None else args.eps
+        # each row the backend declares runs on it; the other stays the float64 oracle's (and §3.1, LayerNorm's)
+        on_backend = [m for m, norm in table1.BACKEND_ROWS.items() if norms.missing_reason(backend, norm) is None]
+        for method in on_backend:
+            rows[method] = table1.layer_norm_row(BackendRowLayerNorm(backend, dtype, table1.BACKEND_ROWS[method]), eps)
+        if "layer" in on_backend:
+            row_norm = rows["layer"].normalizer.row_norm
+        else:
+            progress(f"{norms.missing_reason(backend, 'layer_norm')}: the layer-norm row and §3.1 stay the float64 "
+                     f"oracle's")
+    measured = ", ".join(f"{invariances.METHOD_TITLES[m]}: {row.normalizer.label}" for m, row in rows.items()
+                         if m in table1.BACKEND_ROWS)
+    progress(f"measuring Table 1 ({len(rows)} rows; {measured}; seed {args.seed})...")
     cells = table1.measure_table(rows, args.seed)
     print(table1.render_table(cells, rows, args.seed), flush=True)
     ok = all(cell.agrees for cell in cells.values())

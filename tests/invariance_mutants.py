@@ -3,6 +3,14 @@
 Each subclasses :class:`tests.mutants.Fp32Kernel` (the control, which passes)
 and names the check that must catch it. ``tests/test_invariance_mutants.py``
 runs ``suites/test_invariances.py`` on all of them in a subprocess.
+
+RMSNorm's (:data:`RMS_INVARIANCE_MUTANTS`) are ``tests.rms_mutants``' kernels, one
+real bug each, against normbench's RMSNorm row of Table 1
+(``normbench.paper.invariances.RMS_TABLE1``), with ``tests.rms_mutants.RmsKernel``
+as their control: the mean subtracted (LayerNorm without bias shipped as RMSNorm)
+turns the row's "No" under weight-matrix re-centering into "Invariant"; eps outside
+the square root breaks ``RMS_eps(delta*a) = RMS_(eps/delta^2)(a)``, so every
+re-scaling column with eps > 0.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from tests.mutants import F32, Fp32Kernel
+from tests.rms_mutants import EpsOutsideSqrt, MeanSubtracted, RmsKernel
 
 
 class BatchAxis(Fp32Kernel):
@@ -117,3 +126,11 @@ class DweightUnnormalized(_Backward):
 
 INVARIANCE_MUTANTS: list[type[Fp32Kernel]] = [BatchAxis, LastDimStatistics, DxMeanDropped, DxProjectionDropped,
                                               DxWithoutRstd, DweightUnnormalized]
+
+#: the RMSNorm control, which passes normbench's RMSNorm row
+RMS_CONTROL = RmsKernel
+#: RMSNorm mutants -> the columns of normbench's RMSNorm row (``invariances.TRANSFORMATIONS`` keys) that catch them
+RMS_INVARIANCE_MUTANTS: dict[type[RmsKernel], set[str]] = {
+    MeanSubtracted: {"weight_matrix_recentering"},
+    EpsOutsideSqrt: {"weight_matrix_rescaling", "dataset_rescaling", "single_case_rescaling"},
+}

@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from tests import invariance_mutants as im
 from tests.plugins import ROOT
 
 FAKES = '''
@@ -26,6 +27,13 @@ def plugins(make_plugins):
     return make_plugins({"needs-gpu": "fake_table1_plugin:NeedsGpu", "mutant-control": "tests.mutants:Fp32Kernel",
                          "mutant-batch-axis": "tests.invariance_mutants:BatchAxis"}, dist="table1-plugins",
                         modules={"fake_table1_plugin": FAKES})
+
+
+@pytest.fixture(scope="module")
+def rms_plugins(make_plugins):
+    """RMSNorm-only kernels (tests.invariance_mutants): the control and the mutants that break normbench's row."""
+    return make_plugins({c.name: f"tests.rms_mutants:{c.__name__}" for c in (im.RMS_CONTROL, *im.RMS_INVARIANCE_MUTANTS)},
+                        dist="table1-rms-plugins")
 
 
 def table1(*args, env=None):
@@ -49,7 +57,33 @@ def test_a_backend_measures_the_layer_norm_row(plugins):
     out = table1("--impl=mutant-control", "--dtype=bfloat16", env=plugins.env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Layer norm: mutant-control (bfloat16), bfloat16, eps 1e-05" in out.stdout
+    assert "RMSNorm *: float64 oracle (RMSNorm), float64, eps 0" in out.stdout  # it has no rms_norm
     assert "All 24 cells agree with the paper (and RMSNorm's with its derivation)." in out.stdout
+
+
+def test_a_backend_with_rms_norm_measures_normbenchs_rmsnorm_row(rms_plugins):
+    """An RMSNorm-only backend: its RMSNorm row is measured, the layer-norm row (and §3.1) stay the oracle's."""
+    out = table1(f"--impl={im.RMS_CONTROL.name}", "--dtype=bfloat16", "--no-recurrent", env=rms_plugins.env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"RMSNorm *: {im.RMS_CONTROL.name} (bfloat16, RMSNorm), bfloat16, eps 1e-05" in out.stdout
+    assert "Layer norm: float64 oracle (eq. 3), float64, eps 0" in out.stdout
+    assert "implements rms_norm only, not layer_norm" in out.stderr and "stay the float64 oracle's" in out.stderr
+    assert "* RMSNorm's row is normbench's measurement against normbench's derivation, not the paper's." in out.stdout
+    assert "All 24 cells agree with the paper (and RMSNorm's with its derivation)." in out.stdout
+
+
+@pytest.mark.parametrize("mutant, dtype, disagreement", [
+    # LayerNorm without bias shipped as RMSNorm: invariant to re-centering, which RMSNorm is not
+    (im.MeanSubtracted, "bfloat16", "RMSNorm * / Weight matrix re-centering: normbench derivation No, measured Invariant"),
+    # 1/(sqrt(ms) + eps): RMS_eps(delta*a) = RMS_(eps/delta^2)(a) no longer holds
+    (im.EpsOutsideSqrt, "float32", "RMSNorm * / Dataset re-scaling: normbench derivation Invariant, measured unclear"),
+], ids=lambda v: getattr(v, "name", None))
+def test_a_wrong_rmsnorm_disagrees_with_normbenchs_row_and_fails(rms_plugins, mutant, dtype, disagreement):
+    out = table1(f"--impl={mutant.name}", f"--dtype={dtype}", "--no-recurrent", env=rms_plugins.env)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert disagreement in out.stdout
+    verdict = out.stdout[out.stdout.index("DISAGREE"):]
+    assert "Batch norm /" not in verdict and "Weight norm /" not in verdict and "Layer norm /" not in verdict
 
 
 def test_a_wrong_backend_disagrees_and_fails(plugins):

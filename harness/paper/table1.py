@@ -149,7 +149,8 @@ def render_table(cells: dict[tuple[str, str], Cell], rows: dict[str, Row], seed:
     derivation = " (and RMSNorm's with its derivation)" if "rms" in methods else ""
     out.append(f"All {len(cells)} cells agree with the paper{derivation}." if not bad else
                f"{len(bad)} of {len(cells)} cells DISAGREE with the paper{derivation.replace('and', 'or')}: " + "; ".join(
-                   f"{METHOD_TITLES[c.method]} / {TRANSFORMATIONS[c.key].title}: paper {c.paper}, measured {c.verdict} "
+                   f"{METHOD_TITLES[c.method]} / {TRANSFORMATIONS[c.key].title}: "
+                   f"{'paper' if c.method in METHODS else 'normbench derivation'} {c.paper}, measured {c.verdict} "
                    f"({multiple(c.ratio)} the bound)" for c in bad))
     return "\n".join(out)
 
@@ -186,6 +187,10 @@ def oracle_rows() -> dict[str, Row]:
     from normbench.paper.normalizations import oracle_normalizers
 
     return {m: Row(n, "float64", 0.0) for m, n in oracle_normalizers().items()}
+
+
+#: the rows a backend can measure: method -> the normalization it calls (``normbench.norms``)
+BACKEND_ROWS: dict[str, str] = {"layer": "layer_norm", "rms": "rms_norm"}
 
 
 def layer_norm_row(row_norm: RowLayerNorm, eps: float) -> Row:
