@@ -31,8 +31,12 @@ CAUGHT_BY = {
                                "test_rnn_hidden_states_invariant", "test_lstm_hidden_states_invariant"},
     # reshapes a multi-dim weight against its last dim only and crashes there: fails, though not by an invariance
     mutants.LastDimOnly: set(),
+    # RMSNorm kernels against normbench's RMSNorm row (rms- cases only: they implement rms_norm alone)
+    **{m: {f"test_{key}" for key in keys} for m, keys in im.RMS_INVARIANCE_MUTANTS.items()},
 }
-CLASSES = [mutants.Fp32Kernel, *CAUGHT_BY]
+#: the correct kernels, which must pass: LayerNorm's and RMSNorm's
+CONTROLS = [mutants.Fp32Kernel, im.RMS_CONTROL]
+CLASSES = [*CONTROLS, *CAUGHT_BY]
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +44,7 @@ def junit(make_plugins, once_per_run) -> Path:
     """The JUnit XML of the invariance suite on the control and the mutants, seed 0 (once per run)."""
 
     def run() -> str:
-        modules = {c: "tests.invariance_mutants" if c.__module__.endswith("invariance_mutants") else "tests.mutants"
-                   for c in CLASSES}
-        plugins = make_plugins({c.name: f"{modules[c]}:{c.__name__}" for c in CLASSES}, dist="normbench-inv-mutants")
+        plugins = make_plugins({c.name: f"{c.__module__}:{c.__name__}" for c in CLASSES}, dist="normbench-inv-mutants")
         xml = plugins.path / "invariances.xml"
         proc = subprocess.run(
             pytest_command(str(SUITE), f"--impl={','.join(c.name for c in CLASSES)}", "-q", "-n", "2",
@@ -61,10 +63,12 @@ def outcomes(junit):
 
 
 @pytest.mark.e2e
-def test_control_passes(outcomes):
-    control = outcomes[mutants.Fp32Kernel.name]
-    assert control["failed"] == 0, f"the correct fp32 control failed: {dict(control)}"
-    assert control["passed"] >= 70  # 75: every case in float32, float16, bfloat16
+@pytest.mark.parametrize("control, least", [(mutants.Fp32Kernel, 70), (im.RMS_CONTROL, 50)], ids=lambda v: getattr(v, "name", v))
+def test_control_passes(outcomes, control, least):
+    """75 LayerNorm tests, 54 RMSNorm ones (Table 1's row: every case in float32, float16, bfloat16)."""
+    result = outcomes[control.name]
+    assert result["failed"] == 0, f"the correct fp32 control {control.name} failed: {dict(result)}"
+    assert result["passed"] >= least
 
 
 @pytest.mark.e2e
