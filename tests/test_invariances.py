@@ -1,5 +1,6 @@
 """The invariance machinery itself: exact layers, the Table 1 oracles, verdicts, the eps
-rule, and the first-order bounds checked against real perturbations."""
+rule, and the first-order bounds checked against real perturbations; normbench's RMSNorm
+row, each entry checked on the float64 oracles, and which §5.2 gradient properties hold for RMSNorm."""
 
 from fractions import Fraction
 
@@ -8,10 +9,13 @@ import pytest
 
 from normbench import cases
 from normbench.check import oracle, sensitivity
-from normbench.paper import invariances, propagation
+from normbench.check.conformance import ConformanceError
+from normbench.paper import geometry, invariances, propagation
 from normbench.paper.invariances import FAR, Deviation, Instance
 from normbench.paper.layer import exact_product, make_layer
 from normbench.paper.normalizations import OracleRowLayerNorm, batch_norm, oracle_normalizers, weight_norm
+from normbench.registry import get_registry
+from tests import rms_mutants
 
 LAYER = make_layer(cases.table1_case("float64"), 0)
 
@@ -57,6 +61,46 @@ def test_the_paper_table_is_the_papers():
     }
 
 
+# -- normbench's RMSNorm row (the paper has none): each entry derived, then checked on the float64 oracles ----------
+
+RMS = oracle_normalizers()["rms"]
+
+
+def test_the_rmsnorm_row_is_normbenchs_derivation():
+    assert invariances.RMS_TABLE1 == dict(zip(invariances.TRANSFORMATIONS, (True, False, False, True, False, True)))
+    assert set(invariances.PAPER_TABLE1) == {"batch", "weight", "layer"}  # never presented as the paper's
+
+
+@pytest.mark.parametrize("key", list(invariances.TRANSFORMATIONS))
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_the_rmsnorm_oracle_measures_the_derived_row(key, eps):
+    deviations = invariances.measure(RMS, LAYER, key, "float64", eps)
+    assert invariances.verdict(deviations) == invariances.expected("rms", key)
+
+
+@pytest.mark.parametrize("delta", invariances.SCALES)
+def test_rmsnorm_rescaling_is_exact_with_the_eps_rule(delta):
+    """rms(delta*a) = |delta|*sqrt(mean(a^2) + eps/delta^2) under eps: RMS_eps(delta*a) = RMS_(eps/delta^2)(a)."""
+    a = LAYER.summed_inputs()
+    scaled = oracle.forward(delta * a, (a.shape[1],), LAYER.gain, None, 1e-5, "rms_norm").y
+    plain = oracle.forward(a, (a.shape[1],), LAYER.gain, None, 1e-5 / delta**2, "rms_norm").y
+    np.testing.assert_allclose(scaled, plain, rtol=1e-14, atol=1e-14)
+
+
+@pytest.mark.parametrize("key", ["weight_matrix_recentering", "dataset_recentering"])
+def test_rmsnorm_is_not_invariant_to_recentering_because_nothing_subtracts_the_mean(key):
+    """Weight-matrix re-centering adds a constant per case (gamma.x_i), dataset re-centering one per unit
+    (c*sum_i W_ij). LayerNorm, which subtracts the case's mean, is invariant to the first (Table 1);
+    RMSNorm, which subtracts nothing, to neither."""
+    instance = invariances.TRANSFORMATIONS[key].build(LAYER, "float64")[0]
+    shift = instance.layer.summed_inputs() - LAYER.summed_inputs()
+    per_case = np.ptp(shift, axis=1).max() <= 1e-12 * np.abs(shift).max()
+    assert per_case == (key == "weight_matrix_recentering")
+    centred = invariances.LayerNormalizer(OracleRowLayerNorm())
+    assert invariances.compare(centred, LAYER, instance, 0.0).verdict == ("Invariant" if per_case else "No")
+    assert invariances.compare(RMS, LAYER, instance, 0.0).verdict == "No"
+
+
 @pytest.mark.parametrize("change, verdict", [(0.5, "Invariant"), (1.0, "Invariant"), (1.5, "unclear"),
                                              (FAR * 0.99, "unclear"), (FAR, "No"), (np.inf, "unclear")])
 def test_verdicts(change, verdict):
@@ -93,19 +137,20 @@ def _perturbed(x, p, rng):
     return x + p * rng.uniform(-1, 1, x.shape)
 
 
-def test_sensitivity_bounds_hold_for_real_perturbations():
+@pytest.mark.parametrize("norm", ["layer_norm", "rms_norm"])
+def test_sensitivity_bounds_hold_for_real_perturbations(norm):
     rng = np.random.default_rng(1)
     x = 3.0 + rng.standard_normal((6, 40))
-    w, b = rng.standard_normal(40), rng.standard_normal(40)
+    w, b = rng.standard_normal(40), (rng.standard_normal(40) if norm == "layer_norm" else None)
     dy = 0.5 + rng.standard_normal((6, 40))
     p = 1e-7 * np.abs(x)
-    ref = oracle.forward(x, (40,), w, b, 1e-5)
+    ref = oracle.forward(x, (40,), w, b, 1e-5, norm)
     grads = oracle.backward(dy, ref)
     y_bound, dx_bound = sensitivity.output_perturbation(ref, p), sensitivity.dx_perturbation(ref, grads, p)
     dw_bound = sensitivity.dweight_perturbation(dy, ref, p)
     worst = 0.0
     for _ in range(50):
-        other = oracle.forward(_perturbed(x, p, rng), (40,), w, b, 1e-5)
+        other = oracle.forward(_perturbed(x, p, rng), (40,), w, b, 1e-5, norm)
         other_grads = oracle.backward(dy, other)
         for got, want, bound in ((other.y, ref.y, y_bound), (other_grads.dx, grads.dx, dx_bound),
                                  (other_grads.dweight, grads.dweight, dw_bound)):
@@ -154,3 +199,39 @@ def test_recurrent_oracle_runs_are_invariant(eps):
     for case, kind in ((cases.RNN_CASES[0], "rnn"), (cases.LSTM_CASES[0], "lstm")):
         result = recurrent.measure(OracleRowLayerNorm(), recurrent.make_network(case, 0, kind), eps)
         assert all(result.ratio(d) <= 1 and result.plain_ratio(d) >= FAR for d in recurrent.RNN_SCALES)
+
+
+# -- §5.2 for RMSNorm (normbench.paper.geometry): which gradient properties hold, derived there ------------------
+
+
+@pytest.fixture(scope="module")
+def rms_geometry_cases():
+    return {c.id: c for c in cases.geometry_cases("rms_norm")}
+
+
+@pytest.mark.parametrize("case_id", ["rms-float32-rows16-hidden100-normal", "rms-bfloat16-rows16-hidden100-normal",
+                                     "rms-float32-rows16-hidden8x16-normal", "rms-float32-rows16-hidden100-normal-eps0.1"])
+def test_a_correct_rmsnorm_has_the_gradient_properties(rms_geometry_cases, case_id):
+    case = rms_geometry_cases[case_id]
+    for backend in (get_registry().select("numpy").backends[0], rms_mutants.RmsKernel()):
+        geometry.check_weight_matrix_gradient(backend, case, 0)
+        geometry.check_gain_gradient(backend, case, 0)
+        geometry.check_gradient_identities(backend, case, 0)
+
+
+def test_rmsnorm_has_no_shift_identity_and_the_check_does_not_ask_for_one():
+    """RMSNorm's dx = r*(g - xhat*m): its rows do not sum to 0 (RMSNorm is not invariant to a shift)."""
+    a = LAYER.summed_inputs()
+    dy = 0.5 + np.random.default_rng(0).standard_normal(a.shape)
+    grads = oracle.backward(dy, oracle.forward(a, (a.shape[1],), LAYER.gain, None, 0.0, "rms_norm"))
+    assert np.abs(grads.dx.sum(axis=1)).min() > 1e-3
+
+
+@pytest.mark.parametrize("mutant, check, message", [
+    ("NoProjection", "check_gradient_identities", "re-scaling a row changes RMSNorm only through eps"),
+    ("EpsOutsideSqrt", "check_weight_matrix_gradient", "must scale dL/dW by 1/"),
+    ("EpsOutsideSqrt", "check_gain_gradient", "must not change the gain's gradient"),
+])
+def test_a_wrong_rmsnorm_backward_breaks_its_gradient_property(rms_geometry_cases, mutant, check, message):
+    with pytest.raises(ConformanceError, match=message):
+        getattr(geometry, check)(getattr(rms_mutants, mutant)(), rms_geometry_cases["rms-float32-rows16-hidden100-normal"], 0)

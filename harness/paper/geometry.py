@@ -1,4 +1,5 @@
-"""§5.2 of the paper as gradient properties of a backend's ``layer_norm_backward``.
+"""§5.2 of the paper as gradient properties of a backend's ``layer_norm_backward`` (and,
+for an RMSNorm case, ``rms_norm_backward``: which of them hold for RMSNorm is derived below).
 
 On the layer model of ``normbench.paper.layer`` (``a = x @ W``, y = LN(a), a loss
 ``L = <dy, y>`` with a random dy of nonzero row mean):
@@ -16,6 +17,17 @@ On the layer model of ``normbench.paper.layer`` (``a = x @ W``, y = LN(a), a los
   0 when eps = 0): from ``sum(xhat*dx) = r*N*m*(1 - mean(xhat^2))``, ``m = mean(g*xhat)``,
   and ``mean(xhat^2) = var/(var + eps)``.
 
+**RMSNorm** (``y = w*x*r``, ``r = 1/sqrt(mean(x^2) + eps)``, ``xhat = x*r``, no bias;
+normbench's derivation, the paper has no RMSNorm). ``W -> delta*W`` scales a = x@W and
+rms(a) together, so y is unchanged (with eps/delta^2) and ``dL/da`` scales by 1/delta:
+the weight-matrix property holds as stated. ``dweight = sum_rows(dy*xhat)`` and xhat is
+scale invariant: the gain's property holds (there is no dbias). RMSNorm is *not*
+invariant to shifting a row, and ``sum(dx) = r*(sum(g) - m*sum(xhat))`` is not 0: the
+shift identity does not hold and is not checked. Its dx is
+``r*(g - xhat*m)``, ``m = mean(g*xhat)``, so ``sum(xhat*dx) = r*N*m*(1 - mean(xhat^2))``
+with ``mean(xhat^2) = mean(x^2)/(mean(x^2) + eps)``: the scale identity
+``sum(xhat*dx) = eps*r^3*sum(g*xhat)`` holds unchanged.
+
 Bounds: each side's gradients deviate from the float64 closed form by at most
 ``normbench.check.error_model.backward_bounds``, plus, where the two sides' inputs are
 rounded separately, the effect of that rounding (``normbench.check.sensitivity``).
@@ -30,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from normbench import norms
 from normbench.backend import Backend
 from normbench.cases import Case, rng_for
 from normbench.check import error_model, oracle, sensitivity
@@ -64,21 +77,26 @@ class Gradients:
     grads: oracle.Backward
 
 
-def gradients(backend: Backend, dtype: str, a: np.ndarray, layer: Layer, dy: np.ndarray, eps: float) -> Gradients:
-    """The backend's backward at the summed inputs ``a`` (exact float64) rounded to ``dtype``."""
-    ns = layer.normalized_shape
+def gradients(backend: Backend, dtype: str, a: np.ndarray, layer: Layer, dy: np.ndarray, eps: float,
+              norm: str = "layer_norm") -> Gradients:
+    """The backend's backward of ``norm`` at the summed inputs ``a`` (exact float64) rounded to ``dtype``
+    (RMSNorm: no bias; ``dbias`` is zeros, and nothing checks it)."""
+    ns, norm = layer.normalized_shape, norms.of(norm)
+    bias = layer.bias if norm.has_bias else None
     rounded = np.asarray(a, np.float64).astype(host_dtype(dtype))
     p = sensitivity.rounding_perturbation(a, rounded)
     m, n = rounded.shape
-    native = [backend.asarray(v) for v in (dy, rounded.reshape(m, *ns), layer.gain, layer.bias)]
-    dx, dw, db = backend.layer_norm_backward(native[0], native[1], ns, native[2], native[3], eps)
+    native = [None if v is None else backend.asarray(v) for v in (dy, rounded.reshape(m, *ns), layer.gain, bias)]
+    dx, dw, db = norm.backward(backend, native[0], native[1], ns, native[2], native[3], eps)
     backend.synchronize()
-    if dw is None or db is None:
-        raise ConformanceError(f"{backend.name}: layer_norm_backward returned None for a gradient whose parameter "
-                               f"was given; return dweight and dbias when weight and bias are not None")
-    dx, dw, db = (np.asarray(host_array(f"layer_norm_backward's {what}", g, backend, shape, exact_shape=False), np.float64)
+    if dw is None or (db is None and norm.has_bias):
+        raise ConformanceError(f"{backend.name}: {norm.call_backward} returned None for a gradient whose parameter "
+                               f"was given; return dweight{' and dbias' if norm.has_bias else ''} when "
+                               f"{'weight and bias are' if norm.has_bias else 'weight is'} not None")
+    dx, dw, db = (np.zeros(n) if g is None else
+                  np.asarray(host_array(f"{norm.call_backward}'s {what}", g, backend, shape, exact_shape=False), np.float64)
                   for what, g, shape in (("dx", dx, (m, n)), ("dweight", dw, (n,)), ("dbias", db, (n,))))
-    ref = oracle.forward(rounded, ns, layer.gain, layer.bias, eps)
+    ref = oracle.forward(rounded, ns, layer.gain, bias, eps, norm.name)
     grads = oracle.backward(dy, ref)
     bdx, bdw, bdb = error_model.backward_bounds(dy, ref, grads, dtype)
     return Gradients(dx, dw, db, bdx + sensitivity.dx_perturbation(ref, grads, p),
@@ -112,14 +130,16 @@ def _scales(backend: Backend, case: Case) -> tuple[float, ...]:
 
 def check_weight_matrix_gradient(backend: Backend, case: Case, seed: int) -> None:
     """``delta*dW(delta*W, eps)`` equals ``dW(W, eps/delta^2)`` for every delta of
-    ``invariances.rescaling_factors`` (``SCALES``, or factors inside the backend's eps range)."""
+    ``invariances.rescaling_factors`` (``SCALES``, or factors inside the backend's eps range);
+    for either normalization."""
     __tracebackhide__ = True
     layer, dy = make_layer(case, seed), make_dy(case, seed)
     x = layer.x
     gamma = x.shape[0] * U64 / (1 - x.shape[0] * U64)
     for delta in _scales(backend, case):
-        scaled = gradients(backend, case.dtype, layer.with_(w=delta * layer.w).summed_inputs(), layer, dy, case.eps)
-        plain = gradients(backend, case.dtype, layer.summed_inputs(), layer, dy, case.eps / delta**2)
+        scaled = gradients(backend, case.dtype, layer.with_(w=delta * layer.w).summed_inputs(), layer, dy, case.eps,
+                           case.norm)
+        plain = gradients(backend, case.dtype, layer.summed_inputs(), layer, dy, case.eps / delta**2, case.norm)
         dw_scaled, dw_plain = delta * (x.T @ scaled.dx), x.T @ plain.dx
         bound = np.abs(x.T) @ (delta * scaled.bound_dx + plain.bound_dx)
         bound += (gamma + U64) * (np.abs(x.T) @ (delta * np.abs(scaled.dx) + np.abs(plain.dx)))
@@ -129,33 +149,39 @@ def check_weight_matrix_gradient(backend: Backend, case: Case, seed: int) -> Non
 
 
 def check_gain_gradient(backend: Backend, case: Case, seed: int) -> None:
-    """dweight and dbias at ``x -> delta*x`` (eps) equal those at x (eps/delta^2)."""
+    """dweight and dbias (RMSNorm: dweight; it has no bias) at ``x -> delta*x`` (eps) equal those at x (eps/delta^2)."""
     __tracebackhide__ = True
     layer, dy = make_layer(case, seed), make_dy(case, seed)
     for delta in _scales(backend, case):
-        scaled = gradients(backend, case.dtype, layer.with_(x=delta * layer.x).summed_inputs(), layer, dy, case.eps)
-        plain = gradients(backend, case.dtype, layer.summed_inputs(), layer, dy, case.eps / delta**2)
+        scaled = gradients(backend, case.dtype, layer.with_(x=delta * layer.x).summed_inputs(), layer, dy, case.eps,
+                           case.norm)
+        plain = gradients(backend, case.dtype, layer.summed_inputs(), layer, dy, case.eps / delta**2, case.norm)
         context = (f"{_context(backend, case, seed)}: x -> {delta:g}*x must not change the gain's gradient "
                    f"(paper §5.2; with eps/delta^2 on the unscaled side), but")
         _fail_if("dweight", scaled.dweight, plain.dweight, scaled.bound_dweight + plain.bound_dweight, context)
-        _fail_if("dbias", scaled.dbias, plain.dbias, scaled.bound_dbias + plain.bound_dbias, context)
+        if norms.of(case.norm).has_bias:
+            _fail_if("dbias", scaled.dbias, plain.dbias, scaled.bound_dbias + plain.bound_dbias, context)
 
 
 def check_gradient_identities(backend: Backend, case: Case, seed: int) -> None:
-    """Per row: ``sum(dx) = 0`` and ``sum(xhat*dx) = eps*r^3*sum(g*xhat)``."""
+    """Per row: ``sum(dx) = 0`` (LayerNorm only: RMSNorm is not invariant to a shift) and
+    ``sum(xhat*dx) = eps*r^3*sum(g*xhat)`` (both)."""
     __tracebackhide__ = True
     layer, dy = make_layer(case, seed), make_dy(case, seed)
-    run = gradients(backend, case.dtype, layer.summed_inputs(), layer, dy, case.eps)
+    run = gradients(backend, case.dtype, layer.summed_inputs(), layer, dy, case.eps, case.norm)
     ref, n = run.ref, run.dx.shape[1]
     context = _context(backend, case, seed)
-    shift_bound = run.kernel_dx.sum(axis=1, keepdims=True) + error_model.k(n) * U64 * np.abs(run.dx).sum(axis=1, keepdims=True)
-    _fail_if("sum(dx)", run.dx.sum(axis=1, keepdims=True), np.zeros((run.dx.shape[0], 1)), shift_bound,
-             f"{context}: layer norm is invariant to shifting a row, so each row of dx must sum to 0, but")
+    name = "layer norm" if ref.centered else norms.of(case.norm).label
+    if ref.centered:
+        shift_bound = run.kernel_dx.sum(axis=1, keepdims=True) + \
+            error_model.k(n) * U64 * np.abs(run.dx).sum(axis=1, keepdims=True)
+        _fail_if("sum(dx)", run.dx.sum(axis=1, keepdims=True), np.zeros((run.dx.shape[0], 1)), shift_bound,
+                 f"{context}: layer norm is invariant to shifting a row, so each row of dx must sum to 0, but")
     r = ref.rstd[:, None]
     gx = run.grads.g * ref.xhat
     want = case.eps * r**3 * gx.sum(axis=1, keepdims=True)
     scale_bound = (np.abs(ref.xhat) * run.kernel_dx).sum(axis=1, keepdims=True)
     scale_bound += error_model.k(n) * U64 * ((np.abs(ref.xhat * run.dx)).sum(axis=1, keepdims=True) + np.abs(want))
     _fail_if("sum(xhat*dx)", (ref.xhat * run.dx).sum(axis=1, keepdims=True), want, scale_bound,
-             f"{context}: re-scaling a row changes layer norm only through eps, so sum(xhat*dx) must equal "
+             f"{context}: re-scaling a row changes {name} only through eps, so sum(xhat*dx) must equal "
              f"eps*r^3*sum(dy*weight*xhat), but")
