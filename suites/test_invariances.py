@@ -7,9 +7,15 @@
   ``LN_eps(delta*a) = LN_(eps/delta^2)(a)``; the other cases' rows unchanged), and
   changes at least ``normbench.paper.invariances.FAR`` times the bound under weight-vector
   re-scaling and dataset re-centering. Math and bounds: ``harness/paper/invariances.py``.
+* RMSNorm's row (``rms-`` cases; normbench's derivation, not the paper's:
+  ``invariances.RMS_TABLE1``), with the same columns: invariant to weight-matrix,
+  dataset and single-case re-scaling; at least FAR times the bound away under
+  weight-matrix and dataset re-centering (nothing subtracts the mean) and weight-vector
+  re-scaling.
 * §5.2, on backends with a backward: ``W -> delta*W`` scales dL/dW by 1/delta, the
   gain's gradient ignores input re-scaling, and each row's dx obeys the shift and
-  scale identities (``harness/paper/geometry.py``).
+  scale identities (``harness/paper/geometry.py``; an RMSNorm case checks the scale
+  identity alone: RMSNorm is not invariant to a shift).
 * §3.1: a layer-normalized RNN and LSTM over 128 steps keep their hidden states
   when W_h and W_x are re-scaled together; without normalization they do not
   (``harness/paper/recurrent.py``). ``normbench table1`` prints all of it as tables.
