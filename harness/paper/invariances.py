@@ -22,6 +22,17 @@ rounding's ``|w|*u*(|a| + mean|a| + |xhat|*rms(a))/sigma_eps`` (``normbench.chec
 NUMERICS.md measures ~17*u*|c|/sigma for correct two-pass kernels; a one-pass
 variance loses ``u*(c/sigma)^2`` of the variance and fails at |c| ~ 1e3 sigma in fp32.
 
+**RMSNorm** (normbench's row, not the paper's: :data:`RMS_TABLE1`, derived there). The same
+normalizers, comparison and verdicts with ``norm="rms_norm"``: its bound is the error model's
+RMSNorm bound (no mean term) plus the rounding's effect without ``mean(a)``. Its "No" cells are
+measured, as batch and weight norm's are: under re-centering h moves by O(1) (a/rms(a) against
+(a + c)/rms(a + c)) while the bound stays ~u relative, so the weakest instance is far above FAR
+even in bfloat16, where SHIFT is only 4 sigma (normbench's numpy backend, seeds 0..19: at least 74x
+the bound under either re-centering, 46x under weight-vector re-scaling; ~4e5x in fp32). Its
+"Invariant" cells can come close to the bound (0.975x in fp16): a summed input near 0, scaled by
+0.0029, rounds to an fp16 subnormal, and with nothing centred that rounding alone moves y_i by
+``|w_i|*p_i*r``, which the bound's first-order term states exactly.
+
 **eps.** With eps > 0, ``LN_eps(delta*a) = LN_{eps/delta^2}(a)`` exactly (and the
 same for batch norm), but ``LN_eps(delta*a) != LN_eps(a)``: the naive pair differs
 by O(1) at delta = 1e-3, eps = 1e-5. So when a transformation scales the summed

@@ -1,4 +1,4 @@
-"""The three normalizations of Table 1, each applied to a layer with a bound on its error.
+"""The three normalizations of Table 1, and RMSNorm, each applied to a layer with a bound on its error.
 
 * Batch normalization (paper eq. 2 with batch statistics): per hidden unit, mu and
   sigma over the training cases (rows) of the batch.
@@ -6,9 +6,14 @@
   norm of unit j's incoming weight vector.
 * Layer normalization (eq. 3): per training case, mu and sigma over the units.
 
-Each is followed by eq. 5's gain and bias. Batch and weight norm exist here as
-float64 oracles only; layer norm as the float64 oracle (:class:`OracleLayerNorm`)
-and as a backend rounded to a dtype (:class:`BackendLayerNorm`). Calling a
+* RMSNorm (normbench's row, not the paper's): per training case, mu = 0 and sigma =
+  rms over the units, followed by the gain alone (it has no bias).
+
+Each of the paper's is followed by eq. 5's gain and bias. Batch and weight norm exist
+here as float64 oracles only; layer norm and RMSNorm as the float64 oracle
+(:class:`OracleRowLayerNorm`) and as a backend rounded to a dtype
+(:class:`BackendRowLayerNorm`), one class for both, chosen by ``norm`` (``normbench.norms``;
+the oracle's ``norm=`` and the error model's bound for that normalization). Calling a
 normalizer returns :class:`Normalized`: the output and a componentwise bound on
 its distance from the exact normalization of the layer's exact summed inputs.
 """
@@ -140,9 +145,9 @@ class OracleRowLayerNorm(RowLayerNorm):
 
 
 class BackendRowLayerNorm(RowLayerNorm):
-    """A backend's ``layer_norm`` on the inputs rounded to ``dtype``: the bound is the
-    error model's forward bound on the rounded inputs plus the effect of the rounding
-    (and of ``perturbation``) from :mod:`normbench.check.sensitivity`."""
+    """A backend's ``layer_norm`` (``rms_norm`` for ``norm="rms_norm"``) on the inputs rounded
+    to ``dtype``: the bound is the error model's forward bound on the rounded inputs plus the
+    effect of the rounding (and of ``perturbation``) from :mod:`normbench.check.sensitivity`."""
 
     def __init__(self, backend: Backend, dtype: str, norm: str = "layer_norm") -> None:
         self.backend, self.dtype, self.norm = backend, dtype, norm
