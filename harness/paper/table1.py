@@ -203,7 +203,7 @@ def layer_norm_row(row_norm: RowLayerNorm, eps: float) -> Row:
 TABLE1_SCHEMA = "normbench.table1"
 #: 2: normbench's RMSNorm row (method "rms", ``source`` "normbench"; top-level ``rms_norm``)
 TABLE1_VERSION = 2
-#: the documented fields of a saved cell (``table1.json``, schema ``normbench.table1`` version 1)
+#: the documented fields of a saved cell (``table1.json``, schema ``normbench.table1``, versions 1 and 2)
 CELL_FIELDS: dict[str, str] = {
     "key": "the column (a normbench.paper.invariances.TRANSFORMATIONS key)",
     "measured": "Invariant, No or unclear: the verdict from the measured change against the error-model bound; "
