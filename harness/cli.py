@@ -231,7 +231,7 @@ def _throughput_args(args: argparse.Namespace, run_id: str) -> list[str]:
            "ignore::pytest.PytestAssertRewriteWarning", *_selection_args(args), "-n", "1",
            f"--normbench-out={args.out}", f"--normbench-run-id={run_id}", f"--normbench-cache={args.cache}",
            "-q", "--no-header", "--benchmark-quiet", "-o", "console_output_style=classic"]
-    for name in ("direction", "dtype", "shape"):
+    for name in ("direction", "dtype", "shape", "norm"):
         value = getattr(args, name)
         if value:
             out.append(f"--normbench-{name}={','.join(value)}")

@@ -31,6 +31,7 @@ from pathlib import Path
 from normbench import run_folder
 from normbench.check.conformance import BATCH_INVARIANT, DEFAULT_REQUIRED, DETERMINISTIC, PROPERTIES
 from normbench.dtypes import DTYPES
+from normbench.norms import NAMES
 from normbench.perf.roofline import DIRECTIONS
 from normbench.perf.sweep import sweep_shapes
 from normbench.perf.timing import CACHES
@@ -347,6 +348,11 @@ def parse_dtypes(value: str) -> tuple[str, ...]:
     return _parse_choices("dtype", "dtypes", value, DTYPES)
 
 
+def parse_norms(value: str) -> tuple[str, ...]:
+    """Normalization names (:data:`normbench.norms.NAMES`), separated by commas."""
+    return _parse_choices("normalization", "normalizations", value, NAMES)
+
+
 def parse_shapes(value: str) -> tuple[str, ...]:
     """Shapes of the throughput sweep as ``ROWSxHIDDEN`` (:func:`normbench.perf.sweep.sweep_shapes`), separated by commas."""
     return _parse_choices("shape", "shapes", value, sweep_shapes())
@@ -395,7 +401,7 @@ def add_seed_option(addoption: Callable, prefix: str) -> None:
 
 def add_throughput_options(addoption: Callable, prefix: str) -> None:
     """Where results go and which part of the throughput sweep runs, and how:
-    ``--<prefix>out``, ``run-id``, ``cache``, ``direction``, ``dtype`` and ``shape``."""
+    ``--<prefix>out``, ``run-id``, ``cache``, ``direction``, ``dtype``, ``shape`` and ``norm``."""
     addoption(f"--{prefix}out", metavar="DIR", default="reports", type=parse_out_folder,
               help="Results go to DIR/<run-id>/ (CSV, JSON, environment.json). Default: %(default)r")
     addoption(f"--{prefix}run-id", metavar="ID", default=None, type=check_run_id,
@@ -410,3 +416,5 @@ def add_throughput_options(addoption: Callable, prefix: str) -> None:
               help="Throughput dtypes to run, separated by commas. Default: all of the sweep's")
     addoption(f"--{prefix}shape", metavar="LIST", type=parse_shapes, default=None,
               help="Throughput shapes to run, ROWSxHIDDEN separated by commas. Default: all of the sweep's")
+    addoption(f"--{prefix}norm", metavar="LIST", type=parse_norms, default=None,
+              help=f"Throughput normalizations to run, separated by commas: {', '.join(NAMES)}. Default: all")

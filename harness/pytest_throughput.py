@@ -84,7 +84,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def filters(config: pytest.Config) -> Filters:
     return Filters(config.getoption("normbench_direction"), config.getoption("normbench_dtype"),
-                   config.getoption("normbench_shape"))
+                   config.getoption("normbench_shape"), config.getoption("normbench_norm"))
 
 
 def not_timed_reason(backend: Backend) -> str | None:

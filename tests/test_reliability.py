@@ -120,6 +120,7 @@ def test_the_throughput_suite_claims_its_folder_before_measuring(tmp_path, worke
     def sweep():
         return subprocess.run([sys.executable, "-m", "pytest", str(DIRECTORY / "test_throughput.py"), "--impl=numpy",
                                f"--normbench-out={tmp_path}", "--normbench-run-id=r1", "--normbench-shape=256x16384",
+                               "--normbench-norm=layer_norm",
                                "--normbench-dtype=float32", "--normbench-direction=forward", "-n", workers,
                                "--normbench-min-samples=3", "--normbench-max-time=0", "--normbench-ceiling-mib=64",
                                "-q", "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -159,7 +160,8 @@ def test_collecting_the_throughput_suite_creates_no_run_folder(tmp_path):
     from normbench.suites import DIRECTORY
 
     out = subprocess.run([sys.executable, "-m", "pytest", str(DIRECTORY / "test_throughput.py"), "--impl=numpy",
-                          f"--normbench-out={tmp_path}", "--normbench-shape=256x16384", "--co", "-q",
+                          f"--normbench-out={tmp_path}", "--normbench-shape=256x16384", "--normbench-norm=layer_norm",
+                          "--co", "-q",
                           "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "test_throughput[numpy-" in out.stdout, out.stdout[-2000:]
     assert not any(tmp_path.iterdir())

@@ -17,6 +17,7 @@ from tests.plugins import ROOT, pytest_command
 SUITES = str(DIRECTORY)
 THROUGHPUT = str(DIRECTORY / "test_throughput.py")
 ONE_CASE = ["--normbench-shape=256x16384", "--normbench-dtype=float32", "--normbench-direction=forward",
+            "--normbench-norm=layer_norm",
             "--normbench-min-samples=3", "--normbench-max-time=0", "--normbench-ceiling-mib=64"]
 
 

@@ -27,16 +27,18 @@ def sweep_shapes() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Filters:
-    """Which directions, dtypes and shapes to keep; None keeps all."""
+    """Which directions, dtypes, shapes and normalizations to keep; None keeps all."""
 
     directions: tuple[str, ...] | None = None
     dtypes: tuple[str, ...] | None = None
     shapes: tuple[str, ...] | None = None
+    norms: tuple[str, ...] | None = None
 
     def keep(self, case: Case, direction: str) -> bool:
         return ((self.directions is None or direction in self.directions)
                 and (self.dtypes is None or case.dtype in self.dtypes)
-                and (self.shapes is None or cases.shape_name(case) in self.shapes))
+                and (self.shapes is None or cases.shape_name(case) in self.shapes)
+                and (self.norms is None or case.norm in self.norms))
 
     def pairs(self, device: str) -> list[tuple[Case, str]]:
         """The (case, direction) pairs of the sweep for ``device`` that pass the filters."""

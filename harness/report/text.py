@@ -5,6 +5,8 @@
 ...        "wide_spread": False, "median_s": 1e-4, "message": ""}
 >>> progress_line(row, 1, 3)
 '[1/3] numpy forward float32 64x256: 2.5 GB/s, 12.5% of 20 GB/s (median 100 us, n=10, IQR 4%)'
+>>> progress_line({**row, "normalization": "rms_norm"}, 2, 3).split(":")[0]
+'[2/3] numpy RMSNorm forward float32 64x256'
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ def _seconds(s: float) -> str:
 
 def progress_line(row: dict[str, Any], index: int, total: int) -> str:
     """One line per measured case, for long sweeps."""
-    where = f"[{index}/{total or '?'}] {row['backend']} {row['direction']} {row['dtype']} {row['shape']}"
+    norm = " RMSNorm" if row.get("normalization") == "rms_norm" else ""  # LayerNorm's lines as they always were
+    where = f"[{index}/{total or '?'}] {row['backend']}{norm} {row['direction']} {row['dtype']} {row['shape']}"
     if row["verdict"] != "ok":
         first = (row.get("message") or "").splitlines()[:1]
         return f"{where}: {row['verdict'].upper()}: {first[0] if first else ''}"
