@@ -571,7 +571,7 @@ RNN_CASES: list[Case] = [Case("recurrent", (4, 64), (64,), dtype, eps=0.0) for d
 LSTM_CASES: list[Case] = [Case("recurrent", (4, 128), (128,), dtype, eps=0.0) for dtype in ("float64", "float32")]
 #: Table 1's layer-norm row, and normbench's RMSNorm row (``rms-`` ids)
 INVARIANCE_CASES: list[Case] = invariance_cases() + invariance_cases("rms_norm")
-GEOMETRY_CASES: list[Case] = geometry_cases()
+GEOMETRY_CASES: list[Case] = geometry_cases() + geometry_cases("rms_norm")
 
 
 # -- the throughput sweeps -----------------------------------------------------------------
