@@ -603,6 +603,7 @@ def parser() -> argparse.ArgumentParser:
     _run_options(p)
     _add_table1(sub)
     _add_report(sub)
+    _add_survey(sub)
     # their own argument parsers (normbench traffic --help): counts and compiler estimates, never speeds
     sub.add_parser("traffic", add_help=False, help="count the bytes a Triton backend's kernels move under a GPU's "
                                                    "launch configuration, in the interpreter (docs/triton-kernels.md)")
@@ -648,6 +649,29 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_survey(sub) -> None:
+    from normbench.survey import FINDING_FIELDS
+
+    p = sub.add_parser("survey", help="merge conformance runs of many libraries (one run folder per environment) "
+                                      "with their judged findings into one folder, its report and findings page")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="run folders written by `normbench run --suites=conformance`")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="the survey folder: conformance.csv, environment.json, findings.csv, findings.md, report.html")
+    p.add_argument("--findings", nargs="*", default=[], metavar="FILE",
+                   help="findings files (CSV, header: " + ",".join(FINDING_FIELDS)
+                        + "); their rows must name backends of the runs. Default: none")
+    p.add_argument("--no-report", dest="report", action="store_false", help="do not write report.html")
+
+
+def cmd_survey(args: argparse.Namespace) -> int:
+    from normbench.survey import write_survey
+
+    command = shlex.join(["normbench", *args.argv])
+    for path in write_survey(args.out, args.runs, args.findings, command, report=args.report):
+        print(f"wrote {path}")
+    return 0
+
+
 INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED
 #: subcommands that are tools with their own argument parser: name -> module (its main(argv))
 TOOLS = {"traffic": "normbench.perf.traffic", "kernel-stats": "normbench.perf.kernel_stats"}
@@ -690,6 +714,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "table1":
             return cmd_table1(args)
+        if args.command == "survey":
+            return cmd_survey(args)
         return {"test": cmd_test, "run": cmd_run}[args.command](args, extra)
     except NormbenchError as exc:
         print(f"normbench: error: {exc}", file=sys.stderr)

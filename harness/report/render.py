@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from normbench import __version__
+from normbench import __version__, survey
 from normbench.files import write_atomic
 from normbench.report import errors, properties, shape, svg
 from normbench.report.sources import ResultSet, input_files, load_result_sets
@@ -75,7 +75,7 @@ def context(sets: list[ResultSet], baseline: str = "torch") -> dict[str, Any]:
                   "environment": shape.environment_items(rs), "glance": shape.at_a_glance(rs),
                   "speedups": shape.speedups(rs, baseline),
                   "problems": shape.throughput_problems(rs), "matrix": shape.conformance_matrix(rs),
-                  "details": shape.conformance_details(rs), "table1": rs.table1,
+                  "details": shape.conformance_details(rs), "table1": rs.table1, "findings": rs.findings,
                   "properties": properties.properties_table(rs), "errors": errors.error_pictures(rs),
                   "n_throughput": len(rs.throughput), "n_conformance": len(rs.conformance),
                   "n_traffic": None if rs.traffic is None else len(rs.traffic),
@@ -83,6 +83,7 @@ def context(sets: list[ResultSet], baseline: str = "torch") -> dict[str, Any]:
                  for rs in sets],
         "panels": [{"panel": p, "chart": svg.chart(p)} for p in panels],
         "byte_models": shape.byte_models(sets),
+        "verdicts": survey.VERDICTS,
         "data": _embedded(sets),
     }
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from normbench import results
+from normbench import results, survey
 from normbench.environment import ENVIRONMENT_FILE, read_environment
 from normbench.results import ResultsError, boolean, integer, list_of, mapping, nullable, number, record, text
 
@@ -49,7 +49,7 @@ TABLE1_FIELDS = record({
 }, {"seed": integer(0), "command": text(), "layer_norm": text(), "rms_norm": text(),
     "recurrent_held": nullable(boolean()), "fields": mapping(text())})
 #: the files of a run folder the report reads (and every ``kernels-*.csv``: :func:`input_files`)
-READ_FILES = (*results.RESULT_FILES, ENVIRONMENT_FILE, TABLE1_FILE, results.TRAFFIC_FILE)
+READ_FILES = (*results.RESULT_FILES, ENVIRONMENT_FILE, TABLE1_FILE, results.TRAFFIC_FILE, survey.FINDINGS_FILE)
 #: the parts of a result set that come from a run (the rest are traffic counts and kernel estimates)
 RUN_PARTS = ("throughput", "conformance", "environment", "table1")
 
@@ -71,6 +71,8 @@ class ResultSet:
     traffic: pd.DataFrame | None = None
     #: ``normbench kernel-stats`` rows of every kernels-*.csv (schema normbench.kernel_stats), or None
     kernel_stats: pd.DataFrame | None = None
+    #: a survey's judged findings (``findings.csv``, normbench.survey), or None when the folder has none
+    findings: list[dict[str, str]] | None = None
 
     @property
     def is_run(self) -> bool:
@@ -121,6 +123,8 @@ def _from_folder(folder: Path) -> dict[str, Any]:
                              ("table1", folder / TABLE1_FILE, TABLE1)):
         if path.exists():
             parts[name] = _read_json_document(path, what)
+    if (folder / survey.FINDINGS_FILE).exists():
+        parts["findings"] = survey.read_findings(folder / survey.FINDINGS_FILE)
     counts = results.counts_files(folder)
     if any(p.name == results.TRAFFIC_FILE for p in counts):
         parts["traffic"] = results.load(folder / results.TRAFFIC_FILE, results.TRAFFIC)
@@ -222,7 +226,8 @@ def load_result_set(source: str | os.PathLike) -> ResultSet:
                      throughput=parts.get("throughput", results.frame([], results.THROUGHPUT)),
                      conformance=parts.get("conformance", results.frame([], results.CONFORMANCE)),
                      environment=parts.get("environment", {}), table1=parts.get("table1"), missing=missing,
-                     notes=found, traffic=parts.get("traffic"), kernel_stats=parts.get("kernel_stats"))
+                     notes=found, traffic=parts.get("traffic"), kernel_stats=parts.get("kernel_stats"),
+                     findings=parts.get("findings"))
 
 
 def load_result_sets(sources: list[str | os.PathLike]) -> list[ResultSet]:

@@ -1,0 +1,211 @@
+"""The survey: many libraries' conformance runs merged into one result set, with the findings judged from them.
+
+Real libraries cannot all share one process: Keras picks its backend once per process, an old and a new
+Liger-Kernel cannot be installed side by side, TensorFlow and PaddlePaddle pin their own NumPy. So each
+environment runs ``normbench run --suites=conformance`` on its backends into a run folder of its own, and
+``normbench survey`` merges those folders into one (``reports/survey-cpu``):
+
+* ``conformance.csv``: every run's rows as they were (each keeps its ``run_id``). A backend name that two runs
+  share with different library versions (``liger`` 0.5.2 and 0.8.5) becomes ``name@version`` in both, so the
+  conformance matrix has one column per library version; the same name and version twice is an error.
+* ``environment.json``: one environment for the whole survey (normbench's ``environment.json`` schema): every
+  backend with its library version and device, the union of the libraries (a library at two versions lists
+  both), each run's command in ``sessions``, and the status ``finished`` only when every run finished.
+* ``findings.csv``: the judged findings (:data:`FINDING_FIELDS`, one row per library, normalization, dtype and
+  class of failure, with its verdict: :data:`VERDICTS`), from the findings files given, checked against the
+  runs (a finding names a backend the survey ran).
+* ``findings.md``: the findings as a Markdown table (docs/survey.md holds the same table), and ``report.html``,
+  whose conformance section shows the findings above the matrix across libraries.
+
+A findings file is CSV with :data:`FINDING_FIELDS` as its header, written by whoever judged the failures: each
+row says what is wrong in words a library maintainer can act on, how large (the ratio to normbench's bound and
+the plain numbers), the one command that reproduces it, and the evidence (the case recomputed in float64, the
+library source or documentation that explains it).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from normbench import norms, results
+from normbench.environment import ENVIRONMENT, ENVIRONMENT_FIELDS, ENVIRONMENT_FILE, now_utc, read_environment
+from normbench.files import write_atomic
+from normbench.results import ResultsError, check_document
+
+FINDINGS_FILE = "findings.csv"
+FINDINGS_MARKDOWN = "findings.md"
+#: a finding's fields, in the order of the CSV header and the Markdown table
+FINDING_FIELDS = ("backend", "library", "version", "normalization", "dtype", "verdict", "what", "size", "command",
+                  "evidence")
+#: a finding's verdict, and what it means
+VERDICTS = {
+    "defect": "a real defect of the library, shown independently of normbench (float64 recomputation, source)",
+    "limitation": "documented behaviour of the library; the suites skip it, or declare it, with the reason",
+    "harness": "normbench cried wolf: fixed in normbench, and the case added to the never-cry-wolf tests",
+}
+#: the Markdown table's columns: (title, field); the evidence is long and stays in findings.csv and docs
+MARKDOWN_COLUMNS = (("library", "library"), ("version", "version"), ("backend", "backend"),
+                    ("normalization", "normalization"), ("dtype", "dtype"), ("verdict", "verdict"),
+                    ("what is wrong", "what"), ("how large", "size"), ("reproduce", "command"))
+
+
+def read_findings(path: str | os.PathLike) -> list[dict[str, str]]:
+    """A findings file's rows, each field checked: one ResultsError naming the file, the row and the field."""
+    path = Path(path)
+    fix = f"write {path} as CSV with the header {','.join(FINDING_FIELDS)} (normbench.survey)"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ResultsError(f"cannot read the findings file {path}: {exc.strerror or exc}. Fix: {fix}") from None
+    reader = csv.DictReader(io.StringIO(text))
+    if tuple(reader.fieldnames or ()) != FINDING_FIELDS:
+        raise ResultsError(f"{path}: the header is {','.join(reader.fieldnames or ()) or 'missing'}. Fix: {fix}")
+    rows = []
+    for line, row in enumerate(reader, start=2):
+        where = f"{path}, line {line}"
+        if None in row or any(v is None for v in row.values()):
+            raise ResultsError(f"{where}: {len(FINDING_FIELDS)} fields expected. Fix: quote fields that hold commas")
+        empty = [f for f in FINDING_FIELDS if not row[f].strip()]
+        if empty:
+            raise ResultsError(f"{where}: {', '.join(empty)} empty. Fix: every field of a finding says something")
+        if row["verdict"] not in VERDICTS:
+            raise ResultsError(f"{where}: verdict {row['verdict']!r}. Fix: one of {', '.join(VERDICTS)}")
+        if row["normalization"] not in norms.NAMES:
+            raise ResultsError(f"{where}: normalization {row['normalization']!r}. Fix: one of {', '.join(norms.NAMES)}")
+        rows.append({f: row[f].strip() for f in FINDING_FIELDS})
+    return rows
+
+
+def _versions(environment: dict[str, Any]) -> dict[str, str]:
+    return {name: (info.get("version") or "") for name, info in environment.get("backends", {}).items()}
+
+
+def _labels(runs: list[tuple[Path, Any, dict[str, Any]]]) -> list[dict[str, str]]:
+    """Per run, backend name -> its label in the survey: the name, or ``name@version`` where runs share it."""
+    seen: dict[str, set[str]] = {}
+    for folder, df, env in runs:
+        versions = _versions(env)
+        for name in sorted(set(df.backend)):
+            version = versions.get(name, "")
+            if version in seen.setdefault(name, set()):
+                raise ResultsError(f"backend {name} {version or '(no version)'} is in two of the runs (again in "
+                                   f"{folder}). Fix: give each backend and library version once")
+            seen[name].add(version)
+    shared = {name for name, versions in seen.items() if len(versions) > 1}
+    return [{name: f"{name}@{_versions(env).get(name, '')}" if name in shared else name for name in set(df.backend)}
+            for _, df, env in runs]
+
+
+def merge(folders: Sequence[str | os.PathLike], survey_id: str, command: str) -> tuple[Any, dict[str, Any]]:
+    """The runs in ``folders`` as one conformance frame and one environment (the module doc says how)."""
+    if not folders:
+        raise ResultsError("no runs given. Fix: name the run folders the survey merges (normbench run --out ...)")
+    runs = []
+    for folder in map(Path, folders):
+        df = results.load(folder, results.CONFORMANCE)
+        if df.empty:
+            raise ResultsError(f"{folder} holds no conformance rows. Fix: run `normbench run --suites=conformance` "
+                               f"into it first")
+        runs.append((folder, df, read_environment(folder)))
+    labels = _labels(runs)
+    frames, environment = [], {}
+    backends: dict[str, Any] = {}
+    libraries: dict[str, list[str]] = {}
+    notes: dict[str, dict[str, str]] = {"skipped_backends": {}, "not_timed": {}, "runtime_notes": {}}
+    sessions, done, total, unfinished = [], 0, 0, []
+    for (folder, df, env), label in zip(runs, labels):
+        frames.append(df.assign(backend=[label[b] for b in df.backend]))
+        environment = environment or dict(env)
+        for name, info in env.get("backends", {}).items():
+            backends[label.get(name, name)] = info
+        for lib, version in env.get("libraries", {}).items():
+            libraries.setdefault(lib, [])
+            if version not in libraries[lib]:
+                libraries[lib].append(version)
+        for key in notes:
+            notes[key].update({label.get(k, k): v for k, v in (env.get(key) or {}).items()})
+        sessions.append(f"{env.get('run_id', folder.name)}: {env.get('command', '')}")
+        status = env.get("status") or {}
+        done += int(status.get("done") or 0)
+        total += int(status.get("total") or status.get("done") or 0)
+        if status.get("state") != "finished":
+            unfinished.append(env.get("run_id", folder.name))
+    import pandas as pd
+
+    environment.update({
+        "run_id": survey_id, "command": command, "started": min(e.get("started", "") for _, _, e in runs),
+        "backends": backends, "libraries": {k: ", ".join(v) for k, v in libraries.items()}, "ceilings": {},
+        "sessions": sessions, **notes,
+        "status": {"state": "interrupted" if unfinished else "finished",
+                   "reason": f"runs not finished: {', '.join(unfinished)}" if unfinished else None,
+                   "at": now_utc(), "done": done, "total": total},
+    })
+    environment.setdefault("schema", ENVIRONMENT)
+    check_document(environment, ENVIRONMENT_FIELDS, "the survey's environment", "this is a normbench bug")
+    return pd.concat(frames, ignore_index=True), environment
+
+
+def check_findings(findings: list[dict[str, str]], backends: set[str]) -> None:
+    """Every finding names a backend (or ``name@version`` label) the survey ran."""
+    for row in findings:
+        if row["backend"] not in backends:
+            raise ResultsError(f"the finding {row['what']!r} names backend {row['backend']}, which no run of the "
+                               f"survey has (it has {', '.join(sorted(backends))}). Fix: run it, or correct the name")
+
+
+def findings_markdown(findings: list[dict[str, str]]) -> str:
+    """The findings as a Markdown table, :data:`MARKDOWN_COLUMNS` (``|`` escaped, commands as code)."""
+    def cell(field: str, value: str) -> str:
+        value = value.replace("|", "\\|").replace("\n", " ")
+        return f"`{value}`" if field == "command" else value
+
+    lines = ["| " + " | ".join(title for title, _ in MARKDOWN_COLUMNS) + " |",
+             "|" + "---|" * len(MARKDOWN_COLUMNS)]
+    lines += ["| " + " | ".join(cell(f, row[f]) for _, f in MARKDOWN_COLUMNS) + " |" for row in findings]
+    return "\n".join(lines) + "\n"
+
+
+_VERDICT_ORDER = {v: i for i, v in enumerate(VERDICTS)}
+
+
+def sort_findings(findings: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Defects first, then limitations, then normbench's own; by library, backend, normalization and dtype."""
+    return sorted(findings, key=lambda r: (_VERDICT_ORDER[r["verdict"]], r["library"].lower(), r["backend"],
+                                           r["normalization"], r["dtype"]))
+
+
+def write_findings(path: str | os.PathLike, findings: list[dict[str, str]]) -> Path:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=FINDING_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(findings)
+    write_atomic(Path(path), out.getvalue())
+    return Path(path)
+
+
+def write_survey(out: str | os.PathLike, folders: Sequence[str | os.PathLike],
+                 findings_files: Sequence[str | os.PathLike], command: str, report: bool = True) -> list[Path]:
+    """Merge the runs into ``out`` with the findings; the files written."""
+    out = Path(out)
+    df, environment = merge(folders, out.name, command)
+    findings = sort_findings([row for f in findings_files for row in read_findings(f)])
+    check_findings(findings, set(df.backend))
+    written = [results.write_csv(out / "conformance.csv", results.records(df), results.CONFORMANCE)]
+    stale = out / "conformance.json"  # a folder's csv and json are compared when both exist: keep only the csv
+    if stale.exists():
+        stale.unlink()
+    write_atomic(out / ENVIRONMENT_FILE, json.dumps(environment, indent=1) + "\n")
+    written += [out / ENVIRONMENT_FILE, write_findings(out / FINDINGS_FILE, findings)]
+    write_atomic(out / FINDINGS_MARKDOWN, findings_markdown(findings))
+    written.append(out / FINDINGS_MARKDOWN)
+    if report:
+        from normbench.report import write_report
+
+        written.append(write_report([out], out / "report.html", baseline="numpy"))
+    return written

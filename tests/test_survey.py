@@ -1,0 +1,118 @@
+"""``normbench survey``: runs of many environments merged into one result set with the judged findings
+(normbench.survey), and the report's findings section and matrix across libraries."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from normbench import results, survey
+from normbench.cli import main
+from normbench.environment import ENVIRONMENT_FILE, environment
+from normbench.results import ResultsError
+
+HEADER = ",".join(survey.FINDING_FIELDS)
+DEFECT = ('liger,Liger-Kernel,0.5.2,layer_norm,float32,defect,"padded lanes counted in the variance","7.1x the bound: '
+          'y 0.91 for 0.98",pytest suites --impl=liger -k hidden1000,"float64: var over N, not BLOCK; ops/layer_norm.py"')
+
+
+def run_folder(root: Path, run_id: str, backends: dict[str, str], outcome: str = "passed",
+               finished: bool = True) -> Path:
+    """A run folder with one forward test per backend (``backends``: name -> library version)."""
+    folder = root / run_id
+    rows = [results.new_row(results.CONFORMANCE, run_id=run_id, backend=name, suite="test_forward.py",
+                            test="test_forward", case="float32-rows7-hidden100-uniform9", normalization="layer_norm",
+                            nodeid=f"suites/test_forward.py::test_forward[{name}-float32-rows7-hidden100-uniform9]",
+                            outcome=outcome) for name in backends]
+    results.write_csv(folder / "conformance.csv", rows, results.CONFORMANCE)
+    env = environment(run_id, ["normbench", "run", f"--impl={','.join(backends)}"])
+    env["backends"] = {name: {"version": version, "device": "cpu"} for name, version in backends.items()}
+    env["status"] = {"state": "finished" if finished else "interrupted", "reason": None if finished else "SIGTERM",
+                     "at": env["started"], "done": len(rows), "total": len(rows)}
+    (folder / ENVIRONMENT_FILE).write_text(json.dumps(env))
+    return folder
+
+
+def findings_file(tmp_path: Path, *lines: str) -> Path:
+    path = tmp_path / "findings.in.csv"
+    path.write_text("\n".join((HEADER, *lines)) + "\n")
+    return path
+
+
+def test_runs_merge_into_one_matrix_with_the_findings(tmp_path):
+    new = run_folder(tmp_path, "liger-new", {"liger": "0.8.5", "numpy": "2.4.6"})
+    old = run_folder(tmp_path, "liger-old", {"liger": "0.5.2"}, outcome="xfailed")
+    out = tmp_path / "survey-cpu"
+    assert main(["survey", "--out", str(out), str(new), str(old), "--findings",
+                 str(findings_file(tmp_path, DEFECT.replace("liger,", "liger@0.5.2,", 1)))]) == 0
+    df = results.load(out, results.CONFORMANCE)
+    # one backend at two library versions: one column each; a name only one run has stays as it is
+    assert sorted(set(df.backend)) == ["liger@0.5.2", "liger@0.8.5", "numpy"]
+    assert set(df.run_id) == {"liger-new", "liger-old"}  # each row keeps the run it came from
+    env = json.loads((out / ENVIRONMENT_FILE).read_text())
+    assert env["run_id"] == "survey-cpu" and env["status"]["state"] == "finished" and env["status"]["done"] == 3
+    assert set(env["backends"]) == {"liger@0.5.2", "liger@0.8.5", "numpy"}
+    assert [s.split(":")[0] for s in env["sessions"]] == ["liger-new", "liger-old"]
+    assert survey.read_findings(out / survey.FINDINGS_FILE)[0]["backend"] == "liger@0.5.2"
+    assert "| Liger-Kernel | 0.5.2 | liger@0.5.2 |" in (out / survey.FINDINGS_MARKDOWN).read_text()
+    html = (out / "report.html").read_text()
+    assert 'id="findings">Findings (1)' in html and "padded lanes counted in the variance" in html
+    assert "<th>liger@0.5.2</th><th>liger@0.8.5</th><th>numpy</th>" in html
+
+
+def test_an_unfinished_run_leaves_the_survey_marked_partial(tmp_path):
+    a = run_folder(tmp_path, "a", {"numpy": "2.4.6"})
+    b = run_folder(tmp_path, "b", {"torch": "2.13.0"}, finished=False)
+    _, env = survey.merge([a, b], "s", "normbench survey")
+    assert env["status"]["state"] == "interrupted" and "b" in env["status"]["reason"]
+
+
+def test_the_same_backend_and_version_twice_is_an_error(tmp_path):
+    a = run_folder(tmp_path, "a", {"numpy": "2.4.6"})
+    b = run_folder(tmp_path, "b", {"numpy": "2.4.6"})
+    with pytest.raises(ResultsError, match="backend numpy 2.4.6 is in two of the runs"):
+        survey.merge([a, b], "s", "normbench survey")
+
+
+def test_a_finding_must_name_a_backend_the_survey_ran(tmp_path):
+    a = run_folder(tmp_path, "a", {"numpy": "2.4.6"})
+    with pytest.raises(ResultsError, match="names backend liger, which no run of the survey has"):
+        survey.write_survey(tmp_path / "s", [a], [findings_file(tmp_path, DEFECT)], "normbench survey", report=False)
+
+
+@pytest.mark.parametrize(("line", "problem"), [
+    (DEFECT.replace(",defect,", ",bug,"), "verdict 'bug'"),
+    (DEFECT.replace(",layer_norm,", ",batch_norm,"), "normalization 'batch_norm'"),
+    (DEFECT.replace(",0.5.2,", ",,"), "version empty"),
+    ("liger,Liger-Kernel", "10 fields expected"),
+])
+def test_a_bad_finding_is_one_clear_error(tmp_path, line, problem):
+    with pytest.raises(ResultsError, match=rf"line 2: {problem}"):
+        survey.read_findings(findings_file(tmp_path, line))
+
+
+def test_a_findings_file_needs_the_header(tmp_path):
+    path = tmp_path / "f.csv"
+    path.write_text("backend,what\nliger,x\n")
+    with pytest.raises(ResultsError, match="the header is backend,what. Fix: write .* with the header backend,library"):
+        survey.read_findings(path)
+
+
+def test_findings_sort_defects_first_and_escape_markdown():
+    rows = [dict(zip(survey.FINDING_FIELDS, ("b", "B", "1", "rms_norm", "all", v, "a | b", "1x", "cmd", "e")))
+            for v in ("harness", "limitation", "defect")]
+    ordered = survey.sort_findings(rows)
+    assert [r["verdict"] for r in ordered] == ["defect", "limitation", "harness"]
+    assert "| a \\| b | 1x | `cmd` |" in survey.findings_markdown(ordered)
+
+
+def test_the_published_survey_matches_its_findings_page():
+    """docs/survey.md holds reports/survey-cpu's findings table exactly, and every finding names a surveyed backend."""
+    root = Path(__file__).resolve().parents[1]
+    folder = root / "reports" / "survey-cpu"
+    if not folder.exists():
+        pytest.skip("reports/survey-cpu is not published yet")
+    findings = survey.read_findings(folder / survey.FINDINGS_FILE)
+    assert survey.findings_markdown(findings) == (folder / survey.FINDINGS_MARKDOWN).read_text()
+    assert survey.findings_markdown(findings) in (root / "docs" / "survey.md").read_text()
+    survey.check_findings(findings, set(results.load(folder, results.CONFORMANCE).backend))
