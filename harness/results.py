@@ -63,6 +63,7 @@ Example::
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import math
@@ -432,7 +433,8 @@ VERSIONS: dict[str, int] = {THROUGHPUT: THROUGHPUT_VERSION, CONFORMANCE: CONFORM
 FILES: dict[str, str] = {THROUGHPUT: "throughput", CONFORMANCE: "conformance", TRAFFIC: "traffic",
                          KERNEL_STATS: "kernels"}
 #: the names of the results files a run folder may hold (a folder holding one holds a run's results)
-RESULT_FILES: tuple[str, ...] = tuple(f"{FILES[s]}.{ext}" for s in (THROUGHPUT, CONFORMANCE) for ext in ("csv", "json"))
+RESULT_FILES: tuple[str, ...] = tuple(f"{FILES[s]}.{ext}" for s in (THROUGHPUT, CONFORMANCE)
+                                      for ext in ("csv", "json", "csv.gz"))
 #: the files of counts and static estimates (``normbench traffic``, ``normbench kernel-stats``): CSV only, and
 #: not a run's results (a run folder may sit beside them); kernel-stats files match :data:`KERNEL_STATS_PATTERN`
 TRAFFIC_FILE = "traffic.csv"
@@ -997,8 +999,9 @@ def _load_csv(path: Path, schema: str) -> pd.DataFrame:
     import pandas as pd
 
     try:
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        data = path.read_bytes()
+        text = (gzip.decompress(data) if path.name.endswith(".gz") else data).decode("utf-8")
+    except (OSError, EOFError, UnicodeDecodeError) as exc:  # gzip's BadGzipFile is an OSError
         raise ResultsError(f"cannot read {path}: {exc}") from None
     if not text:
         raise ResultsError(f"cannot read {path}: it is empty (a normbench CSV has a header line even with no rows). "
@@ -1084,11 +1087,29 @@ def load(path: str | os.PathLike, schema: str = THROUGHPUT) -> pd.DataFrame:
         have = [p for p in (path / f"{name}.json", path / f"{name}.csv") if p.exists()]
         if len(have) == 2:
             return _reconcile(path, schema)
+        if not have and (path / f"{name}.csv.gz").exists():  # a published folder's compressed table
+            have = [path / f"{name}.csv.gz"]
         path = have[0] if have else path / f"{name}.json"
     if not path.exists():
         raise ResultsError(f"no results at {path}. Fix: give a run folder (reports/<run-id>) or one of its "
                            f"{name}.csv / .json files")
     return _load_json(path, schema) if path.suffix == ".json" else _load_csv(path, schema)
+
+
+def write_csv_gz(path: str | os.PathLike, rows: Iterable[dict[str, Any]], schema: str) -> Path:
+    """:func:`write_csv`, gzip-compressed (``conformance.csv.gz``: a published survey's many rows); :func:`load`
+    reads it, and a folder's ``<name>.csv.gz`` where it has no ``.csv`` or ``.json``."""
+    path = Path(path)
+    rows = [{"schema_version": VERSIONS[schema], **row} for row in rows]
+    clean = _validated_rows(rows, schema, f"the {schema} rows to write to {path}",
+                            "this is a normbench bug: please report it")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, gzip.compress(_csv_text(clean, SCHEMAS[schema], header=True).encode("utf-8"), mtime=0))
+    except OSError as exc:
+        raise ResultsError(f"cannot write {len(clean)} {schema} rows to {path}: {exc.strerror or exc}. "
+                           f"Fix: {_fix_disk(exc)}") from None
+    return path
 
 
 def _load_kernel_stats_folder(folder: Path) -> pd.DataFrame:

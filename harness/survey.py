@@ -5,9 +5,10 @@ Liger-Kernel cannot be installed side by side, TensorFlow and PaddlePaddle pin t
 environment runs ``normbench run --suites=conformance`` on its backends into a run folder of its own, and
 ``normbench survey`` merges those folders into one (``reports/survey-cpu``):
 
-* ``conformance.csv``: every run's rows as they were (each keeps its ``run_id``). A backend name that two runs
-  share with different library versions (``liger`` 0.5.2 and 0.8.5) becomes ``name@version`` in both, so the
-  conformance matrix has one column per library version; the same name and version twice is an error.
+* ``conformance.csv.gz``: every run's rows as they were (each keeps its ``run_id``), compressed (some 10^5
+  rows). A backend name that two runs share with different library versions (``liger`` 0.5.2 and 0.8.5)
+  becomes ``name@version`` in both, so the conformance matrix has one column per library version; the same
+  name and version twice is an error.
 * ``environment.json``: one environment for the whole survey (normbench's ``environment.json`` schema): every
   backend with its library version and device, the union of the libraries (a library at two versions lists
   both), each run's command in ``sessions``, and the status ``finished`` only when every run finished.
@@ -39,6 +40,8 @@ from normbench.files import write_atomic
 from normbench.results import ResultsError, check_document
 
 FINDINGS_FILE = "findings.csv"
+#: the merged rows, compressed (normbench.results reads it)
+CONFORMANCE_FILE = "conformance.csv.gz"
 FINDINGS_MARKDOWN = "findings.md"
 #: a finding's fields, in the order of the CSV header and the Markdown table
 FINDING_FIELDS = ("backend", "library", "version", "normalization", "dtype", "verdict", "what", "size", "command",
@@ -196,10 +199,10 @@ def write_survey(out: str | os.PathLike, folders: Sequence[str | os.PathLike],
     df, environment = merge(folders, out.name, command)
     findings = sort_findings([row for f in findings_files for row in read_findings(f)])
     check_findings(findings, set(df.backend))
-    written = [results.write_csv(out / "conformance.csv", results.records(df), results.CONFORMANCE)]
-    stale = out / "conformance.json"  # a folder's csv and json are compared when both exist: keep only the csv
-    if stale.exists():
-        stale.unlink()
+    # compressed: a survey holds some 10^5 rows; any other conformance file there would be read instead
+    for stale in ("conformance.csv", "conformance.json"):
+        (out / stale).unlink(missing_ok=True)
+    written = [results.write_csv_gz(out / CONFORMANCE_FILE, results.records(df), results.CONFORMANCE)]
     write_atomic(out / ENVIRONMENT_FILE, json.dumps(environment, indent=1) + "\n")
     written += [out / ENVIRONMENT_FILE, write_findings(out / FINDINGS_FILE, findings)]
     write_atomic(out / FINDINGS_MARKDOWN, findings_markdown(findings))

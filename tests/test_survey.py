@@ -116,3 +116,15 @@ def test_the_published_survey_matches_its_findings_page():
     assert survey.findings_markdown(findings) == (folder / survey.FINDINGS_MARKDOWN).read_text()
     assert survey.findings_markdown(findings) in (root / "docs" / "survey.md").read_text()
     survey.check_findings(findings, set(results.load(folder, results.CONFORMANCE).backend))
+
+
+def test_the_merged_rows_are_compressed_and_read_back_by_name_or_folder(tmp_path):
+    a = run_folder(tmp_path, "a", {"numpy": "2.4.6"})
+    out = tmp_path / "s"
+    survey.write_survey(out, [a], [], "normbench survey", report=False)
+    assert sorted(p.name for p in out.iterdir()) == ["conformance.csv.gz", "environment.json", "findings.csv",
+                                                     "findings.md"]
+    assert len(results.load(out / "conformance.csv.gz", results.CONFORMANCE)) == 1
+    (out / "conformance.csv.gz").write_bytes((out / "conformance.csv.gz").read_bytes()[:20])
+    with pytest.raises(ResultsError, match="cannot read .*conformance.csv.gz"):
+        results.load(out, results.CONFORMANCE)

@@ -102,7 +102,7 @@ def _read_json_document(path: Path, what: str) -> dict[str, Any]:
 def _kind(path: Path) -> str:
     """Which file a path is, from its name: throughput, conformance, environment, table1, traffic or kernel_stats."""
     stem = path.name.split(".")[0]
-    if path.suffix in (".json", ".csv") and stem in ("throughput", "conformance"):
+    if path.name.removeprefix(stem) in (".json", ".csv", ".csv.gz") and stem in ("throughput", "conformance"):
         return stem
     if path.name in (ENVIRONMENT_FILE, TABLE1_FILE):
         return path.stem
@@ -117,7 +117,7 @@ def _kind(path: Path) -> str:
 def _from_folder(folder: Path) -> dict[str, Any]:
     parts: dict[str, Any] = {}
     for schema, name in ((results.THROUGHPUT, "throughput"), (results.CONFORMANCE, "conformance")):
-        if (folder / f"{name}.json").exists() or (folder / f"{name}.csv").exists():
+        if any((folder / f"{name}.{ext}").exists() for ext in ("json", "csv", "csv.gz")):
             parts[name] = results.load(folder, schema)
     for name, path, what in (("environment", folder / ENVIRONMENT_FILE, "normbench.environment"),
                              ("table1", folder / TABLE1_FILE, TABLE1)):
