@@ -654,11 +654,13 @@ def _add_survey(sub) -> None:
 
     p = sub.add_parser("survey", help="merge conformance runs of many libraries (one run folder per environment) "
                                       "with their judged findings into one folder, its report and findings page")
-    p.add_argument("runs", nargs="+", metavar="RUN", help="run folders written by `normbench run --suites=conformance`")
+    p.add_argument("runs", nargs="*", metavar="RUN", help="run folders written by `normbench run --suites=conformance`")
+    p.add_argument("--runs-in", nargs="*", default=[], metavar="DIR",
+                   help="folders whose every subfolder is such a run folder (the --out the runs wrote into)")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="the survey folder: conformance.csv, environment.json, findings.csv, findings.md, report.html")
     p.add_argument("--findings", nargs="*", default=[], metavar="FILE",
-                   help="findings files (CSV, header: " + ",".join(FINDING_FIELDS)
+                   help="findings files, or folders of them (*.csv; header: " + ",".join(FINDING_FIELDS)
                         + "); their rows must name backends of the runs. Default: none")
     p.add_argument("--no-report", dest="report", action="store_false", help="do not write report.html")
 
@@ -667,7 +669,7 @@ def cmd_survey(args: argparse.Namespace) -> int:
     from normbench.survey import write_survey
 
     command = shlex.join(["normbench", *args.argv])
-    for path in write_survey(args.out, args.runs, args.findings, command, report=args.report):
+    for path in write_survey(args.out, args.runs, args.findings, command, report=args.report, runs_in=args.runs_in):
         print(f"wrote {path}")
     return 0
 

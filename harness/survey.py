@@ -192,12 +192,36 @@ def write_findings(path: str | os.PathLike, findings: list[dict[str, str]]) -> P
     return Path(path)
 
 
+def run_folders_in(folders: Sequence[str | os.PathLike]) -> list[Path]:
+    """The run folders inside each of ``folders``, sorted by name; a folder with none is an error."""
+    found = []
+    for folder in map(Path, folders):
+        runs = sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+        if not runs:
+            raise ResultsError(f"{folder} holds no run folders. Fix: give the folder the runs wrote into (--out)")
+        found += runs
+    return found
+
+
+def findings_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """``paths``, each folder replaced by its ``*.csv`` files, sorted; a folder with none is an error."""
+    found = []
+    for path in map(Path, paths):
+        files = sorted(p for p in path.glob("*.csv") if p.is_file()) if path.is_dir() else [path]
+        if not files:
+            raise ResultsError(f"{path} holds no findings files (*.csv). Fix: give the files, or their folder")
+        found += files
+    return found
+
+
 def write_survey(out: str | os.PathLike, folders: Sequence[str | os.PathLike],
-                 findings_files: Sequence[str | os.PathLike], command: str, report: bool = True) -> list[Path]:
-    """Merge the runs into ``out`` with the findings; the files written."""
+                 findings: Sequence[str | os.PathLike], command: str, report: bool = True,
+                 runs_in: Sequence[str | os.PathLike] = ()) -> list[Path]:
+    """Merge the runs (``folders``, and every run folder inside ``runs_in``) into ``out`` with the ``findings``
+    (files, or folders of ``*.csv`` files); the files written."""
     out = Path(out)
-    df, environment = merge(folders, out.name, command)
-    findings = sort_findings([row for f in findings_files for row in read_findings(f)])
+    df, environment = merge([*map(Path, folders), *run_folders_in(runs_in)], out.name, command)
+    findings = sort_findings([row for f in findings_files(findings) for row in read_findings(f)])
     check_findings(findings, set(df.backend))
     # compressed: a survey holds some 10^5 rows; any other conformance file there would be read instead
     for stale in ("conformance.csv", "conformance.json"):

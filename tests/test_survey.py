@@ -128,3 +128,21 @@ def test_the_merged_rows_are_compressed_and_read_back_by_name_or_folder(tmp_path
     (out / "conformance.csv.gz").write_bytes((out / "conformance.csv.gz").read_bytes()[:20])
     with pytest.raises(ResultsError, match="cannot read .*conformance.csv.gz"):
         results.load(out, results.CONFORMANCE)
+
+
+def test_runs_and_findings_may_be_given_by_their_folders(tmp_path):
+    runs = tmp_path / "runs"
+    run_folder(runs, "b", {"torch": "2.13.0"})
+    run_folder(runs, "a", {"numpy": "2.4.6"})
+    judged = tmp_path / "judged"
+    judged.mkdir()
+    (judged / "torch.csv").write_text(HEADER + "\n" + DEFECT.replace("liger,", "torch,", 1) + "\n")
+    out = tmp_path / "s"
+    assert main(["survey", "--out", str(out), "--runs-in", str(runs), "--findings", str(judged), "--no-report"]) == 0
+    assert [s.split(":")[0] for s in json.loads((out / ENVIRONMENT_FILE).read_text())["sessions"]] == ["a", "b"]
+    assert len(survey.read_findings(out / survey.FINDINGS_FILE)) == 1
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ResultsError, match="holds no findings files"):
+        survey.findings_files([tmp_path / "empty"])
+    with pytest.raises(ResultsError, match="holds no run folders"):
+        survey.run_folders_in([judged])
