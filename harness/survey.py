@@ -163,14 +163,20 @@ def check_findings(findings: list[dict[str, str]], backends: set[str]) -> None:
 
 
 def findings_markdown(findings: list[dict[str, str]]) -> str:
-    """The findings as a Markdown table, :data:`MARKDOWN_COLUMNS` (``|`` escaped, commands as code)."""
+    """The findings as Markdown: a table of :data:`MARKDOWN_COLUMNS`, numbered, then each finding's evidence
+    under its number (``|`` escaped, commands as code)."""
     def cell(field: str, value: str) -> str:
         value = value.replace("|", "\\|").replace("\n", " ")
         return f"`{value}`" if field == "command" else value
 
-    lines = ["| " + " | ".join(title for title, _ in MARKDOWN_COLUMNS) + " |",
-             "|" + "---|" * len(MARKDOWN_COLUMNS)]
-    lines += ["| " + " | ".join(cell(f, row[f]) for _, f in MARKDOWN_COLUMNS) + " |" for row in findings]
+    lines = ["| # | " + " | ".join(title for title, _ in MARKDOWN_COLUMNS) + " |",
+             "|---|" + "---|" * len(MARKDOWN_COLUMNS)]
+    lines += [f"| {i} | " + " | ".join(cell(f, row[f]) for _, f in MARKDOWN_COLUMNS) + " |"
+              for i, row in enumerate(findings, start=1)]
+    if findings:
+        lines += ["", "Evidence, by number:", ""]
+        lines += [f"{i}. {row['library']} {row['version']}, {row['backend']}, {row['normalization']}, {row['dtype']}: "
+                  f"{row['evidence']}" for i, row in enumerate(findings, start=1)]
     return "\n".join(lines) + "\n"
 
 

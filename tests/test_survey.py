@@ -54,7 +54,9 @@ def test_runs_merge_into_one_matrix_with_the_findings(tmp_path):
     assert set(env["backends"]) == {"liger@0.5.2", "liger@0.8.5", "numpy"}
     assert [s.split(":")[0] for s in env["sessions"]] == ["liger-new", "liger-old"]
     assert survey.read_findings(out / survey.FINDINGS_FILE)[0]["backend"] == "liger@0.5.2"
-    assert "| Liger-Kernel | 0.5.2 | liger@0.5.2 |" in (out / survey.FINDINGS_MARKDOWN).read_text()
+    page = (out / survey.FINDINGS_MARKDOWN).read_text()
+    assert "| 1 | Liger-Kernel | 0.5.2 | liger@0.5.2 |" in page
+    assert "1. Liger-Kernel 0.5.2, liger@0.5.2, layer_norm, float32: float64: var over N, not BLOCK" in page
     html = (out / "report.html").read_text()
     assert 'id="findings">Findings (1)' in html and "padded lanes counted in the variance" in html
     assert "<th>liger@0.5.2</th><th>liger@0.8.5</th><th>numpy</th>" in html
