@@ -180,6 +180,35 @@ def findings_markdown(findings: list[dict[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def outcomes_markdown(df: Any, environment: dict[str, Any]) -> str:
+    """Per backend of the merged rows: its library version and how many tests passed, were known deviations
+    (declared findings), were skipped (the library's documented limits, or what it does not implement) and
+    failed, as a Markdown table."""
+    versions = _versions(environment)
+    lines = ["| backend | library version | tests | passed | known deviations | skipped | failed |",
+             "|---|---|---|---|---|---|---|"]
+    for backend, group in df.groupby("backend", sort=True):
+        counts = group.outcome.value_counts()
+        failed = int(sum(counts.get(o, 0) for o in results.FAILING))
+        skipped = int(counts.get("skipped", 0) + counts.get(results.NOT_RUN, 0))
+        lines.append(f"| {backend} | {versions.get(backend, '')} | {len(group)} | {int(counts.get('passed', 0))} | "
+                     f"{int(counts.get('xfailed', 0))} | {skipped} | {failed} |")
+    return "\n".join(lines) + "\n"
+
+
+def page_markdown(df: Any, environment: dict[str, Any], findings: list[dict[str, str]]) -> str:
+    """``findings.md``: the outcomes per backend, then the findings (docs/survey.md holds it whole)."""
+    return (f"Outcomes per backend (seeds {_seeds(df)}; `normbench survey`):\n\n{outcomes_markdown(df, environment)}\n"
+            f"Findings:\n\n{findings_markdown(findings)}")
+
+
+def _seeds(df: Any) -> str:
+    """The seeds of the merged rows, from their test ids (``-seedN``), as ``0..2`` or ``0, 2``; ``0`` when none."""
+    found = sorted({int(m) for m in df.nodeid.str.extract(r"-seed(\d+)\]$")[0].dropna()}) or [0]
+    return f"{found[0]}..{found[-1]}" if found == list(range(found[0], found[-1] + 1)) and len(found) > 1 else \
+        ", ".join(map(str, found))
+
+
 _VERDICT_ORDER = {v: i for i, v in enumerate(VERDICTS)}
 
 
@@ -235,7 +264,7 @@ def write_survey(out: str | os.PathLike, folders: Sequence[str | os.PathLike],
     written = [results.write_csv_gz(out / CONFORMANCE_FILE, results.records(df), results.CONFORMANCE)]
     write_atomic(out / ENVIRONMENT_FILE, json.dumps(environment, indent=1) + "\n")
     written += [out / ENVIRONMENT_FILE, write_findings(out / FINDINGS_FILE, findings)]
-    write_atomic(out / FINDINGS_MARKDOWN, findings_markdown(findings))
+    write_atomic(out / FINDINGS_MARKDOWN, page_markdown(df, environment, findings))
     written.append(out / FINDINGS_MARKDOWN)
     if report:
         from normbench.report import write_report

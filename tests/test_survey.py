@@ -56,6 +56,7 @@ def test_runs_merge_into_one_matrix_with_the_findings(tmp_path):
     assert survey.read_findings(out / survey.FINDINGS_FILE)[0]["backend"] == "liger@0.5.2"
     page = (out / survey.FINDINGS_MARKDOWN).read_text()
     assert "| 1 | Liger-Kernel | 0.5.2 | liger@0.5.2 |" in page
+    assert "| liger@0.5.2 | 0.5.2 | 1 | 0 | 1 | 0 | 0 |\n| liger@0.8.5 | 0.8.5 | 1 | 1 | 0 | 0 | 0 |" in page
     assert "1. Liger-Kernel 0.5.2, liger@0.5.2, layer_norm, float32: float64: var over N, not BLOCK" in page
     html = (out / "report.html").read_text()
     assert 'id="findings">Findings (1)' in html and "padded lanes counted in the variance" in html
@@ -109,15 +110,19 @@ def test_findings_sort_defects_first_and_escape_markdown():
 
 
 def test_the_published_survey_matches_its_findings_page():
-    """docs/survey.md holds reports/survey-cpu's findings table exactly, and every finding names a surveyed backend."""
+    """docs/survey.md holds reports/survey-cpu's findings page exactly, the page is what the published rows and
+    findings give, and every finding names a surveyed backend."""
     root = Path(__file__).resolve().parents[1]
     folder = root / "reports" / "survey-cpu"
-    if not folder.exists():
+    if not (folder / survey.FINDINGS_FILE).exists():
         pytest.skip("reports/survey-cpu is not published yet")
     findings = survey.read_findings(folder / survey.FINDINGS_FILE)
-    assert survey.findings_markdown(findings) == (folder / survey.FINDINGS_MARKDOWN).read_text()
-    assert survey.findings_markdown(findings) in (root / "docs" / "survey.md").read_text()
-    survey.check_findings(findings, set(results.load(folder, results.CONFORMANCE).backend))
+    df = results.load(folder, results.CONFORMANCE)
+    env = json.loads((folder / ENVIRONMENT_FILE).read_text())
+    page = (folder / survey.FINDINGS_MARKDOWN).read_text()
+    assert page == survey.page_markdown(df, env, findings)
+    assert page in (root / "docs" / "survey.md").read_text()
+    survey.check_findings(findings, set(df.backend))
 
 
 def test_the_merged_rows_are_compressed_and_read_back_by_name_or_folder(tmp_path):
