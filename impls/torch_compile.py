@@ -1,0 +1,181 @@
+"""``torch.compile`` of ``torch.nn.functional.layer_norm`` and ``torch.nn.functional.rms_norm``, as users
+compile them: TorchInductor (the default backend), on CPU its generated C++ built with the system
+compiler; forward and backward (autograd through the compiled function: AOTAutograd compiles the
+backward graph too).
+
+The mapping of normbench's call is one to one: ``F.layer_norm(x, normalized_shape, weight, bias, eps)``
+and ``F.rms_norm(x, normalized_shape, weight, eps)`` (``eps=None`` as it is: torch's default, the
+machine epsilon of the computation dtype), called inside a compiled function; parameters in their
+own dtype; y in what torch returns (x's dtype). Inputs keep their layout (strides, offsets,
+stride-0 broadcasts: ``normbench.impls.torch_arrays.from_host``), as the eager ``torch`` backend.
+
+How it is compiled, and why:
+
+* ``dynamic=True``: sizes are symbolic, so one compilation serves every size of a signature (and
+  the C++ kernel is the one a user whose batch or sequence length varies runs after torch's
+  automatic-dynamic recompile). ``dynamic=None`` (torch's default) compiles the first size of each
+  signature statically and the rest dynamically, so which case got the static kernel would depend
+  on test order and xdist's distribution; ``dynamic=False`` compiles every case anew (about 2 s a
+  case here, forward and backward each; thousands of cases). Static kernels are therefore not
+  measured: set the class attribute ``dynamic = False`` in a subclass to measure them.
+  Sizes 0 and 1 are still specialized by torch (a recompilation within a signature).
+* ``fullgraph=True``, one compiled callable per signature (normalization, dtypes, rank,
+  normalized rank, weight/bias presence, eps, grad mode, torch's thread count: Inductor's CPU
+  kernels bake in ``torch.get_num_threads()``), each wrapping its own copy of a one-line function
+  (its own code object), so Dynamo's cache and its recompile limit (``recompile_limit``, 8 per code
+  object) are per signature. torch.compile does *not* fall back to eager silently here: a graph
+  break raises under ``fullgraph=True``, and hitting the recompile limit with ``fullgraph=True``
+  raises ``FailOnRecompileLimitHit`` (``torch/_dynamo/convert_frame.py``) instead of running the
+  frame eagerly. A test (tests/test_torch_compile_backend.py) proves Inductor kernels ran.
+* No global state is changed: Dynamo and Inductor configs are torch's defaults, the compile cache
+  is torch's default (``TORCHINDUCTOR_CACHE_DIR`` is not set: ``/tmp/torchinductor_<user>``, so a
+  second run reuses the compiled kernels; first compilation of the process costs about a minute,
+  each new signature a few seconds). :meth:`set_threads` is torch's ``set_num_threads``, as the
+  ``torch`` backend's.
+
+The statistics are not exposed (the compiled function returns y only). torch is imported when the
+backend is created, never when this module is imported.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from typing import ClassVar
+
+from normbench import Backend
+from normbench.backend import device_label
+from normbench.impls.torch_arrays import autograd_graph, from_host, gradients, set_threads, to_host
+
+
+def _layer_norm(x, normalized_shape, weight, bias, eps):
+    import torch.nn.functional as F
+
+    return F.layer_norm(x, normalized_shape, weight, bias, eps)
+
+
+def _rms_norm(x, normalized_shape, weight, bias, eps):  # bias: always None (autograd_graph's calling convention)
+    import torch.nn.functional as F
+
+    return F.rms_norm(x, normalized_shape, weight, eps)
+
+
+def _own_copy(fn: Callable) -> Callable:
+    """``fn`` with a code object of its own: Dynamo caches compiled frames (and counts recompilations)
+    per code object, so each signature's copy has its own cache and limit."""
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
+class TorchCompileBackend(Backend):
+    name = "torch-compile"
+    description = ("torch.compile(dynamic=True, fullgraph=True) of F.layer_norm and F.rms_norm (TorchInductor, "
+                   "C++ on CPU), one compiled callable per signature; backward via autograd (AOTAutograd)")
+    normalizations = ("layer_norm", "rms_norm")
+    strided = True
+    requires = ("torch",)
+    install_hint = "pip install 'normbench[torch]' (and a C++ compiler for Inductor's CPU kernels)"
+    devices = "cpu"
+    backward_includes_forward = True  # autograd: the graph comes from a forward (prepare_backward separates them)
+    #: torch.compile's ``dynamic`` (see the module doc)
+    dynamic: ClassVar[bool | None] = True
+    #: measured on seed 0 with torch 2.13.0+cpu (the reasons carry the numbers); the first match explains a failure
+    known_deviations: ClassVar[dict[str, str]] = {
+        # LayerNorm only (RMSNorm's ids match the same globs: its messages' case ids start with rms-)
+        "test_backward*[*float16-*] | ^\\S+ (?!rms-)\\S+ (?s:.*)(\\): (dx|dweight)\\[|sum\\(dx\\)|coherent structure)": (
+            "defect (inherited from ATen CPU, which the decomposition reproduces): the compiled forward saves mean "
+            "and rstd in x's half dtype for the backward (convert_element_type to bfloat16/float16 in the forward "
+            "graph), so xhat is off by u*|mean|*rstd; a float32 model of the backward with mean/rstd rounded to x's "
+            "dtype reproduces the compiled dx bit for bit (bfloat16 5 x 2, mean 3 sigma: 547x the bound, as eager "
+            "torch; float16 7 x 100: 7.7x; dweight float16 up to 10.8x)"),
+        "test_*_rescaling[*] | is invariant to .*re-scaling .*changed y\\[": (
+            "defect: a numpy.float64 eps (Table 1 passes eps/delta^2 as one) is baked into the compiled graph but "
+            "not into Inductor's FX-graph/AOTAutograd cache key, so a later call with another numpy.float64 eps "
+            "reuses the kernel of an earlier one, silently (float64: y changes by 2.21, 3.7e13x the bound; with "
+            "TORCHINDUCTOR_FX_GRAPH_CACHE=0 the results are right; Python float eps is unaffected); cf. "
+            "pytorch/pytorch#197889"),
+    }
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self._device = torch.device("cpu")
+        self.device = device_label("cpu")
+        #: signature -> compiled callable
+        self.compiled: dict[tuple, Callable] = {}
+
+    def asarray(self, host):
+        """Keeps host's layout: strides, storage offset and stride-0 broadcasts."""
+        return from_host(self.torch, host, self._device)
+
+    def to_numpy(self, native):
+        return to_host(self.torch, native)
+
+    def set_threads(self, threads):
+        return set_threads(self.torch, threads)
+
+    def _fn(self, norm: str, x, normalized_shape, weight, bias, eps, grad: bool) -> Callable:
+        key = (norm, x.dtype, x.dim(), len(normalized_shape), None if weight is None else weight.dtype,
+               None if bias is None else bias.dtype, eps, grad, self.torch.get_num_threads())
+        fn = self.compiled.get(key)
+        if fn is None:
+            body = _own_copy(_layer_norm if norm == "layer_norm" else _rms_norm)
+            fn = self.compiled[key] = self.torch.compile(body, dynamic=self.dynamic, fullgraph=True)
+        return fn
+
+    # -- LayerNorm --------------------------------------------------------------------------
+
+    def layer_norm(self, x, normalized_shape, weight, bias, eps):
+        with self.torch.no_grad():
+            return self._fn("layer_norm", x, normalized_shape, weight, bias, eps, False)(
+                x, tuple(normalized_shape), weight, bias, eps)
+
+    def _graph(self, x, normalized_shape, weight, bias, eps):
+        fn = self._fn("layer_norm", x, normalized_shape, weight, bias, eps, True)
+        return autograd_graph(self.torch, fn, x, tuple(normalized_shape), weight, bias, eps)
+
+    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        return self.forward_backward(dy, x, normalized_shape, weight, bias, eps)[1]
+
+    def prepare_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        """The compiled forward and its autograd graph now; the callable runs the compiled backward (graph retained)."""
+        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
+        return lambda: gradients(self.torch, y, leaves, dy, retain_graph=True)
+
+    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
+        return y.detach(), gradients(self.torch, y, leaves, dy)
+
+    def warmup(self, x, normalized_shape, weight, bias, eps):
+        """Compiles the forward and the forward+backward of this signature (and size class)."""
+        self.layer_norm(x, normalized_shape, weight, bias, eps)
+        self.forward_backward(self.torch.zeros_like(x), x, normalized_shape, weight, bias, eps)
+
+    # -- RMSNorm ----------------------------------------------------------------------------
+
+    def rms_norm(self, x, normalized_shape, weight, eps):
+        with self.torch.no_grad():
+            return self._fn("rms_norm", x, normalized_shape, weight, None, eps, False)(
+                x, list(normalized_shape), weight, None, eps)
+
+    def _rms_graph(self, x, normalized_shape, weight, eps):
+        fn = self._fn("rms_norm", x, normalized_shape, weight, None, eps, True)
+        return autograd_graph(self.torch, fn, x, list(normalized_shape), weight, None, eps)
+
+    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
+        return self.rms_norm_forward_backward(dy, x, normalized_shape, weight, eps)[1]
+
+    def prepare_rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
+        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
+        return lambda: gradients(self.torch, y, leaves, dy, retain_graph=True)[:2]
+
+    def rms_norm_forward_backward(self, dy, x, normalized_shape, weight, eps):
+        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
+        return y.detach(), gradients(self.torch, y, leaves, dy)[:2]
+
+    def warmup_rms_norm(self, x, normalized_shape, weight, eps):
+        self.rms_norm(x, normalized_shape, weight, eps)
+        self.rms_norm_forward_backward(self.torch.zeros_like(x), x, normalized_shape, weight, eps)
+
+    def synchronize(self):
+        pass

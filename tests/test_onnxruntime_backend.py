@@ -1,0 +1,140 @@
+"""The built-in ``onnxruntime`` backend (``pip install 'normbench[onnxruntime]'``): its registration, its
+light import, a forward that agrees with NumPy, the limits it skips with their reasons, and its declared
+findings, so they can never silently disappear: ONNX's float32 ``epsilon`` attribute in float64
+models, and the 8-lane float32 sum of squares of ORT's CPU RMSNormalization on a long constant row.
+Skipped where onnxruntime or onnx is not installed.
+"""
+
+import importlib.util
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnx") is None:
+    pytest.skip("onnxruntime is not installed: pip install 'normbench[onnxruntime]'", allow_module_level=True)
+
+import numpy as np  # noqa: E402
+
+from normbench import cases, get_registry  # noqa: E402
+from normbench.check import conformance  # noqa: E402
+from normbench.suites import DIRECTORY as SUITES  # noqa: E402
+from tests.plugins import ROOT, pytest_command, subprocess_env  # noqa: E402
+
+#: seed 0 failures, each explained by a declared deviation
+FINDINGS = [
+    "test_forward[{}-float64-rows8-hidden64-sigmasqrteps-eps0.1]",
+    "test_forward[{}-rms-float64-rows8-hidden1000-normal]",
+    "test_forward[{}-rms-float32-rows2-hidden65536-constant]",
+    "test_dataset_rescaling[{}-float64-rows16-hidden100-normal]",
+]
+
+
+def _case(case_id):
+    return next(c for c in cases.FORWARD_CASES if c.id == case_id)
+
+
+@pytest.fixture(scope="module")
+def ort():
+    backend = get_registry().create("onnxruntime")
+    backend.set_threads(1)
+    return backend
+
+
+def test_registered_as_a_built_in_backend():
+    registry = get_registry()
+    plugin = registry.plugin("onnxruntime")
+    assert (plugin.distribution, plugin.target) == ("normbench", "normbench.impls.onnxruntime_ort:OnnxRuntimeBackend")
+    cls = registry.load_class("onnxruntime")
+    assert cls.name == "onnxruntime" and registry.availability("onnxruntime")
+    assert cls.normalizations == ("layer_norm", "rms_norm") and not cls.has_backward and not cls.strided
+
+
+def test_importing_the_module_imports_neither_onnx_nor_onnxruntime():
+    check = ("import normbench.impls.onnxruntime_ort, sys; "
+             "print(sorted(m for m in ('onnx', 'onnxruntime') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_a_forward_agrees_with_numpy(ort, dtype):
+    import ml_dtypes
+
+    host = {"bfloat16": ml_dtypes.bfloat16}.get(dtype, dtype)
+    rng = np.random.default_rng(0)
+    x, w, b = (rng.standard_normal(s).astype(host) for s in ((3, 4, 5), (4, 5), (4, 5)))
+    y = ort.to_numpy(ort.layer_norm(ort.asarray(x), (4, 5), w, b, 1e-5))
+    x64 = x.astype(np.float64).reshape(3, 20)
+    ref = ((x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + 1e-5)).reshape(3, 4, 5)
+    ref = ref * w.astype(np.float64) + b.astype(np.float64)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    np.testing.assert_allclose(y.astype(np.float64), ref, atol={"float32": 1e-5}.get(dtype, 2e-2))
+    # a second size of the same signature runs in the same session
+    assert ort.layer_norm(ort.asarray(x[:1]), (4, 5), w, b, 1e-5).shape == (1, 4, 5)
+    assert len([k for k in ort._sessions if k[1] == x.dtype]) == 1
+
+
+def test_weight_none_is_scale_ones_and_rms_default_eps_is_torchs(ort):
+    x = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+    np.testing.assert_array_equal(ort.layer_norm(x, (8,), None, None, 1e-5),
+                                  ort.layer_norm(x, (8,), np.ones(8, np.float32), None, 1e-5))
+    x64 = x.astype(np.float64)
+    ref = x64 / np.sqrt((x64 * x64).mean(1, keepdims=True) + np.finfo(np.float32).eps)
+    np.testing.assert_allclose(ort.rms_norm(x, (8,), None, None), ref, rtol=1e-6)
+
+
+def test_what_onnx_cannot_express_is_a_skip_with_its_reason(ort):
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((2, 8)).astype(np.float16), rng.standard_normal(8).astype(np.float32)
+    with pytest.raises(pytest.skip.Exception, match="LayerNormalization-17 types X, Scale and B"):
+        ort.layer_norm(x, (8,), w, None, 1e-5)
+    with pytest.raises(pytest.skip.Exception, match="RMSNormalization-23"):
+        ort.rms_norm(x, (8,), w, 1e-5)
+    import ml_dtypes
+
+    with pytest.raises(pytest.skip.Exception, match="no bfloat16 RMSNormalization kernel"):
+        ort.rms_norm(x.astype(ml_dtypes.bfloat16), (8,), None, 1e-5)
+
+
+def test_float64_uses_eps_rounded_to_float32(ort):
+    """The float64 finding: y is a float64 LayerNorm of float32(eps), not of eps."""
+    case = _case("float64-rows8-hidden64-sigmasqrteps-eps0.1")
+    inputs = cases.make_inputs(case, 0)
+    with pytest.raises(conformance.ConformanceError, match=r"\): y\["):
+        conformance.check_forward(ort, inputs)
+    y = ort.layer_norm(inputs.x, (64,), inputs.weight, inputs.bias, 0.1)
+    x = inputs.x
+    xhat = lambda eps: (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + eps)
+    assert np.abs(y - (xhat(float(np.float32(0.1))) * inputs.weight + inputs.bias)).max() < 1e-14
+    assert np.abs(y - (xhat(0.1) * inputs.weight + inputs.bias)).max() > 1e-9
+
+
+def _run(tests, junit, *args):
+    files = {"test_forward": "test_forward.py"}
+    ids = [f"{SUITES / files.get(t.split('[')[0], 'test_invariances.py')}::{t.format('onnxruntime')}" for t in tests]
+    out = subprocess.run(pytest_command(*ids, "--impl=onnxruntime", "-rx", "--normbench-seed=0", f"--junitxml={junit}",
+                                        *args), cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
+                         timeout=600)
+    results = {}
+    for case in ET.parse(junit).iter("testcase"):
+        found = [(e.tag, e.get("message", "")) for e in case if e.tag in ("failure", "error", "skipped")]
+        results[case.get("name")] = found[0] if found else ("passed", "")
+    return out, results
+
+
+@pytest.mark.e2e
+def test_strict_reports_the_findings_as_failures(tmp_path):
+    out, results = _run(FINDINGS, tmp_path / "junit.xml", "--normbench-strict")
+    assert out.returncode == 1, out.stdout[-3000:]
+    assert {t: kind for t, (kind, _) in results.items()} == {t.format("onnxruntime"): "failure" for t in FINDINGS}
+
+
+@pytest.mark.e2e
+def test_without_strict_the_findings_are_known_deviations(tmp_path):
+    out, results = _run(FINDINGS, tmp_path / "junit.xml")
+    assert out.returncode == 0, out.stdout[-3000:]
+    for test in FINDINGS:
+        kind, message = results[test.format("onnxruntime")]
+        assert kind == "skipped" and message.startswith("known deviation (onnxruntime.known_deviations["), message
