@@ -666,10 +666,17 @@ def _add_survey(sub) -> None:
 
 
 def cmd_survey(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from normbench.survey import write_survey
 
     command = shlex.join(["normbench", *args.argv])
-    for path in write_survey(args.out, args.runs, args.findings, command, report=args.report, runs_in=args.runs_in):
+    written = write_survey(args.out, args.runs, args.findings, command, runs_in=args.runs_in)
+    if args.report:
+        from normbench.report import write_report
+
+        written.append(write_report([args.out], Path(args.out) / "report.html", baseline="numpy"))
+    for path in written:
         print(f"wrote {path}")
     return 0
 

@@ -250,10 +250,11 @@ def findings_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
 
 
 def write_survey(out: str | os.PathLike, folders: Sequence[str | os.PathLike],
-                 findings: Sequence[str | os.PathLike], command: str, report: bool = True,
+                 findings: Sequence[str | os.PathLike], command: str,
                  runs_in: Sequence[str | os.PathLike] = ()) -> list[Path]:
     """Merge the runs (``folders``, and every run folder inside ``runs_in``) into ``out`` with the ``findings``
-    (files, or folders of ``*.csv`` files); the files written."""
+    (files, or folders of ``*.csv`` files); the files written. ``normbench survey`` then renders the folder's
+    report (normbench.report: a room above this one)."""
     out = Path(out)
     df, environment = merge([*map(Path, folders), *run_folders_in(runs_in)], out.name, command)
     findings = sort_findings([row for f in findings_files(findings) for row in read_findings(f)])
@@ -266,8 +267,4 @@ def write_survey(out: str | os.PathLike, folders: Sequence[str | os.PathLike],
     written += [out / ENVIRONMENT_FILE, write_findings(out / FINDINGS_FILE, findings)]
     write_atomic(out / FINDINGS_MARKDOWN, page_markdown(df, environment, findings))
     written.append(out / FINDINGS_MARKDOWN)
-    if report:
-        from normbench.report import write_report
-
-        written.append(write_report([out], out / "report.html", baseline="numpy"))
     return written

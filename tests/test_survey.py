@@ -80,7 +80,7 @@ def test_the_same_backend_and_version_twice_is_an_error(tmp_path):
 def test_a_finding_must_name_a_backend_the_survey_ran(tmp_path):
     a = run_folder(tmp_path, "a", {"numpy": "2.4.6"})
     with pytest.raises(ResultsError, match="names backend liger, which no run of the survey has"):
-        survey.write_survey(tmp_path / "s", [a], [findings_file(tmp_path, DEFECT)], "normbench survey", report=False)
+        survey.write_survey(tmp_path / "s", [a], [findings_file(tmp_path, DEFECT)], "normbench survey")
 
 
 @pytest.mark.parametrize(("line", "problem"), [
@@ -128,7 +128,7 @@ def test_the_published_survey_matches_its_findings_page():
 def test_the_merged_rows_are_compressed_and_read_back_by_name_or_folder(tmp_path):
     a = run_folder(tmp_path, "a", {"numpy": "2.4.6"})
     out = tmp_path / "s"
-    survey.write_survey(out, [a], [], "normbench survey", report=False)
+    survey.write_survey(out, [a], [], "normbench survey")
     assert sorted(p.name for p in out.iterdir()) == ["conformance.csv.gz", "environment.json", "findings.csv",
                                                      "findings.md"]
     assert len(results.load(out / "conformance.csv.gz", results.CONFORMANCE)) == 1
