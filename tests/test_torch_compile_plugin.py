@@ -1,6 +1,6 @@
-"""The built-in ``torch-compile`` backend: its registration, its light import, a forward and a backward
-that agree with NumPy, and the proof that what it measures is Inductor's compiled code, never eager
-PyTorch: torch.compile falls back to eager silently once a function hits Dynamo's recompile limit
+"""The example plugin ``torch-compile`` (examples/normbench-torch-compile): its registration, its light
+import, a forward and a backward that agree with NumPy, and the proof that what it measures is Inductor's
+compiled code, never eager PyTorch: torch.compile falls back to eager silently once a function hits Dynamo's recompile limit
 (8 per code object), which would make every test of this backend a false pass of ATen's kernels.
 Skipped where torch is not installed; the first compilation of a process takes about a minute.
 """
@@ -11,8 +11,9 @@ import sys
 
 import pytest
 
-if importlib.util.find_spec("torch") is None:
-    pytest.skip("torch is not installed: pip install 'normbench[torch]'", allow_module_level=True)
+if importlib.util.find_spec("normbench_torch_compile") is None or importlib.util.find_spec("torch") is None:
+    pytest.skip("the plugin is not installed: pip install -e examples/normbench-torch-compile (with torch)",
+                allow_module_level=True)
 
 import numpy as np  # noqa: E402
 
@@ -39,17 +40,18 @@ def _entries(fn):
     return _debug_get_cache_entry_list(_code(fn))
 
 
-def test_registered_as_a_built_in_backend():
+def test_registered_by_the_plugin_distribution():
     registry = get_registry()
     plugin = registry.plugin("torch-compile")
-    assert (plugin.distribution, plugin.target) == ("normbench", "normbench.impls.torch_compile:TorchCompileBackend")
+    assert (plugin.distribution, plugin.target) == ("normbench-torch-compile",
+                                                    "normbench_torch_compile.backends:TorchCompileBackend")
     cls = registry.load_class("torch-compile")
     assert cls.name == "torch-compile" and registry.availability("torch-compile")
     assert cls.normalizations == ("layer_norm", "rms_norm") and cls.has_backward and cls.strided
 
 
 def test_importing_the_module_does_not_import_torch():
-    check = "import normbench.impls.torch_compile, sys; print('torch' in sys.modules)"
+    check = "import normbench_torch_compile.backends, sys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stdout + out.stderr
 

@@ -26,7 +26,7 @@ How it is compiled, and why:
   object) are per signature. torch.compile does *not* fall back to eager silently here: a graph
   break raises under ``fullgraph=True``, and hitting the recompile limit with ``fullgraph=True``
   raises ``FailOnRecompileLimitHit`` (``torch/_dynamo/convert_frame.py``) instead of running the
-  frame eagerly. A test (tests/test_torch_compile_backend.py) proves Inductor kernels ran.
+  frame eagerly. A test (normbench's tests/test_torch_compile_plugin.py) proves Inductor kernels ran.
 * No global state is changed: Dynamo and Inductor configs are torch's defaults, the compile cache
   is torch's default (``TORCHINDUCTOR_CACHE_DIR`` is not set: ``/tmp/torchinductor_<user>``, so a
   second run reuses the compiled kernels; first compilation of the process costs about a minute,
