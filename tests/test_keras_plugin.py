@@ -25,11 +25,11 @@ if importlib.util.find_spec("normbench_keras") is None or importlib.util.find_sp
                 allow_module_level=True)
 
 import numpy as np  # noqa: E402
+from normbench_keras.backends import configured_keras_backend  # noqa: E402
 
 from normbench import cases, get_registry  # noqa: E402
 from normbench.check import conformance  # noqa: E402
 from normbench.suites import DIRECTORY as SUITES  # noqa: E402
-from normbench_keras.backends import configured_keras_backend  # noqa: E402
 from tests.plugins import ROOT, pytest_command, subprocess_env  # noqa: E402
 
 BACKENDS = {"keras-jax": "jax", "keras-torch": "torch", "keras-tensorflow": "tensorflow"}

@@ -30,8 +30,8 @@ Keras runs on another framework, gives the command that runs it
   precision policy: float32 variables, half-precision compute dtype and output. LayerNormalization
   creates gamma and beta with ``autocast=False`` and sets ``self.autocast = False``, so they stay
   float32 inside the call; RMSNormalization's ``scale`` is autocast (the Keras default: variables are
-  cast to the compute dtype when used), i.e. rounded to float16 / bfloat16 before it is used. No other parameter/x dtype pair exists in Keras's
-  policies (normbench has none either).
+  cast to the compute dtype when used), i.e. rounded to float16 / bfloat16 before it is used. No other
+  parameter/x dtype pair exists in Keras's policies (normbench has none either).
 * The backward is the framework's own autodiff of that same call, with respect to x, gamma/scale
   and beta: ``jax.vjp`` (keras-jax), ``torch.autograd.grad`` (keras-torch), ``tf.GradientTape``
   (keras-tensorflow).
