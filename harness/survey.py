@@ -6,9 +6,9 @@ environment runs ``normbench run --suites=conformance`` on its backends into a r
 ``normbench survey`` merges those folders into one (``reports/survey-cpu``):
 
 * ``conformance.csv.gz``: every run's rows as they were (each keeps its ``run_id``), compressed (some 10^5
-  rows). A backend name that two runs share with different library versions (``liger`` 0.5.2 and 0.8.5)
-  becomes ``name@version`` in both, so the conformance matrix has one column per library version; the same
-  name and version twice is an error.
+  rows). A backend name that runs hold at different library versions (``liger`` 0.5.3 and 0.8.5) becomes
+  ``name@version``, so the conformance matrix has one column per library version. Runs may split one
+  backend's seeds (a slow backend run seed by seed); the same test twice is an error.
 * ``environment.json``: one environment for the whole survey (normbench's ``environment.json`` schema): every
   backend with its library version and device, the union of the libraries (a library at two versions lists
   both), each run's command in ``sessions``, and the status ``finished`` only when every run finished.
@@ -30,6 +30,7 @@ import csv
 import io
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -90,16 +91,22 @@ def _versions(environment: dict[str, Any]) -> dict[str, str]:
 
 
 def _labels(runs: list[tuple[Path, Any, dict[str, Any]]]) -> list[dict[str, str]]:
-    """Per run, backend name -> its label in the survey: the name, or ``name@version`` where runs share it."""
+    """Per run, backend name -> its label in the survey: the name, or ``name@version`` where runs hold it at
+    several library versions. Runs may split one backend's seeds between them; a test two runs both hold, for
+    the same backend and version, is an error."""
     seen: dict[str, set[str]] = {}
+    tests: dict[tuple[str, str], Path] = {}
     for folder, df, env in runs:
         versions = _versions(env)
-        for name in sorted(set(df.backend)):
+        for name, group in df.groupby("backend"):
             version = versions.get(name, "")
-            if version in seen.setdefault(name, set()):
-                raise ResultsError(f"backend {name} {version or '(no version)'} is in two of the runs (again in "
-                                   f"{folder}). Fix: give each backend and library version once")
-            seen[name].add(version)
+            seen.setdefault(name, set()).add(version)
+            for nodeid in group.nodeid:
+                first = tests.setdefault((f"{name} {version}", nodeid), folder)
+                if first != folder:
+                    raise ResultsError(f"backend {name} {version or '(no version)'} has the test {nodeid} in two of "
+                                       f"the runs, {first} and {folder}. Fix: give each test of a backend and library "
+                                       f"version once (split a backend's runs by seed)")
     shared = {name for name, versions in seen.items() if len(versions) > 1}
     return [{name: f"{name}@{_versions(env).get(name, '')}" if name in shared else name for name in set(df.backend)}
             for _, df, env in runs]
@@ -181,32 +188,43 @@ def findings_markdown(findings: list[dict[str, str]]) -> str:
 
 
 def outcomes_markdown(df: Any, environment: dict[str, Any]) -> str:
-    """Per backend of the merged rows: its library version and how many tests passed, were known deviations
-    (declared findings), were skipped (the library's documented limits, or what it does not implement) and
-    failed, as a Markdown table."""
-    versions = _versions(environment)
-    lines = ["| backend | library version | tests | passed | known deviations | skipped | failed |",
-             "|---|---|---|---|---|---|---|"]
+    """Per backend of the merged rows: its library version, the seeds its runs used, and how many tests passed,
+    were known deviations (declared findings), were skipped (the library's documented limits, or what it does
+    not implement) and failed, as a Markdown table."""
+    versions, seeds = _versions(environment), _seeds(df, environment)
+    lines = ["| backend | library version | seeds | tests | passed | known deviations | skipped | failed |",
+             "|---|---|---|---|---|---|---|---|"]
     for backend, group in df.groupby("backend", sort=True):
         counts = group.outcome.value_counts()
         failed = int(sum(counts.get(o, 0) for o in results.FAILING))
         skipped = int(counts.get("skipped", 0) + counts.get(results.NOT_RUN, 0))
-        lines.append(f"| {backend} | {versions.get(backend, '')} | {len(group)} | {int(counts.get('passed', 0))} | "
-                     f"{int(counts.get('xfailed', 0))} | {skipped} | {failed} |")
+        lines.append(f"| {backend} | {versions.get(backend, '')} | {seeds[backend]} | {len(group)} | "
+                     f"{int(counts.get('passed', 0))} | {int(counts.get('xfailed', 0))} | {skipped} | {failed} |")
     return "\n".join(lines) + "\n"
 
 
 def page_markdown(df: Any, environment: dict[str, Any], findings: list[dict[str, str]]) -> str:
     """``findings.md``: the outcomes per backend, then the findings (docs/survey.md holds it whole)."""
-    return (f"Outcomes per backend (seeds {_seeds(df)}; `normbench survey`):\n\n{outcomes_markdown(df, environment)}\n"
+    return (f"Outcomes per backend (`normbench survey`):\n\n{outcomes_markdown(df, environment)}\n"
             f"Findings:\n\n{findings_markdown(findings)}")
 
 
-def _seeds(df: Any) -> str:
-    """The seeds of the merged rows, from their test ids (``-seedN``), as ``0..2`` or ``0, 2``; ``0`` when none."""
-    found = sorted({int(m) for m in df.nodeid.str.extract(r"-seed(\d+)\]$")[0].dropna()}) or [0]
-    return f"{found[0]}..{found[-1]}" if found == list(range(found[0], found[-1] + 1)) and len(found) > 1 else \
-        ", ".join(map(str, found))
+def _seeds(df: Any, environment: dict[str, Any]) -> dict[str, str]:
+    """Per backend, the seeds of the runs holding it (each run's ``--seed`` in its command, kept in the survey's
+    ``sessions``; 0 when it gave none), as ``0..2`` or ``0, 2``."""
+    from normbench.options import parse_seeds
+
+    commands = dict(s.split(": ", 1) for s in environment.get("sessions", []) if ": " in s)
+    found = {}
+    for backend, group in df.groupby("backend"):
+        seeds: set[int] = set()
+        for run_id in set(group.run_id):
+            given = re.search(r"--seed[= ](\S+)", commands.get(run_id, ""))
+            seeds.update(parse_seeds(given[1]) if given else [0])
+        ordered = sorted(seeds)
+        found[backend] = (f"{ordered[0]}..{ordered[-1]}" if len(ordered) > 1 and ordered == list(
+            range(ordered[0], ordered[-1] + 1)) else ", ".join(map(str, ordered)))
+    return found
 
 
 _VERDICT_ORDER = {v: i for i, v in enumerate(VERDICTS)}

@@ -56,7 +56,7 @@ def test_runs_merge_into_one_matrix_with_the_findings(tmp_path):
     assert survey.read_findings(out / survey.FINDINGS_FILE)[0]["backend"] == "liger@0.5.2"
     page = (out / survey.FINDINGS_MARKDOWN).read_text()
     assert "| 1 | Liger-Kernel | 0.5.2 | liger@0.5.2 |" in page
-    assert "| liger@0.5.2 | 0.5.2 | 1 | 0 | 1 | 0 | 0 |\n| liger@0.8.5 | 0.8.5 | 1 | 1 | 0 | 0 | 0 |" in page
+    assert "| liger@0.5.2 | 0.5.2 | 0 | 1 | 0 | 1 | 0 | 0 |\n| liger@0.8.5 | 0.8.5 | 0 | 1 | 1 | 0 | 0 | 0 |" in page
     assert "1. Liger-Kernel 0.5.2, liger@0.5.2, layer_norm, float32: float64: var over N, not BLOCK" in page
     html = (out / "report.html").read_text()
     assert 'id="findings">Findings (1)' in html and "padded lanes counted in the variance" in html
@@ -70,11 +70,20 @@ def test_an_unfinished_run_leaves_the_survey_marked_partial(tmp_path):
     assert env["status"]["state"] == "interrupted" and "b" in env["status"]["reason"]
 
 
-def test_the_same_backend_and_version_twice_is_an_error(tmp_path):
+def test_the_same_test_twice_is_an_error_but_runs_may_split_the_seeds(tmp_path):
     a = run_folder(tmp_path, "a", {"numpy": "2.4.6"})
     b = run_folder(tmp_path, "b", {"numpy": "2.4.6"})
-    with pytest.raises(ResultsError, match="backend numpy 2.4.6 is in two of the runs"):
+    with pytest.raises(ResultsError, match=r"backend numpy 2.4.6 has the test suites/test_forward.py::test_forward\["
+                                           r"numpy-float32-rows7-hidden100-uniform9\] in two of the runs"):
         survey.merge([a, b], "s", "normbench survey")
+    df = results.load(b, results.CONFORMANCE)  # the same backend and version, another seed: one column
+    df["nodeid"] = df.nodeid.str.replace("]", "-seed1]")
+    results.write_csv(b / "conformance.csv", results.records(df), results.CONFORMANCE)
+    env = json.loads((b / ENVIRONMENT_FILE).read_text())
+    (b / ENVIRONMENT_FILE).write_text(json.dumps({**env, "command": "normbench run --impl=numpy --seed=1..2"}))
+    merged, environment = survey.merge([a, b], "s", "normbench survey")
+    assert list(merged.backend) == ["numpy", "numpy"] and len(set(merged.nodeid)) == 2
+    assert "| numpy | 2.4.6 | 0..2 | 2 | 2 | 0 | 0 | 0 |" in survey.outcomes_markdown(merged, environment)
 
 
 def test_a_finding_must_name_a_backend_the_survey_ran(tmp_path):
