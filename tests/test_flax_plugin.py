@@ -90,7 +90,8 @@ def test_rms_norm_is_flax_linen_rmsnorm_in_flax_only():
 
 def test_rms_half_precision_dx_is_two_roundings_of_its_two_paths():
     """Flax's RMSNorm dx in bfloat16 is bf16(bf16(rstd*g) + bf16(-x*rstd^3*mean(g*x))) (its two paths of x,
-    each cotangent rounded): a NumPy model of that reproduces every bit, and fails as Flax does."""
+    each cotangent rounded): a NumPy model of that reproduces its bits (up to the float32 means' summation
+    order), and fails as Flax does."""
     import ml_dtypes
 
     case = next(c for c in cases.BACKWARD_CASES if c.id == "rms-bfloat16-rows8-hidden1000-normal")
@@ -105,7 +106,13 @@ def test_rms_half_precision_dx_is_two_roundings_of_its_two_paths():
     rstd = 1 / np.sqrt((x * x).mean(axis=1, keepdims=True) + np.float32(case.eps))
     bf16 = lambda a: a.astype(ml_dtypes.bfloat16)
     two = bf16(bf16(g * rstd).astype(np.float32) + bf16(-x * rstd**3 * (g * x).mean(axis=1, keepdims=True)))
-    assert np.array_equal(np.asarray(dx), two)
+    # XLA sums the float32 means in another order than NumPy (which depends on the CPU's vector width), so an
+    # element whose float32 value sits at a bfloat16 rounding boundary may round the other way: the model must
+    # give Flax's bits nearly everywhere and be within one bfloat16 ulp of the rest
+    got, model = np.asarray(dx).astype(np.float32), two.astype(np.float32)
+    assert (got != model).mean() <= 1e-3, f"{(got != model).sum()} of {got.size} elements differ from the model"
+    ulp = np.spacing(np.abs(model).astype(ml_dtypes.bfloat16)).astype(np.float32)
+    assert (np.abs(got - model) <= ulp).all()
 
 
 def test_layer_norm_deviations_explain_no_rms_norm_failure():
