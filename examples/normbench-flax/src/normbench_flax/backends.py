@@ -86,8 +86,9 @@ ONE_PASS_VARIANCE = {
     "~1e3-sigma shift of every summed input): y changes by 0.64 to 1.04 in float32 (82x to 213x the bound)",
 }
 #: flax.linen.RMSNorm: the same two paths of x (its mean is 0, but x - mean is still taken), measured on its cases:
-#: a NumPy model of the two roundings reproduces Flax's dx (tests/test_flax_plugin.py: up to the float32 means' summation order); on seeds 0..19
-#: every RMSNorm failure is a float16/bfloat16 dx (1362 of 3400 such backward tests), none elsewhere
+#: a NumPy model of the two roundings reproduces Flax's dx (tests/test_flax_plugin.py: up to the float32 means'
+#: summation order); on seeds 0..19 every RMSNorm failure is a float16/bfloat16 dx (1362 of 3400 such backward
+#: tests), none elsewhere
 RMS_HALF_PRECISION_DX = {
     "test_backward*[*rms-*float16-*] | \\): dx\\[|coherent structure": (
         "half-precision dx of flax.linen.RMSNorm: x enters the module twice (x.astype(float32) for mean(x^2), "
