@@ -212,19 +212,23 @@ def page_markdown(df: Any, environment: dict[str, Any], findings: list[dict[str,
 def _seeds(df: Any, environment: dict[str, Any]) -> dict[str, str]:
     """Per backend, the seeds of the runs holding it (each run's ``--seed`` in its command, kept in the survey's
     ``sessions``; 0 when it gave none), as ``0..2`` or ``0, 2``."""
-    from normbench.options import parse_seeds
-
     commands = dict(s.split(": ", 1) for s in environment.get("sessions", []) if ": " in s)
     found = {}
     for backend, group in df.groupby("backend"):
         seeds: set[int] = set()
         for run_id in set(group.run_id):
             given = re.search(r"--seed[= ](\S+)", commands.get(run_id, ""))
-            seeds.update(parse_seeds(given[1]) if given else [0])
+            seeds.update(_command_seeds(given[1]) if given else [0])
         ordered = sorted(seeds)
         found[backend] = (f"{ordered[0]}..{ordered[-1]}" if len(ordered) > 1 and ordered == list(
             range(ordered[0], ordered[-1] + 1)) else ", ".join(map(str, ordered)))
     return found
+
+
+def _command_seeds(value: str) -> list[int]:
+    """A recorded ``--seed`` value (normbench checked it when the run started): ``3``, ``0..2`` or ``1,4``."""
+    low, dots, high = value.partition("..")
+    return list(range(int(low), int(high) + 1)) if dots else [int(v) for v in value.split(",")]
 
 
 _VERDICT_ORDER = {v: i for i, v in enumerate(VERDICTS)}
