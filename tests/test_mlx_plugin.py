@@ -1,7 +1,9 @@
 """The MLX plugin (examples/normbench-mlx), installed: its registration, its light import, one forward
 against NumPy, and its findings, so they can never silently disappear: on the CPU, mlx.core.fast's
-float64 is computed in float32, and with a float32 bias and no weight a half x rounds the bias and sums
-its gradient in the half dtype. Skipped where the plugin or mlx is not installed.
+float64 is computed in float32, with a float32 bias and no weight a half x rounds the bias and sums
+its gradient in the half dtype, and LayerNorm's backward on an empty batch is refused (MLX's sum over an
+empty axis can hang). Also MLX's half-precision forward, bit for bit: xhat, w*xhat and +b each rounded
+to the half dtype. Skipped where the plugin or mlx is not installed.
 """
 
 import importlib.util
@@ -101,3 +103,65 @@ def test_each_finding_is_declared_and_only_for_its_failures():
     ]:
         subject = deviations.Subject("mlx", "cpu", test, test.split("[mlx-")[1][:-1], "dist")
         assert bool(deviations.find(entries, subject, message, check_failure=True)) == declared, test
+
+
+def test_an_empty_batch_backward_with_a_bias_is_refused_and_declared():
+    """MLX's VJP sums dy over the 0 rows for dbias and can hang there (native code, out of reach of the
+    suites' timeout): the backend raises instead; the declaration covers exactly that message."""
+    from normbench_mlx.backends import MlxHangs
+
+    b = get_registry().create("mlx")
+    for case_id in ("float32-rows0-hidden33-offset3", "bfloat16-rows0-hidden33-offset3"):
+        c = case(case_id, backward=True)
+        inputs, dy = cases.make_inputs(c, 0), cases.make_dy(c, 0)
+        with pytest.raises(MlxHangs, match="MLX hangs on this call"):
+            b.layer_norm_backward(b.asarray(dy), b.asarray(inputs.x), (33,), b.asarray(inputs.weight),
+                                  b.asarray(inputs.bias), c.eps)
+    entries = deviations.from_backend(get_registry().load_class("mlx"))
+    message = "MlxHangs: MLX hangs on this call (not made): ..."
+    for test, failure, declared in [
+        ("test_backward[mlx-float32-rows0-hidden33-offset3]", message, True),
+        ("test_backward_identities[mlx-bfloat16-rows0-hidden33-offset3]", message, True),
+        ("test_backward[mlx-float32-rows0-hidden33-offset3]", "mlx float32-rows0 (seed 0): dx[0, 0] = 1", False),
+        ("test_backward[mlx-rms-float32-rows0-hidden33-offset3]", message, False),  # RMSNorm has no dbias
+        ("test_backward[mlx-float32-rows5-hidden1000-offset3]", message, False),
+    ]:
+        subject = deviations.Subject("mlx", "cpu", test, test.split("[mlx-")[1][:-1], "dist")
+        assert bool(deviations.find(entries, subject, failure, check_failure=False)) == declared, test
+    # RMSNorm's backward on the empty batch is called (its dweight sums a computed, row-contiguous product)
+    c = case("rms-float32-rows0-hidden33-offset3", backward=True)
+    inputs, dy = cases.make_inputs(c, 0), cases.make_dy(c, 0)
+    dx, dw = b.rms_norm_backward(b.asarray(dy), b.asarray(inputs.x), (33,), b.asarray(inputs.weight), None)
+    assert dx.shape == (0, 33) and dw.shape == (33,)
+
+
+def test_the_half_forward_rounds_xhat_then_w_xhat_then_the_bias_to_half():
+    """What MLX's CPU fallback computes (mlx/fast.cpp layer_norm): float32 statistics (sequential sums,
+    mean = sum*(1/N), rstd = 1/sqrt(var + eps)), xhat = (x - mean)*rstd cast to x's dtype, then the weight
+    multiplied and the bias added in x's dtype, each op computed in float32 and rounded to nearest even:
+    three roundings, reproduced here bit for bit. (normbench's correct variant 'coherence-xhat-rounded',
+    tests/coherence_variants.py, is the same order.)"""
+    import ml_dtypes
+
+    b = get_registry().create("mlx")
+    f32 = np.float32
+    for case_id in ("bfloat16-rows5-hidden1024-offset3", "float16-rows5-hidden1024-offset3"):
+        c = case(case_id)
+        inputs = cases.make_inputs(c, 0)
+        half = ml_dtypes.bfloat16 if c.dtype == "bfloat16" else np.float16
+        y = b.to_numpy(b.layer_norm(b.asarray(inputs.x), (1024,), b.asarray(inputs.weight), b.asarray(inputs.bias),
+                                    c.eps))
+        x = inputs.x.astype(f32)
+        total = np.zeros(x.shape[0], f32)
+        for j in range(x.shape[1]):
+            total = (total + x[:, j]).astype(f32)
+        mean = (total * f32(1 / 1024))[:, None]
+        xc = (x - mean).astype(f32)
+        total = np.zeros(x.shape[0], f32)
+        for j in range(x.shape[1]):
+            total = (total + (xc[:, j] * xc[:, j]).astype(f32)).astype(f32)
+        rstd = (f32(1) / np.sqrt((total * f32(1 / 1024) + f32(c.eps)).astype(f32)))[:, None]
+        xhat = (xc * rstd).astype(f32).astype(half)
+        wx = (xhat.astype(f32) * inputs.weight.astype(f32)).astype(half)
+        model = (wx.astype(f32) + inputs.bias.astype(f32)).astype(half)
+        assert np.array_equal(model.view(np.uint16), y.view(np.uint16)), case_id

@@ -25,6 +25,11 @@ Mapping, one to one:
 * **Evaluation**: MLX is lazy; every call ends with ``mx.eval`` of its results, so the work is done inside
   the call (what ``synchronize`` would otherwise have to do).
 * MLX arrays made from NumPy are contiguous copies: not ``strided``. MLX does not return the statistics.
+* **One call is refused**: LayerNorm's backward with a bias on an empty batch (0 rows). MLX's VJP sums dy
+  over the rows for dbias, and its CPU reduction over an empty axis of an array that is not row-contiguous
+  (``mx.array`` of an empty NumPy array keeps NumPy's zero strides) reads an empty reduction plan and can
+  hang in native code, where no test timeout reaches it (:data:`EMPTY_BATCH_HANG`). The backend raises
+  :class:`MlxHangs` instead of calling it; the deviation is declared.
 
 mlx is imported in ``__init__``, never at module level: ``normbench list`` imports this module.
 """
@@ -38,7 +43,6 @@ import numpy as np
 
 from normbench import Backend
 from normbench.dtypes import default_rms_eps, dtype_name
-
 
 #: a value out of its bound, an identity of the backward, or one of the paper's invariance checks
 _CHECKS = (r"\): (y|dx|dweight|dbias)\[|: sum\(dx\) = |sum\(xhat\*dx\)|invariant to|must scale dL/dW|"
@@ -80,6 +84,33 @@ BIAS_ONLY_PARAMS = {
 }
 
 
+#: LayerNorm's dbias on 0 rows: MLX's CPU sum over an empty axis of a non-row-contiguous array hangs
+EMPTY_BATCH_HANG = (
+    "MLX hangs on this call (not made): LayerNorm's VJP sums dy over the 0 rows for dbias "
+    "(mlx/fast.cpp LayerNorm::vjp: sum(g, axes)); dy made from an empty NumPy array keeps NumPy's zero strides, "
+    "so it is not row-contiguous, get_reduction_plan finds no reduced axis of size > 1 and reads strides.back() "
+    "of an empty list (mlx/backend/common/reduce.cpp), and reduction_op's nd_loop recurses on shape.size() - 1 "
+    "of an empty shape (mlx/backend/cpu/reduce.cpp): undefined behaviour that spun for 41 minutes in a suite "
+    "run and never returned in 3 of 6 fresh processes (mlx 0.32.4); "
+    "mx.sum(mx.transpose(mx.zeros((33, 0)) + 1), axis=0) hangs the same way")
+
+
+class MlxHangs(RuntimeError):
+    """A call MLX is known to hang on, refused (the hang is in native code, out of reach of a test timeout)."""
+
+
+#: the refused call, declared: LayerNorm's backward (with a bias) on the suites' empty batches
+EMPTY_BATCH = {
+    f"test_backward*[{dtype}-rows0-*] | MLX hangs on this call": (
+        "MLX's CPU sum over an empty axis of an array that is not row-contiguous hangs (undefined behaviour in "
+        "mlx/backend/common/reduce.cpp get_reduction_plan: strides.back() of an empty plan; nd_loop in "
+        "mlx/backend/cpu/reduce.cpp recursing on shape.size() - 1 of an empty shape): LayerNorm's VJP sums dy "
+        "over the 0 rows for dbias, and an empty NumPy dy converts with zero strides; a suite run spun 41 minutes "
+        "in it, 3 of 6 fresh processes never returned; the backend refuses the call")
+    for dtype in ("float32", "bfloat16")
+}
+
+
 class MlxFast(Backend):
     """``mx.fast.layer_norm`` and ``mx.fast.rms_norm`` on MLX's CPU device; backward by ``mx.vjp``.
 
@@ -108,7 +139,7 @@ class MlxFast(Backend):
     strided = False  # mx.array copies a NumPy array into a contiguous array
     #: what normbench finds in MLX, measured (see this package's README); the first match explains a failure
     known_deviations: ClassVar[dict[str, str]] = {**FLOAT64_AS_FLOAT32, **BIAS_ONLY_PARAMS, **ONE_PASS_BACKWARD,
-                                                  **CONSTANT_ROWS}
+                                                  **CONSTANT_ROWS, **EMPTY_BATCH}
 
     def __init__(self) -> None:
         import mlx.core as mx
@@ -154,6 +185,8 @@ class MlxFast(Backend):
     def _run(self, norm, dy, x, normalized_shape, weight, bias, eps):
         """``(y, grads)``: y alone when dy is None, else y and the VJP (None where a parameter is None)."""
         mx = self.mx
+        if dy is not None and bias is not None and math.prod(x.shape[:x.ndim - len(normalized_shape)]) == 0:
+            raise MlxHangs(EMPTY_BATCH_HANG)  # dbias = sum of dy over no rows: see EMPTY_BATCH_HANG
         forward = self._forward(norm, normalized_shape)
         given = [a for a in (x, weight, bias) if a is not None]
         slots = [a is not None for a in (x, weight, bias)]
