@@ -60,6 +60,7 @@ def test_runs_merge_into_one_matrix_with_the_findings(tmp_path):
     assert "1. Liger-Kernel 0.5.2, liger@0.5.2, layer_norm, float32: float64: var over N, not BLOCK" in page
     html = (out / "report.html").read_text()
     assert 'id="findings">Findings (1)' in html and "padded lanes counted in the variance" in html
+    assert "<h3>survey-cpu (2 runs)</h3>" in html
     assert "<th>liger@0.5.2</th><th>liger@0.8.5</th><th>numpy</th>" in html
 
 

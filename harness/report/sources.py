@@ -154,6 +154,8 @@ def _label(parts: dict[str, Any], path: Path) -> str:
         df = parts.get(name)
         if df is not None and not df.empty:
             run_ids = sorted(set(df.run_id) - {""})
+            if env.get("run_id") and len(run_ids) > 1 and env["run_id"] not in run_ids:  # a survey of many runs
+                return f"{env['run_id']} ({len(run_ids)} runs)"
             if run_ids:
                 host = env.get("host") or (df.host.iloc[0] if "host" in df else "")
                 return " + ".join(run_ids) + (f" ({host})" if host and host not in run_ids[0] else "")
