@@ -703,15 +703,17 @@ def _file_name(schema: str, ext: str = "csv") -> str:
 def write_csv(path: str | os.PathLike, rows: Iterable[dict[str, Any]], schema: str) -> Path:
     """``rows`` of ``schema`` (dicts of its columns; ``schema_version`` added when absent) as one CSV file,
     validated like a loaded file and written whole (no JSON beside it: the traffic and kernel-stats tables
-    are CSV). A row that breaks the schema is one ResultsError naming the row and the field, before
-    anything is written."""
+    are CSV); gzip-compressed where ``path`` ends in ``.gz`` (a published survey's ``conformance.csv.gz``,
+    which :func:`load` reads, and a folder's ``<name>.csv.gz`` where it has no ``.csv`` or ``.json``). A row
+    that breaks the schema is one ResultsError naming the row and the field, before anything is written."""
     path = Path(path)
     rows = [{"schema_version": VERSIONS[schema], **row} for row in rows]
     clean = _validated_rows(rows, schema, f"the {schema} rows to write to {path}",
                             "this is a normbench bug: please report it")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, _csv_text(clean, SCHEMAS[schema], header=True))
+        text = _csv_text(clean, SCHEMAS[schema], header=True)
+        write_atomic(path, gzip.compress(text.encode("utf-8"), mtime=0) if path.name.endswith(".gz") else text)
     except OSError as exc:
         raise ResultsError(f"cannot write {len(clean)} {schema} rows to {path}: {exc.strerror or exc}. "
                            f"Fix: {_fix_disk(exc)}") from None
@@ -1095,21 +1097,6 @@ def load(path: str | os.PathLike, schema: str = THROUGHPUT) -> pd.DataFrame:
                            f"{name}.csv / .json files")
     return _load_json(path, schema) if path.suffix == ".json" else _load_csv(path, schema)
 
-
-def write_csv_gz(path: str | os.PathLike, rows: Iterable[dict[str, Any]], schema: str) -> Path:
-    """:func:`write_csv`, gzip-compressed (``conformance.csv.gz``: a published survey's many rows); :func:`load`
-    reads it, and a folder's ``<name>.csv.gz`` where it has no ``.csv`` or ``.json``."""
-    path = Path(path)
-    rows = [{"schema_version": VERSIONS[schema], **row} for row in rows]
-    clean = _validated_rows(rows, schema, f"the {schema} rows to write to {path}",
-                            "this is a normbench bug: please report it")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, gzip.compress(_csv_text(clean, SCHEMAS[schema], header=True).encode("utf-8"), mtime=0))
-    except OSError as exc:
-        raise ResultsError(f"cannot write {len(clean)} {schema} rows to {path}: {exc.strerror or exc}. "
-                           f"Fix: {_fix_disk(exc)}") from None
-    return path
 
 
 def _load_kernel_stats_folder(folder: Path) -> pd.DataFrame:

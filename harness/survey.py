@@ -284,7 +284,7 @@ def write_survey(out: str | os.PathLike, folders: Sequence[str | os.PathLike],
     # compressed: a survey holds some 10^5 rows; any other conformance file there would be read instead
     for stale in ("conformance.csv", "conformance.json"):
         (out / stale).unlink(missing_ok=True)
-    written = [results.write_csv_gz(out / CONFORMANCE_FILE, results.records(df), results.CONFORMANCE)]
+    written = [results.write_csv(out / CONFORMANCE_FILE, results.records(df), results.CONFORMANCE)]
     write_atomic(out / ENVIRONMENT_FILE, json.dumps(environment, indent=1) + "\n")
     written += [out / ENVIRONMENT_FILE, write_findings(out / FINDINGS_FILE, findings)]
     write_atomic(out / FINDINGS_MARKDOWN, page_markdown(df, environment, findings))
