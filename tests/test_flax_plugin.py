@@ -11,8 +11,6 @@ import importlib.util
 import re
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -23,8 +21,7 @@ import numpy as np  # noqa: E402
 
 from normbench import cases, deviations, get_registry
 from normbench.check import conformance  # noqa: E402
-from normbench.suites import DIRECTORY as SUITES  # noqa: E402
-from tests.plugins import ROOT, pytest_command, subprocess_env  # noqa: E402
+from tests.plugins import run_suite_tests  # noqa: E402
 
 #: seed 0 failures of the default variant, far out of bound, and the stable variant's verdict on them
 ONE_PASS = {
@@ -135,23 +132,9 @@ def test_layer_norm_deviations_explain_no_rms_norm_failure():
         assert (found and found.test) == source, (test, found)
 
 
-def _run(backend: str, tests: list[str], junit: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """pytest on these tests of ``backend`` (ids with ``{}`` for the backend), seed 0:
-    the process, and per test its outcome and message (from the JUnit XML)."""
-    files = {"test_forward": "test_forward.py", "test_backward": "test_backward.py"}
-    ids = [f"{SUITES / files.get(t.split('[')[0], 'test_invariances.py')}::{t.format(backend)}" for t in tests]
-    out = subprocess.run(pytest_command(*ids, f"--impl={backend}", "-rx", "--normbench-seed=0", f"--junitxml={junit}",
-                                        *args), cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600)
-    results = {}
-    for case in ET.parse(junit).iter("testcase"):
-        found = [(e.tag, e.get("message", "")) for e in case if e.tag in ("failure", "error", "skipped")]
-        results[case.get("name")] = found[0] if found else ("passed", "")
-    return out, results
-
-
 @pytest.mark.e2e
 def test_strict_reports_the_finding_as_failures_and_by_how_much(tmp_path):
-    out, results = _run("flax", [*ONE_PASS, HALF_DX], tmp_path / "junit.xml", "--normbench-strict")
+    out, results = run_suite_tests("flax", [*ONE_PASS, HALF_DX], tmp_path / "junit.xml", "--normbench-strict")
     assert out.returncode == 1, out.stdout[-3000:]
     assert {t: kind for t, (kind, _) in results.items()} == {t.format("flax"): "failure" for t in [*ONE_PASS, HALF_DX]}
     for test, at_least in ONE_PASS.items():
@@ -161,7 +144,7 @@ def test_strict_reports_the_finding_as_failures_and_by_how_much(tmp_path):
 
 @pytest.mark.e2e
 def test_without_strict_the_finding_is_known_deviations_and_nothing_else(tmp_path):
-    out, results = _run("flax", [*ONE_PASS, HALF_DX], tmp_path / "junit.xml")
+    out, results = run_suite_tests("flax", [*ONE_PASS, HALF_DX], tmp_path / "junit.xml")
     assert out.returncode == 0, out.stdout[-3000:]
     for test in [*ONE_PASS, HALF_DX]:
         kind, message = results[test.format("flax")]
@@ -171,7 +154,7 @@ def test_without_strict_the_finding_is_known_deviations_and_nothing_else(tmp_pat
 
 @pytest.mark.e2e
 def test_the_stable_variant_passes_the_same_cases_except_the_half_precision_dx(tmp_path):
-    out, results = _run("flax-stable", [*ONE_PASS, HALF_DX], tmp_path / "junit.xml")
+    out, results = run_suite_tests("flax-stable", [*ONE_PASS, HALF_DX], tmp_path / "junit.xml")
     assert out.returncode == 0, out.stdout[-3000:]
     assert {t: results[t.format("flax-stable")][0] for t in ONE_PASS} == dict.fromkeys(ONE_PASS, "passed")
     kind, message = results[HALF_DX.format("flax-stable")]

@@ -13,8 +13,6 @@ import inspect
 import re
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -25,8 +23,7 @@ import numpy as np  # noqa: E402
 
 from normbench import cases, deviations, get_registry  # noqa: E402
 from normbench.check import conformance  # noqa: E402
-from normbench.suites import DIRECTORY as SUITES  # noqa: E402
-from tests.plugins import ROOT, pytest_command, subprocess_env  # noqa: E402
+from tests.plugins import run_suite_tests  # noqa: E402
 
 BACKENDS = {"equinox": "EquinoxNorm", "haiku": "HaikuNorm", "haiku-fast": "HaikuFastLayerNorm"}
 #: seed 0 failures of haiku (both variants compute a half-precision x in its dtype), each at least this far out
@@ -187,24 +184,10 @@ def test_declared_deviations_are_specific():
         assert (found and found.test) == source, (test, found)
 
 
-def _run(backend: str, tests: list[str], junit: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """pytest on these tests of ``backend`` (ids with ``{}`` for the backend), seed 0: the process, and per test
-    its outcome and message (from the JUnit XML)."""
-    files = {"test_forward": "test_forward.py", "test_backward": "test_backward.py"}
-    ids = [f"{SUITES / files[t.split('[')[0]]}::{t.format(backend)}" for t in tests]
-    out = subprocess.run(pytest_command(*ids, f"--impl={backend}", "-rx", "--normbench-seed=0", f"--junitxml={junit}",
-                                        *args), cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600)
-    results = {}
-    for case in ET.parse(junit).iter("testcase"):
-        found = [(e.tag, e.get("message", "")) for e in case if e.tag in ("failure", "error", "skipped")]
-        results[case.get("name")] = found[0] if found else ("passed", "")
-    return out, results
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize("impl, tests", [("haiku", HAIKU), ("haiku-fast", FAST)])
 def test_strict_reports_the_findings_as_failures_and_by_how_much(tmp_path, impl, tests):
-    out, results = _run(impl, list(tests), tmp_path / "junit.xml", "--normbench-strict")
+    out, results = run_suite_tests(impl, list(tests), tmp_path / "junit.xml", "--normbench-strict")
     assert out.returncode == 1, out.stdout[-3000:]
     assert {t: kind for t, (kind, _) in results.items()} == {t.format(impl): "failure" for t in tests}
     for test, at_least in tests.items():
@@ -216,7 +199,7 @@ def test_strict_reports_the_findings_as_failures_and_by_how_much(tmp_path, impl,
 @pytest.mark.e2e
 @pytest.mark.parametrize("impl, tests", [("haiku", HAIKU), ("haiku-fast", FAST)])
 def test_without_strict_the_findings_are_known_deviations_and_nothing_else(tmp_path, impl, tests):
-    out, results = _run(impl, list(tests), tmp_path / "junit.xml")
+    out, results = run_suite_tests(impl, list(tests), tmp_path / "junit.xml")
     assert out.returncode == 0, out.stdout[-3000:]
     for test in tests:
         kind, message = results[test.format(impl)]
@@ -227,6 +210,6 @@ def test_without_strict_the_findings_are_known_deviations_and_nothing_else(tmp_p
 @pytest.mark.e2e
 def test_equinox_passes_the_cases_haiku_fails(tmp_path):
     tests = [t for t in HAIKU if "paramsfloat32" not in t] + ["test_forward[{}-bfloat16-paramsfloat32-rows7-hidden100-offset3]"]
-    out, results = _run("equinox", tests, tmp_path / "junit.xml", "--normbench-strict")
+    out, results = run_suite_tests("equinox", tests, tmp_path / "junit.xml", "--normbench-strict")
     assert out.returncode == 0, out.stdout[-3000:]
     assert {t: results[t.format("equinox")][0] for t in tests} == dict.fromkeys(tests, "passed")

@@ -15,8 +15,6 @@ import importlib.util
 import re
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -29,8 +27,7 @@ from normbench_keras.backends import configured_keras_backend  # noqa: E402
 
 from normbench import cases, get_registry  # noqa: E402
 from normbench.check import conformance  # noqa: E402
-from normbench.suites import DIRECTORY as SUITES  # noqa: E402
-from tests.plugins import ROOT, pytest_command, subprocess_env  # noqa: E402
+from tests.plugins import run_suite_tests, subprocess_env  # noqa: E402
 
 BACKENDS = {"keras-jax": "jax", "keras-torch": "torch", "keras-tensorflow": "tensorflow"}
 RUNNING = configured_keras_backend()[0]
@@ -185,21 +182,6 @@ def test_mixed_rms_norm_rounds_its_float32_scale_to_the_compute_dtype():
     assert (diff > 0).mean() < 0.02
 
 
-def _run(backend: str, tests: list[str], junit: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """pytest on these tests of ``backend`` (ids with ``{}`` for the backend), seed 1, under its KERAS_BACKEND:
-    the process, and per test its outcome and message (from the JUnit XML)."""
-    files = {"test_forward": "test_forward.py", "test_backward": "test_backward.py"}
-    ids = [f"{SUITES / files[t.split('[')[0]]}::{t.format(backend)}" for t in tests]
-    env = {**subprocess_env(), "KERAS_BACKEND": BACKENDS[backend]}
-    out = subprocess.run(pytest_command(*ids, f"--impl={backend}", "-rx", "--normbench-seed=1", f"--junitxml={junit}",
-                                        *args), cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    results = {}
-    for test in ET.parse(junit).iter("testcase"):
-        found = [(e.tag, e.get("message", "")) for e in test if e.tag in ("failure", "error", "skipped")]
-        results[test.get("name")] = found[0] if found else ("passed", "")
-    return out, results
-
-
 #: per backend, one test of each declared finding (seed 1), cheap to run
 FINDINGS = {
     "keras-jax": ["test_forward[{}-float64-rows8-hidden1000-normal]", "test_forward[{}-rms-float64-rows8-hidden1000-normal]",
@@ -211,14 +193,19 @@ FINDINGS = {
 }
 
 
+
+def _keras_env(backend: str) -> dict[str, str]:
+    """The subprocess environment under the Keras backend ``backend`` runs on (Keras reads it at import)."""
+    return {**subprocess_env(), "KERAS_BACKEND": BACKENDS[backend]}
+
 @pytest.mark.e2e
 @needs_backend
 def test_strict_reports_each_finding_as_a_failure_and_without_it_a_known_deviation(tmp_path):
     tests = FINDINGS[HERE]
-    out, results = _run(HERE, tests, tmp_path / "strict.xml", "--normbench-strict")
+    out, results = run_suite_tests(HERE, tests, tmp_path / "strict.xml", "--normbench-strict", seed=1, env=_keras_env(HERE))
     assert out.returncode == 1, out.stdout[-3000:]
     assert {t: kind for t, (kind, _) in results.items()} == {t.format(HERE): "failure" for t in tests}, results
-    out, results = _run(HERE, tests, tmp_path / "default.xml")
+    out, results = run_suite_tests(HERE, tests, tmp_path / "default.xml", seed=1, env=_keras_env(HERE))
     assert out.returncode == 0, out.stdout[-3000:]
     for test in tests:
         kind, message = results[test.format(HERE)]

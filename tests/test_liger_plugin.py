@@ -11,7 +11,6 @@ import importlib.util
 import re
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -25,7 +24,7 @@ from normbench_liger import backends  # noqa: E402
 from normbench import cases, deviations, get_registry  # noqa: E402
 from normbench.check import conformance  # noqa: E402
 from normbench.suites import DIRECTORY as SUITES  # noqa: E402
-from tests.plugins import ROOT, pytest_command, subprocess_env  # noqa: E402
+from tests.plugins import ROOT, junit_outcomes, pytest_command, subprocess_env  # noqa: E402
 
 VERSION = backends.installed_version()
 #: the installed release still has the padded-lanes bug (#518)
@@ -137,9 +136,7 @@ def test_the_padded_lanes_finding_through_the_suite(tmp_path, strict):
     env.setdefault("TRITON_INTERPRET", "1")
     out = subprocess.run(pytest_command(*args, *(["--normbench-strict"] if strict else [])), cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
-    [case] = list(ET.parse(junit).iter("testcase"))
-    found = [(e.tag, e.get("message", "")) for e in case if e.tag in ("failure", "error", "skipped")]
-    kind, message = found[0] if found else ("passed", "")
+    [(kind, message)] = junit_outcomes(junit).values()
     if not PADDED:
         assert (out.returncode, kind) == (0, "passed"), out.stdout[-3000:]
     elif strict:

@@ -8,7 +8,6 @@ Skipped where onnxruntime or onnx is not installed.
 import importlib.util
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -19,8 +18,7 @@ import numpy as np  # noqa: E402
 
 from normbench import cases, get_registry  # noqa: E402
 from normbench.check import conformance  # noqa: E402
-from normbench.suites import DIRECTORY as SUITES  # noqa: E402
-from tests.plugins import ROOT, pytest_command, subprocess_env  # noqa: E402
+from tests.plugins import run_suite_tests  # noqa: E402
 
 #: seed 0 failures, each explained by a declared deviation
 FINDINGS = [
@@ -111,29 +109,16 @@ def test_float64_uses_eps_rounded_to_float32(ort):
     assert np.abs(y - (xhat(0.1) * inputs.weight + inputs.bias)).max() > 1e-9
 
 
-def _run(tests, junit, *args):
-    files = {"test_forward": "test_forward.py"}
-    ids = [f"{SUITES / files.get(t.split('[')[0], 'test_invariances.py')}::{t.format('onnxruntime')}" for t in tests]
-    out = subprocess.run(pytest_command(*ids, "--impl=onnxruntime", "-rx", "--normbench-seed=0", f"--junitxml={junit}",
-                                        *args), cwd=ROOT, env=subprocess_env(), capture_output=True, text=True,
-                         timeout=600)
-    results = {}
-    for case in ET.parse(junit).iter("testcase"):
-        found = [(e.tag, e.get("message", "")) for e in case if e.tag in ("failure", "error", "skipped")]
-        results[case.get("name")] = found[0] if found else ("passed", "")
-    return out, results
-
-
 @pytest.mark.e2e
 def test_strict_reports_the_findings_as_failures(tmp_path):
-    out, results = _run(FINDINGS, tmp_path / "junit.xml", "--normbench-strict")
+    out, results = run_suite_tests("onnxruntime", FINDINGS, tmp_path / "junit.xml", "--normbench-strict")
     assert out.returncode == 1, out.stdout[-3000:]
     assert {t: kind for t, (kind, _) in results.items()} == {t.format("onnxruntime"): "failure" for t in FINDINGS}
 
 
 @pytest.mark.e2e
 def test_without_strict_the_findings_are_known_deviations(tmp_path):
-    out, results = _run(FINDINGS, tmp_path / "junit.xml")
+    out, results = run_suite_tests("onnxruntime", FINDINGS, tmp_path / "junit.xml")
     assert out.returncode == 0, out.stdout[-3000:]
     for test in FINDINGS:
         kind, message = results[test.format("onnxruntime")]

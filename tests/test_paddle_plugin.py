@@ -8,8 +8,6 @@ import importlib.util
 import re
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -21,8 +19,7 @@ import numpy as np  # noqa: E402
 
 from normbench import cases, get_registry  # noqa: E402
 from normbench.check import conformance, oracle  # noqa: E402
-from normbench.suites import DIRECTORY as SUITES  # noqa: E402
-from tests.plugins import ROOT, pytest_command, subprocess_env  # noqa: E402
+from tests.plugins import run_suite_tests  # noqa: E402
 
 #: seed 0 failures, each far out of bound (ratio to the bound, at least)
 FINDINGS = {
@@ -104,21 +101,9 @@ def test_fused_rms_norm_forward_passes_in_float32():
         conformance.check_forward(b, cases.make_inputs(case(case_id), 0))
 
 
-def _run(tests: list[str], junit: Path, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    files = {"test_forward": "test_forward.py", "test_backward": "test_backward.py"}
-    ids = [f"{SUITES / files[t.split('[')[0]]}::{t}" for t in tests]
-    out = subprocess.run(pytest_command(*ids, "--impl=paddle", "-rx", "--normbench-seed=0", f"--junitxml={junit}", *args),
-                         cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=600)
-    results = {}
-    for tc in ET.parse(junit).iter("testcase"):
-        found = [(e.tag, e.get("message", "")) for e in tc if e.tag in ("failure", "error", "skipped")]
-        results[tc.get("name")] = found[0] if found else ("passed", "")
-    return out, results
-
-
 @pytest.mark.e2e
 def test_strict_reports_the_findings_as_failures_and_by_how_much(tmp_path):
-    out, results = _run(list(FINDINGS), tmp_path / "junit.xml", "--normbench-strict")
+    out, results = run_suite_tests("paddle", list(FINDINGS), tmp_path / "junit.xml", "--normbench-strict")
     assert out.returncode == 1, out.stdout[-3000:]
     assert {t: kind for t, (kind, _) in results.items()} == dict.fromkeys(FINDINGS, "failure")
     for test, at_least in FINDINGS.items():
@@ -128,7 +113,7 @@ def test_strict_reports_the_findings_as_failures_and_by_how_much(tmp_path):
 
 @pytest.mark.e2e
 def test_without_strict_the_findings_are_known_deviations(tmp_path):
-    out, results = _run(list(FINDINGS), tmp_path / "junit.xml")
+    out, results = run_suite_tests("paddle", list(FINDINGS), tmp_path / "junit.xml")
     assert out.returncode == 0, out.stdout[-3000:]
     for test in FINDINGS:
         kind, message = results[test]
