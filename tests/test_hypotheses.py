@@ -152,3 +152,16 @@ def test_the_declared_half_statistics_backward_fails_and_says_why():
     found = failures(mutants.DeclaredHalfStatistics(), "backward")
     assert found
     assert any("matches mean and rstd stored in the input dtype" in m for _, m in found)
+
+
+def test_a_failing_mean_is_not_explained_by_bugs_that_leave_the_mean_alone():
+    """torch CPU stores a bfloat16 input's mean in bfloat16. A saved statistic may be rounded to the input dtype, so
+    every hypothesis whose mean is a correct kernel's would "match" it as well as a correct kernel does: only
+    those that change the mean are tried (the variance and eps bugs declare what they change)."""
+    case = next(c for c in cases.FORWARD_CASES if c.id == "bfloat16-rows8-hidden1000-offset1e3")
+    inputs = cases.make_inputs(case, 0)
+    stored = hypotheses.SavedStatisticsInInputDtype().outputs(inputs)["mean"]
+    lines = hypotheses.explain("mean", stored, np.full(stored.shape, 1e-9), inputs)
+    assert any("stored in the input dtype" in line for line in lines), lines
+    assert not any(word in line for line in lines for word in ("variance", "eps", "Bessel", "padded")), lines
+    assert not {"mean"} & hypotheses.VARIANCE_ONLY
