@@ -55,6 +55,38 @@ def gradients(torch: Any, y: Any, leaves: list, dy: Any, retain_graph: bool = Fa
     return tuple(next(grads) if t is not None else None for t in leaves)
 
 
+class AutogradBackward:
+    """The backward of a torch-based backend through autograd, for LayerNorm and RMSNorm: what a PyTorch user
+    runs. A backend class lists it before :class:`normbench.Backend` and gives ``self.torch`` and the graph,
+    ``_graph(x, normalized_shape, weight, bias, eps)`` (and, with RMSNorm, ``_rms_graph(x, normalized_shape,
+    weight, eps)``), each ``(y, leaves)`` from :func:`autograd_graph` on its own forward; this gives the
+    backward, the training step, and the backward prepared for timing alone (the forward and the graph built
+    first, the callable only differentiates, graph retained). Used by the ``torch`` and ``triton`` backends and
+    by the torch-based example plugins."""
+
+    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        return self.forward_backward(dy, x, normalized_shape, weight, bias, eps)[1]
+
+    def prepare_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
+        return lambda: gradients(self.torch, y, leaves, dy, retain_graph=True)
+
+    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
+        return y.detach(), gradients(self.torch, y, leaves, dy)
+
+    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
+        return self.rms_norm_forward_backward(dy, x, normalized_shape, weight, eps)[1]
+
+    def prepare_rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
+        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
+        return lambda: gradients(self.torch, y, leaves, dy, retain_graph=True)[:2]
+
+    def rms_norm_forward_backward(self, dy, x, normalized_shape, weight, eps):
+        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
+        return y.detach(), gradients(self.torch, y, leaves, dy)[:2]
+
+
 #: torch's own intra-op thread count, read before normbench first changed it
 _LIBRARY_THREADS: list[int] = []
 

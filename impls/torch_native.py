@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from normbench import Backend
 from normbench.backend import device_label
-from normbench.impls.torch_arrays import autograd_graph, from_host, gradients, set_threads, to_host
+from normbench.impls.torch_arrays import AutogradBackward, autograd_graph, from_host, set_threads, to_host
 
 
-class TorchBackend(Backend):
+class TorchBackend(AutogradBackward, Backend):
     name = "torch"
     description = ("torch.nn.functional.layer_norm and rms_norm (ATen), CUDA if available else CPU; "
                    "backward via autograd")
@@ -58,42 +58,18 @@ class TorchBackend(Backend):
     def set_threads(self, threads):
         return set_threads(self.torch, threads)
 
-    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        return self.forward_backward(dy, x, normalized_shape, weight, bias, eps)[1]
-
     def _graph(self, x, normalized_shape, weight, bias, eps):
         return autograd_graph(self.torch, self.torch.nn.functional.layer_norm, x, normalized_shape, weight, bias, eps)
-
-    def prepare_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        """The forward and its autograd graph now; the callable runs ``autograd.grad`` on it (graph retained)."""
-        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
-        return lambda: gradients(self.torch, y, leaves, dy, retain_graph=True)
-
-    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
-        return y.detach(), gradients(self.torch, y, leaves, dy)
 
     # -- RMSNorm: F.rms_norm, the same autograd plumbing --------------------------------------
 
     def rms_norm(self, x, normalized_shape, weight, eps):
         return self.torch.nn.functional.rms_norm(x, list(normalized_shape), weight, eps)
 
-    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        return self.rms_norm_forward_backward(dy, x, normalized_shape, weight, eps)[1]
-
     def _rms_graph(self, x, normalized_shape, weight, eps):
         # F.rms_norm looked up at each call (a test counts the graph's forwards there); bias is always None
         rms_norm = lambda x_, ns, w, _bias, e: self.torch.nn.functional.rms_norm(x_, list(ns), w, e)
         return autograd_graph(self.torch, rms_norm, x, normalized_shape, weight, None, eps)
-
-    def prepare_rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        """The forward and its autograd graph now; the callable runs ``autograd.grad`` on it (graph retained)."""
-        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
-        return lambda: gradients(self.torch, y, leaves, dy, retain_graph=True)[:2]
-
-    def rms_norm_forward_backward(self, dy, x, normalized_shape, weight, eps):
-        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
-        return y.detach(), gradients(self.torch, y, leaves, dy)[:2]
 
     def synchronize(self):
         if self._device.type == "cuda":

@@ -52,7 +52,7 @@ def _interpreter_max_elements() -> int | None:
     return limit if limit > 0 else None
 
 
-class TritonBackend(Backend):
+class TritonBackend(torch_arrays.AutogradBackward, Backend):
     name = "triton"
     description = ("normbench's Triton kernels (impls/triton): LayerNorm and RMSNorm, fp32 statistics (two-pass "
                    "for LayerNorm), deterministic persistent backward; CUDA, or the Triton interpreter on CPU")
@@ -105,18 +105,9 @@ class TritonBackend(Backend):
         """torch's CPU threads: the interpreter's host work, and the tensors' copies."""
         return torch_arrays.set_threads(self.torch, threads)
 
-    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        """Through the autograd function, as a PyTorch user would run it."""
-        return self.forward_backward(dy, x, normalized_shape, weight, bias, eps)[1]
-
-    def prepare_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        """The forward kernel and the autograd graph now; the callable launches the backward kernels only."""
-        y, leaves = torch_arrays.autograd_graph(self.torch, self.autograd.layer_norm, x, normalized_shape, weight, bias, eps)
-        return lambda: torch_arrays.gradients(self.torch, y, leaves, dy, retain_graph=True)
-
-    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        y, leaves = torch_arrays.autograd_graph(self.torch, self.autograd.layer_norm, x, normalized_shape, weight, bias, eps)
-        return y.detach(), torch_arrays.gradients(self.torch, y, leaves, dy)
+    def _graph(self, x, normalized_shape, weight, bias, eps):
+        """Through the autograd function, as a PyTorch user would run it (the backward: AutogradBackward)."""
+        return torch_arrays.autograd_graph(self.torch, self.autograd.layer_norm, x, normalized_shape, weight, bias, eps)
 
     def warmup(self, x, normalized_shape, weight, bias, eps):
         """Compile (on CUDA) every kernel that arrays like these launch, forward and
@@ -130,22 +121,9 @@ class TritonBackend(Backend):
         """eps None: ``normbench.dtypes.default_rms_eps`` of x's dtype, as torch does."""
         return self.launch.rms_forward(x, normalized_shape, weight, eps)[0]
 
-    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        """Through the autograd function, as a PyTorch user would run it: ``(dx, dweight)``."""
-        return self.rms_norm_forward_backward(dy, x, normalized_shape, weight, eps)[1]
-
     def _rms_graph(self, x, normalized_shape, weight, eps):
         rms_norm = lambda x_, shape, w_, _bias, eps_: self.autograd.rms_norm(x_, shape, w_, eps_)
         return torch_arrays.autograd_graph(self.torch, rms_norm, x, normalized_shape, weight, None, eps)
-
-    def prepare_rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        """The forward kernel and the autograd graph now; the callable launches the backward kernels only."""
-        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
-        return lambda: torch_arrays.gradients(self.torch, y, leaves, dy, retain_graph=True)[:2]
-
-    def rms_norm_forward_backward(self, dy, x, normalized_shape, weight, eps):
-        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
-        return y.detach(), torch_arrays.gradients(self.torch, y, leaves, dy)[:2]
 
     def warmup_rms_norm(self, x, normalized_shape, weight, eps):
         """:meth:`warmup` for RMSNorm: its forward and backward kernels, compiled, and wait."""

@@ -70,6 +70,7 @@ from normbench import Backend
 from normbench.backend import Availability, device_label
 from normbench.dtypes import default_rms_eps
 from normbench.impls.jax_support import JaxBackendBase
+from normbench.impls.torch_arrays import AutogradBackward
 
 #: Keras's default backend when neither KERAS_BACKEND nor keras.json names one (keras/src/backend/config.py)
 KERAS_DEFAULT_BACKEND = "tensorflow"
@@ -332,7 +333,7 @@ class _EagerKerasBackend(_KerasBackend, Backend):
         return call_layer(self.keras, layer, [scale], x)
 
 
-class KerasTorch(_EagerKerasBackend):
+class KerasTorch(AutogradBackward, _EagerKerasBackend):
     """The layers on Keras's PyTorch backend, called eagerly (``layer(x)`` in a ``keras.StatelessScope``), the backward
     by ``torch.autograd.grad`` on that call (normbench's :mod:`normbench.impls.torch_arrays` plumbing;
     arrays keep the host layout, strides included)."""
@@ -378,17 +379,6 @@ class KerasTorch(_EagerKerasBackend):
     def _graph(self, x, normalized_shape, weight, bias, eps):
         return self._arrays.autograd_graph(self.torch, self._call_layer_norm, x, normalized_shape, weight, bias, eps)
 
-    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        return self.forward_backward(dy, x, normalized_shape, weight, bias, eps)[1]
-
-    def prepare_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
-        return lambda: self._arrays.gradients(self.torch, y, leaves, dy, retain_graph=True)
-
-    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
-        return y.detach(), self._arrays.gradients(self.torch, y, leaves, dy)
-
     def rms_norm(self, x, normalized_shape, weight, eps):
         with self.torch.no_grad():
             return self._call_rms_norm(x, normalized_shape, weight, eps)
@@ -396,17 +386,6 @@ class KerasTorch(_EagerKerasBackend):
     def _rms_graph(self, x, normalized_shape, weight, eps):
         call = lambda x_, ns, w, _bias, e: self._call_rms_norm(x_, ns, w, e)
         return self._arrays.autograd_graph(self.torch, call, x, normalized_shape, weight, None, eps)
-
-    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        return self.rms_norm_forward_backward(dy, x, normalized_shape, weight, eps)[1]
-
-    def prepare_rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
-        return lambda: self._arrays.gradients(self.torch, y, leaves, dy, retain_graph=True)[:2]
-
-    def rms_norm_forward_backward(self, dy, x, normalized_shape, weight, eps):
-        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
-        return y.detach(), self._arrays.gradients(self.torch, y, leaves, dy)[:2]
 
     def synchronize(self):
         if self._device.type == "cuda":

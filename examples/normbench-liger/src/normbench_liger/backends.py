@@ -187,7 +187,7 @@ def known_deviations_for(version: str) -> dict[str, str]:
     return {**(OLD if old else NEW), **COMMON}
 
 
-class LigerBackend(Backend):
+class LigerBackend(torch_arrays.AutogradBackward, Backend):
     """Liger-Kernel's LayerNorm and RMSNorm as their modules compute them (see the module doc).
 
     Example (what ``normbench test --impl=liger`` does for each case)::
@@ -307,18 +307,6 @@ class LigerBackend(Backend):
     def _graph(self, x, normalized_shape, weight, bias, eps):
         return torch_arrays.autograd_graph(self.torch, self._liger_layer_norm, x, normalized_shape, weight, bias, eps)
 
-    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        """Through Liger's autograd function, as a PyTorch user runs it."""
-        return self.forward_backward(dy, x, normalized_shape, weight, bias, eps)[1]
-
-    def prepare_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
-        return lambda: torch_arrays.gradients(self.torch, y, leaves, dy, retain_graph=True)
-
-    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
-        return y.detach(), torch_arrays.gradients(self.torch, y, leaves, dy)
-
     def warmup(self, x, normalized_shape, weight, bias, eps):
         self.layer_norm_backward(self.torch.zeros_like(x), x, normalized_shape, weight, bias, eps)
         self.synchronize()
@@ -332,18 +320,6 @@ class LigerBackend(Backend):
     def _rms_graph(self, x, normalized_shape, weight, eps):
         rms_norm = lambda x_, shape, w_, _bias, eps_: self._liger_rms_norm(x_, shape, w_, eps_)
         return torch_arrays.autograd_graph(self.torch, rms_norm, x, normalized_shape, weight, None, eps)
-
-    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        """Through Liger's autograd function: ``(dx, dweight)``."""
-        return self.rms_norm_forward_backward(dy, x, normalized_shape, weight, eps)[1]
-
-    def prepare_rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
-        return lambda: torch_arrays.gradients(self.torch, y, leaves, dy, retain_graph=True)[:2]
-
-    def rms_norm_forward_backward(self, dy, x, normalized_shape, weight, eps):
-        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
-        return y.detach(), torch_arrays.gradients(self.torch, y, leaves, dy)[:2]
 
     def warmup_rms_norm(self, x, normalized_shape, weight, eps):
         self.rms_norm_backward(self.torch.zeros_like(x), x, normalized_shape, weight, eps)

@@ -45,7 +45,7 @@ from typing import ClassVar
 
 from normbench import Backend
 from normbench.backend import device_label
-from normbench.impls.torch_arrays import autograd_graph, from_host, gradients, set_threads, to_host
+from normbench.impls.torch_arrays import AutogradBackward, autograd_graph, from_host, set_threads, to_host
 
 
 def _layer_norm(x, normalized_shape, weight, bias, eps):
@@ -66,7 +66,7 @@ def _own_copy(fn: Callable) -> Callable:
     return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
-class TorchCompileBackend(Backend):
+class TorchCompileBackend(AutogradBackward, Backend):
     name = "torch-compile"
     description = ("torch.compile(dynamic=True, fullgraph=True) of F.layer_norm and F.rms_norm (TorchInductor, "
                    "C++ on CPU), one compiled callable per signature; backward via autograd (AOTAutograd)")
@@ -134,18 +134,6 @@ class TorchCompileBackend(Backend):
         fn = self._fn("layer_norm", x, normalized_shape, weight, bias, eps, True)
         return autograd_graph(self.torch, fn, x, tuple(normalized_shape), weight, bias, eps)
 
-    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        return self.forward_backward(dy, x, normalized_shape, weight, bias, eps)[1]
-
-    def prepare_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        """The compiled forward and its autograd graph now; the callable runs the compiled backward (graph retained)."""
-        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
-        return lambda: gradients(self.torch, y, leaves, dy, retain_graph=True)
-
-    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
-        return y.detach(), gradients(self.torch, y, leaves, dy)
-
     def warmup(self, x, normalized_shape, weight, bias, eps):
         """Compiles the forward and the forward+backward of this signature (and size class)."""
         self.layer_norm(x, normalized_shape, weight, bias, eps)
@@ -161,17 +149,6 @@ class TorchCompileBackend(Backend):
     def _rms_graph(self, x, normalized_shape, weight, eps):
         fn = self._fn("rms_norm", x, normalized_shape, weight, None, eps, True)
         return autograd_graph(self.torch, fn, x, list(normalized_shape), weight, None, eps)
-
-    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        return self.rms_norm_forward_backward(dy, x, normalized_shape, weight, eps)[1]
-
-    def prepare_rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
-        return lambda: gradients(self.torch, y, leaves, dy, retain_graph=True)[:2]
-
-    def rms_norm_forward_backward(self, dy, x, normalized_shape, weight, eps):
-        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
-        return y.detach(), gradients(self.torch, y, leaves, dy)[:2]
 
     def warmup_rms_norm(self, x, normalized_shape, weight, eps):
         self.rms_norm(x, normalized_shape, weight, eps)
