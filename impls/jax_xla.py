@@ -4,19 +4,19 @@ JAX sees (a GPU if jaxlib has one, else the CPU); backward through ``jax.vjp``.
 Statistics in float32 for half and single inputs (float64 for float64): LayerNorm's variance
 in two passes, RMSNorm's mean of squares directly; one rounding to the input dtype at the end;
 the parameters are upcast the same way. x is upcast once, so its gradient is rounded once.
-RMSNorm's ``eps=None`` is :func:`normbench.dtypes.default_rms_eps` (torch's semantics).
+RMSNorm's ``eps=None`` is :func:`normbench.core.dtypes.default_rms_eps` (torch's semantics).
 
 The JAX plumbing (float64 under a thread-local ``jax.enable_x64`` instead of the
 global configuration, ``jax.jit`` with eps traced so it never recompiles,
 ``jax.vjp``, :meth:`warmup`, :meth:`synchronize` for JAX's asynchronous dispatch)
-is :class:`normbench.impls.jax_support.JaxBackendBase`, shared with JAX-based
+is :class:`normbench.kit.jax.JaxBackendBase`, shared with JAX-based
 plugins; this module adds the forward and the statistics. jax is imported when the
 backend is created, never when this module is imported.
 """
 
 from __future__ import annotations
 
-from normbench.impls.jax_support import JaxBackendBase
+from normbench.kit.jax import JaxBackendBase
 
 
 def _normalize(jnp, x, weight, bias, eps, normalized_shape, subtract_mean=True):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from normbench import Backend
-from normbench.dtypes import default_rms_eps, dtype_name
+from normbench.core.dtypes import default_rms_eps, dtype_name
 
 
 def _axes(x: np.ndarray, normalized_shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ The mapping of normbench's call, one to one:
   (``y * 1`` is exact). ``B`` is optional: omitted when bias is None. Only ``Y`` is asked
   for; the optional ``Mean`` / ``InvStdDev`` outputs are not exposed.
 * RMSNorm: ``RMSNormalization(X, scale)`` with the same ``axis`` and ``epsilon`` (normbench's
-  ``eps=None`` becomes :func:`normbench.dtypes.default_rms_eps` of x's dtype, torch's
+  ``eps=None`` becomes :func:`normbench.core.dtypes.default_rms_eps` of x's dtype, torch's
   semantics, not ONNX's default 1e-5), ``stash_type`` 1; ``scale`` is required: ones of x's
   dtype when weight is None. ONNX's RMSNormalization has torch's parameterization
   (``x / sqrt(mean(x^2) + epsilon) * scale``), so weight is passed as it is.
@@ -52,8 +52,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from normbench import Backend
-from normbench.backend import device_label
-from normbench.dtypes import default_rms_eps
+from normbench.core.backend import device_label
+from normbench.core.dtypes import default_rms_eps
 
 #: LayerNormalization-17 types X, Scale and B with one type parameter
 _MIXED_LN = ("ONNX LayerNormalization-17 types X, Scale and B with one type parameter T, so parameters of "

@@ -3,15 +3,15 @@ when present, else CPU.
 
 Backward through autograd, for both. ``rms_norm`` gets normbench's arguments as they are,
 ``eps=None`` included (torch then uses the machine epsilon of its computation dtype:
-:func:`normbench.dtypes.default_rms_eps`). torch is imported when the backend is created,
+:func:`normbench.core.dtypes.default_rms_eps`). torch is imported when the backend is created,
 never when this module is imported.
 """
 
 from __future__ import annotations
 
 from normbench import Backend
-from normbench.backend import device_label
-from normbench.impls.torch_arrays import AutogradBackward, autograd_graph, from_host, set_threads, to_host
+from normbench.core.backend import device_label
+from normbench.kit.torch import AutogradBackward, autograd_graph, from_host, set_threads, to_host
 
 
 class TorchBackend(AutogradBackward, Backend):

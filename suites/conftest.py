@@ -1,6 +1,6 @@
 """``--impl``: the short spelling of the pytest plugin's ``--normbench-impl``, for the suites.
 
-The plugin (:mod:`normbench.pytest_plugin`) is loaded by every pytest session
+The plugin (:mod:`normbench.front.pytest_plugin`) is loaded by every pytest session
 where normbench is installed, so it registers only ``--normbench-*`` options
 (a project's own ``--impl`` must keep working). This conftest adds ``--impl``
 where the suites are collected: ``pytest suites/ --impl=torch`` from a checkout,
@@ -16,7 +16,7 @@ selects the backends.
 
 import pytest
 
-from normbench import options
+from normbench.front import options
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

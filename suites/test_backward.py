@@ -1,6 +1,6 @@
 """Backward conformance: dx, dweight and dbias of every selected backend, for every
-case of ``normbench.cases.BACKWARD_CASES`` (both normalizations; RMSNorm's ``rms-`` cases have no
-dbias), with dy from ``normbench.cases.make_dy`` (random, nonzero row means).
+case of ``normbench.core.cases.BACKWARD_CASES`` (both normalizations; RMSNorm's ``rms-`` cases have no
+dbias), with dy from ``normbench.core.cases.make_dy`` (random, nonzero row means).
 
 * ``test_backward``: values within the backward error model of ``normbench.check.error_model``
   (dweight and dbias bounded by sums of magnitudes over rows, not by their own
@@ -19,8 +19,8 @@ Backends without a backward (``has_backward = False``) are skipped with that rea
 
 import pytest
 
-from normbench import cases
 from normbench.check import conformance, gradcheck, identities
+from normbench.core import cases
 
 #: rows with a NaN or an Inf obey no identity, and the same x everywhere else is covered
 IDENTITY_CASES = [c for c in cases.BACKWARD_CASES if c.family != "nonfinite"]

@@ -1,4 +1,4 @@
-"""Forward conformance: every case of ``normbench.cases.FORWARD_CASES`` (LayerNorm's, and RMSNorm's,
+"""Forward conformance: every case of ``normbench.core.cases.FORWARD_CASES`` (LayerNorm's, and RMSNorm's,
 whose ids start with ``rms-``) on every selected backend that implements the case's normalization,
 judged against the float64 oracle by ``normbench.check.error_model``.
 
@@ -15,8 +15,8 @@ the others are recorded and reported.
 
 import pytest
 
-from normbench import cases
 from normbench.check import conformance
+from normbench.core import cases
 
 _ISOLATION_IDS = {"float32-rows65-hidden33-offset3", "bfloat16-rows1025-hidden33-offset3",
                   "float16-rows6-hidden64-poisoned", "float32-rows2x2x3-hidden19-offset3"}

@@ -23,7 +23,7 @@
 
 import pytest
 
-from normbench import cases
+from normbench.core import cases
 from normbench.paper import geometry, invariances, recurrent
 
 

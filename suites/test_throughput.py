@@ -1,4 +1,4 @@
-"""Throughput: every case of the device's sweep (``normbench.cases.throughput_cases``)
+"""Throughput: every case of the device's sweep (``normbench.core.cases.throughput_cases``)
 on every selected backend, in every direction (forward, backward, forward+backward).
 
 Each case is verified against the float64 oracle before it is timed and again

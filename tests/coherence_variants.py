@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from normbench.check.coherence import round_directed
-from normbench.dtypes import dtype_name
+from normbench.core.dtypes import dtype_name
 from normbench.impls.numpy_ref import NumpyBackend
 
 F32, F64 = np.float32, np.float64

@@ -133,7 +133,7 @@ class Runner:
             return self.pytester.runpytest_subprocess(*args, timeout=timeout)
 
     def command(self, *args: str, plugins: PluginFolder | None = None, timeout: float = 600) -> pytest.RunResult:
-        """``python -m *args``, e.g. ``command("normbench.cli", "test", ...)``."""
+        """``python -m *args``, e.g. ``command("normbench.front.cli", "test", ...)``."""
         with self._plugins_on_path(plugins):
             return self.pytester.run(sys.executable, "-m", *args, timeout=timeout)
 

@@ -23,8 +23,8 @@ import numpy as np
 
 from normbench import Backend
 from normbench.check import hypotheses
-from normbench.dtypes import dtype_name
-from normbench.layout import decompose
+from normbench.core.dtypes import dtype_name
+from normbench.kit.layout import decompose
 
 F32 = np.float32
 

@@ -1,4 +1,4 @@
-"""Synthetic run folders for the report tests: written through normbench.results like a real run.
+"""Synthetic run folders for the report tests: written through normbench.core.results like a real run.
 
 Speeds come from a simple formula (nothing here claims to be a measurement);
 ``hostile`` names a backend, a host and messages with markup, to prove that
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from normbench import results
+from normbench.core import results
 from normbench.perf.roofline import BYTE_MODELS, direction_bytes
 
 HOSTILE = "<script>alert(1)</script>"
@@ -57,7 +57,7 @@ def conformance_rows(run_id: str, backends: list[str]) -> list[dict]:
 
 
 def environment(run_id: str, host: str = "ci") -> dict:
-    return {"schema": "normbench.environment", "schema_version": 1, "run_id": run_id, "host": host,
+    return {"schema": "normbench.core.environment", "schema_version": 1, "run_id": run_id, "host": host,
             "command": f"normbench run --impl=numpy,torch {HOSTILE}", "cpu_model": "Test CPU", "gpus": [],
             "libraries": {"numpy": "2.0"}, "ceilings": {"cpu": {"gbps": 20.0, "method": "numpy.copyto",
                                                                 "buffer_bytes": 1 << 30, "n": 20}}}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from normbench import Backend
-from normbench.dtypes import default_rms_eps, dtype_name
+from normbench.core.dtypes import default_rms_eps, dtype_name
 
 F32 = np.float32
 

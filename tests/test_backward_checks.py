@@ -8,8 +8,8 @@ of tests/mutants.py, so float64 NumPy mutants live here.
 import numpy as np
 import pytest
 
-from normbench import cases
 from normbench.check import conformance, error_model, gradcheck, identities, oracle
+from normbench.core import cases
 from normbench.impls.numpy_ref import NumpyBackend
 from tests import mutants
 

@@ -5,7 +5,8 @@ forward-training+backward, never mixed (issue 14, item 1)."""
 
 import pytest
 
-from normbench import cases, get_registry
+from normbench import get_registry
+from normbench.core import cases
 from normbench.perf.roofline import BYTE_MODELS, direction_bytes
 from normbench.perf.throughput import ThroughputRunner, model_direction, prepare
 from normbench.perf.timing import TimingOptions
@@ -115,7 +116,7 @@ def test_built_in_autograd_backends_prepare_their_backward(name, monkeypatch):
 @pytest.mark.parametrize("name", ["torch", "triton", "jax"])
 def test_built_in_autograd_backends_prepare_their_rms_backward(name, monkeypatch):
     """RMSNorm's hook, ``prepare_rms_norm_backward``: the forward once, then only the backward, same bits."""
-    from normbench import norms
+    from normbench.core import norms
 
     registry = get_registry()
     if not registry.availability(name):

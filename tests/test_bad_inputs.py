@@ -1,6 +1,6 @@
 """Issue 13: every bad input gets one message that says what was wrong and the fix, never a
 traceback: the option values of both front ends as a user types them, and the memory a case
-needs against what this process has (normbench.machine)."""
+needs against what this process has (normbench.core.machine)."""
 
 import os
 import subprocess
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from normbench import machine
-from normbench.exceptions import NormbenchError
-from normbench.machine import MemorySize, TooLargeError
+from normbench.core import machine
+from normbench.core.exceptions import NormbenchError
+from normbench.core.machine import MemorySize, TooLargeError
 from tests.plugins import ROOT
 
 GIB = 1 << 30
@@ -115,7 +115,7 @@ def test_bytes_in_human_units(n, text):
 # -- as a user types them ----------------------------------------------------------------------------------------------
 
 def normbench(*args):
-    return subprocess.run([sys.executable, "-m", "normbench.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "normbench", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
 
 

@@ -95,7 +95,7 @@ def assert_reported(text: str) -> None:
 
 
 def test_normbench_list(env):
-    out = subprocess.run([sys.executable, "-m", "normbench.cli", "list"], cwd=ROOT, env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "normbench", "list"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert_reported(out.stdout)
@@ -122,13 +122,13 @@ def test_pytest_impl_all_header(env):
 
 @pytest.mark.e2e
 def test_normbench_test_runs_the_others_and_names_a_broken_one(plugins, env, runner):
-    result = runner.command("normbench.cli", "test", "-n", "0", "--impl=numpy,acme-good",
+    result = runner.command("normbench.front.cli", "test", "-n", "0", "--impl=numpy,acme-good",
                             "-k", "test_forward and float32-rows5-hidden1000-offset3 and not rms", plugins=plugins,
                             timeout=300)
     assert result.ret == 0, result.stdout.str()[-3000:]
     result.assert_outcomes(passed=2)
     assert "normbench: warning: " + CLASH in result.stdout.str()
-    run = [sys.executable, "-m", "normbench.cli", "test", "-n", "0"]
+    run = [sys.executable, "-m", "normbench", "test", "-n", "0"]
     for name in ("import-fails", "not-a-backend", "abstract", "bad-dtypes", "bad-deviations", "raises-availability"):
         out = subprocess.run([*run, f"--impl={name}", "--collect-only"], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=300)

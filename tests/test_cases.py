@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from normbench import cases
-from normbench.dtypes import DTYPES
-from normbench.exceptions import InvalidInput
+from normbench.core import cases
+from normbench.core.dtypes import DTYPES
+from normbench.core.exceptions import InvalidInput
 
 
 def test_ids_are_unique_and_readable():

@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from normbench import results
+from normbench.core import results
 from tests.plugins import ROOT
 
 
 def normbench(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "normbench.cli", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "normbench", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
 

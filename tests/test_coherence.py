@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from normbench import cases
 from normbench.check import coherence, conformance, oracle
+from normbench.core import cases
 from normbench.impls.numpy_ref import NumpyBackend
 from tests import coherence_variants as cv
 

@@ -1,7 +1,7 @@
 """skip_reason: every reason a case does not apply to a backend names its cause."""
 
-from normbench.cases import Case
 from normbench.check.conformance import skip_reason
+from normbench.core.cases import Case
 from tests.mutants import Fp32Kernel
 
 

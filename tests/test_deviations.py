@@ -1,4 +1,4 @@
-"""Known deviations (harness/deviations.py): the file format, the backend attribute,
+"""Known deviations (harness/core/deviations.py): the file format, the backend attribute,
 the matching rules, the tally, that every shipped entry still names existing tests, and
 (with torch installed) that the plugin reports a matching failure as xfailed and
 --normbench-strict as failed. tests/test_known_deviations.py runs them through pytest."""
@@ -7,10 +7,10 @@ import importlib.util
 
 import pytest
 
-from normbench import cases, deviations
-from normbench.deviations import Subject
-from normbench.exceptions import NormbenchError, PluginError
-from normbench.impls.triton.runtime import INTERPRETER_DEVICE
+from normbench.core import cases, deviations
+from normbench.core.deviations import Subject
+from normbench.core.exceptions import NormbenchError, PluginError
+from normbench.kit.triton import INTERPRETER_DEVICE
 from normbench.suites import DIRECTORY as SUITES
 from normbench.suites.test_backward import IDENTITY_CASES
 from normbench.suites.test_forward import ISOLATION_CASES

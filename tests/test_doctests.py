@@ -5,7 +5,7 @@
   whose import needs a framework that is not installed here is skipped, saying so.
   (Not ``pytest --doctest-modules harness/``: that imports the modules under the
   folder's name, ``harness.x``, not ``normbench.x``.)
-* The complete backend in the docstring of ``normbench.backend`` and the example
+* The complete backend in the docstring of ``normbench.core.backend`` and the example
   package of docs/writing-a-backend.md: their code is read from the docstring and
   the markdown at test time, written out where its entry point (from the docstring,
   from the package's pyproject.toml) says, registered through a fake dist-info like
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 import normbench
-import normbench.backend
+import normbench.core.backend
 import normbench.impls
 import normbench.suites
 from normbench.check import conformance
@@ -59,7 +59,7 @@ MODULES = modules_with_examples()
 
 def test_the_walk_finds_the_examples():
     """The walk reaches every folder of the package (not only normbench's own), so no example is forgotten."""
-    assert {"normbench.cases", "normbench.perf.verify", "normbench.impls.triton.autograd"} <= set(MODULES), MODULES
+    assert {"normbench.core.cases", "normbench.perf.verify", "normbench.impls.triton.autograd"} <= set(MODULES), MODULES
 
 
 class Runner(doctest.DocTestRunner):
@@ -122,7 +122,7 @@ def fenced_blocks(markdown: str, section: str) -> list[tuple[str, str]]:
 
 def docstring_example(folder) -> str:
     """The docstring's backend written as the module its entry point names, registered; returns the backend's name."""
-    doc = normbench.backend.__doc__
+    doc = normbench.core.backend.__doc__
     name, module, attr = re.search(r'``(\S+) = "(\w+):(\w+)"``', doc).groups()
     folder.module(module, literal_block(doc, "Example, a complete backend"))
     folder.distribution({name: f"{module}:{attr}"}, dist="my-docstring-backend")
@@ -156,8 +156,8 @@ def test_the_docstring_backend_passes_a_case(installed_plugins):
     name = docstring_example(installed_plugins)
     backend = normbench.refresh().create(name)
     assert type(backend).__module__ == "my_pkg" and backend.dtypes == ("float64", "float32")
-    for case in [c for c in normbench.cases.FORWARD_CASES if c.id.startswith("float32-rows8-hidden1000-")]:
-        conformance.check_forward(backend, normbench.cases.make_inputs(case, 0))
+    for case in [c for c in normbench.core.cases.FORWARD_CASES if c.id.startswith("float32-rows8-hidden1000-")]:
+        conformance.check_forward(backend, normbench.core.cases.make_inputs(case, 0))
 
 
 def test_the_markdown_backend_passes_a_case(tmp_path, install_plugins):
@@ -166,8 +166,8 @@ def test_the_markdown_backend_passes_a_case(tmp_path, install_plugins):
     backend = normbench.refresh().create(name)
     assert type(backend).__module__ == "my_kernels.backend"
     assert normbench.get_registry().plugin(name).distribution == "my-kernels"
-    for case in [c for c in normbench.cases.FORWARD_CASES if c.id.startswith("float32-rows8-hidden1000-")]:
-        conformance.check_forward(backend, normbench.cases.make_inputs(case, 0))
+    for case in [c for c in normbench.core.cases.FORWARD_CASES if c.id.startswith("float32-rows8-hidden1000-")]:
+        conformance.check_forward(backend, normbench.core.cases.make_inputs(case, 0))
 
 
 @pytest.mark.e2e

@@ -12,7 +12,7 @@
 * The report draws the histograms and the statistics per backend and dtype, and says "not
   measured" for a version 1 run.
 
-The suites run in this process (``normbench.runner.run_pytest``, no xdist) on a few cases: seconds.
+The suites run in this process (``normbench.front.runner.run_pytest``, no xdist) on a few cases: seconds.
 """
 
 from __future__ import annotations
@@ -25,14 +25,15 @@ import re
 import numpy as np
 import pytest
 
-from normbench import get_registry, results
+from normbench import get_registry
 from normbench.check import conformance
-from normbench.registry import Selection
+from normbench.core import results
+from normbench.core.registry import Selection
+from normbench.core.results import Histogram
+from normbench.front.runner import outcome_rows, run_pytest
 from normbench.report import errors
 from normbench.report.render import render_html
 from normbench.report.sources import load_result_sets
-from normbench.results import Histogram
-from normbench.runner import outcome_rows, run_pytest
 from normbench.suites import DIRECTORY as SUITES
 from tests.mutants import Fp32Kernel
 

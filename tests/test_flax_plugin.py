@@ -19,8 +19,9 @@ if importlib.util.find_spec("normbench_flax") is None or importlib.util.find_spe
 
 import numpy as np  # noqa: E402
 
-from normbench import cases, deviations, get_registry
+from normbench import get_registry
 from normbench.check import conformance  # noqa: E402
+from normbench.core import cases, deviations
 from tests.plugins import run_suite_tests  # noqa: E402
 
 #: seed 0 failures of the default variant, far out of bound, and the stable variant's verdict on them

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from normbench import cases
 from normbench.check import conformance, hypotheses, identities
+from normbench.core import cases
 from normbench.impls.numpy_ref import NumpyBackend
 from tests import mutants
 

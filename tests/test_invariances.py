@@ -7,14 +7,14 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from normbench import cases
 from normbench.check import oracle, sensitivity
 from normbench.check.conformance import ConformanceError
+from normbench.core import cases
+from normbench.core.registry import get_registry
 from normbench.paper import geometry, invariances, propagation
 from normbench.paper.invariances import FAR, Deviation, Instance
 from normbench.paper.layer import exact_product, make_layer
 from normbench.paper.normalizations import OracleRowLayerNorm, batch_norm, oracle_normalizers, weight_norm
-from normbench.registry import get_registry
 from tests import rms_mutants
 
 LAYER = make_layer(cases.table1_case("float64"), 0)

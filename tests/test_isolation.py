@@ -9,10 +9,10 @@ import sys
 import pytest
 
 import normbench
-from normbench import cases
+from normbench.core import cases
+from normbench.front.runner import Collector, Outcome, summary
 from normbench.perf.throughput import ThroughputRunner
 from normbench.perf.timing import TimingOptions
-from normbench.runner import Collector, Outcome, summary
 from normbench.suites import DIRECTORY as SUITES
 from tests.plugins import ROOT
 
@@ -54,7 +54,7 @@ def plugins(make_plugins):
 RUN = """
 import json, sys
 from dataclasses import asdict
-from normbench.runner import run_pytest
+from normbench.front.runner import run_pytest
 code, outcomes = run_pytest(sys.argv[1:])
 print("OUTCOMES " + json.dumps([asdict(o) for o in outcomes]))
 sys.exit(code)
@@ -143,7 +143,7 @@ def test_throughput_records_systemexit_and_keyboardinterrupt_as_an_error_row(ins
 def test_list_survives_plugins_that_hang_or_exit_at_import(plugins):
     plugins.distribution({"hangs-at-import": "hangs_at_import:B", "exits-at-import": "exits_at_import:B"},
                          dist="acme-bad")
-    out = subprocess.run([sys.executable, "-m", "normbench.cli", "list", "--plugin-timeout=2"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "normbench", "list", "--plugin-timeout=2"], cwd=ROOT,
                          env=plugins.env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert ("problem: backend 'exits-at-import' from distribution acme-bad 0.0.0 ended the process with exit "
@@ -155,7 +155,7 @@ def test_list_survives_plugins_that_hang_or_exit_at_import(plugins):
 
 def test_a_hyphenated_backend_name_is_found_in_its_test_ids():
     """Quarantine and --normbench-maxfail count the backend a test ran, even where an id alone is ambiguous."""
-    from normbench.runner import backend_of
+    from normbench.front.runner import backend_of
 
     nodeid = "suites/test_backward.py::test_backward[mutant-no-mean-term-float32-rows7-hidden100-uniform9]"
     names = ["mutant-control", "mutant-no-mean", "mutant-no-mean-term"]

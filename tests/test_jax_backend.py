@@ -26,7 +26,7 @@ def compiles():
 
 @pytest.mark.parametrize("dtype, affine", [("float32", "wb"), ("bfloat16", "w"), ("float64", "none")])
 def test_warmup_leaves_nothing_to_compile(compiles, dtype, affine):
-    from normbench import cases
+    from normbench.core import cases
 
     b = JaxBackend()
     inputs = cases.make_inputs(cases.Case("t", (37, 3, 29), (3, 29), dtype, affine=affine), 0)
@@ -45,7 +45,7 @@ def test_warmup_leaves_nothing_to_compile(compiles, dtype, affine):
 
 @pytest.mark.parametrize("dtype, affine", [("bfloat16", "w"), ("float64", "none")])
 def test_rms_warmup_leaves_nothing_to_compile(compiles, dtype, affine):
-    from normbench import cases, norms
+    from normbench.core import cases, norms
 
     b = JaxBackend()
     case = cases.Case("t", (37, 3, 29), (3, 29), dtype, affine=affine, norm="rms_norm")
@@ -63,7 +63,7 @@ def test_rms_warmup_leaves_nothing_to_compile(compiles, dtype, affine):
 
 
 def test_rms_eps_none_is_the_default_of_the_computation_dtype():
-    from normbench.dtypes import default_rms_eps
+    from normbench.core.dtypes import default_rms_eps
 
     b = JaxBackend()
     rows = np.full((2, 64), 1e-3, np.float32)  # rms 1e-3: eps 2**-23 (fp32's) against bfloat16's 2**-7 shows
@@ -115,7 +115,7 @@ def test_synchronize_waits_for_every_result():
 
 @pytest.mark.e2e
 def test_list_shows_version_and_device():
-    out = subprocess.run([sys.executable, "-m", "normbench.cli", "list", "--probe"], cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "normbench", "list", "--probe"], cwd=ROOT, capture_output=True,
                          text=True, timeout=600)
     row = next(line for line in out.stdout.splitlines() if line.startswith("jax "))
     assert importlib.metadata.version("jax") in row

@@ -21,8 +21,9 @@ if any(importlib.util.find_spec(m) is None for m in ("normbench_jaxnn", "equinox
 
 import numpy as np  # noqa: E402
 
-from normbench import cases, deviations, get_registry  # noqa: E402
+from normbench import get_registry  # noqa: E402
 from normbench.check import conformance  # noqa: E402
+from normbench.core import cases, deviations
 from tests.plugins import run_suite_tests  # noqa: E402
 
 BACKENDS = {"equinox": "EquinoxNorm", "haiku": "HaikuNorm", "haiku-fast": "HaikuFastLayerNorm"}

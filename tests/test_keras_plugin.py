@@ -25,8 +25,9 @@ if importlib.util.find_spec("normbench_keras") is None or importlib.util.find_sp
 import numpy as np  # noqa: E402
 from normbench_keras.backends import configured_keras_backend  # noqa: E402
 
-from normbench import cases, get_registry  # noqa: E402
+from normbench import get_registry  # noqa: E402
 from normbench.check import conformance  # noqa: E402
+from normbench.core import cases
 from tests.plugins import run_suite_tests, subprocess_env  # noqa: E402
 
 BACKENDS = {"keras-jax": "jax", "keras-torch": "torch", "keras-tensorflow": "tensorflow"}

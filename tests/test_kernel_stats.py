@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from normbench.exceptions import NormbenchError
+from normbench.core.exceptions import NormbenchError
 from normbench.perf.kernel_stats import STATS_COLUMNS, access_widths, occupancy, stats_rows
 from normbench.perf.traffic import GPUS
 

@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from normbench import results
-from normbench.runner import Outcome, summary
+from normbench.core import results
+from normbench.front.runner import Outcome, summary
 from normbench.suites import DIRECTORY as SUITES
 from tests.plugins import ROOT
 
@@ -147,7 +147,7 @@ def test_a_bad_deviations_file_names_the_line(run, tmp_path):
 
 @pytest.mark.e2e
 def test_normbench_run_counts_lists_and_saves_them(plugins, tmp_path):
-    out = subprocess.run([sys.executable, "-m", "normbench.cli", "run", "--impl=declared", "-n", "0", "--suites=conformance",
+    out = subprocess.run([sys.executable, "-m", "normbench", "run", "--impl=declared", "-n", "0", "--suites=conformance",
                           f"--out={tmp_path}", "--run-id=r1", "--no-report", *only(OFFSET1E3, NORMAL)], cwd=ROOT,
                          env=plugins.env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:]

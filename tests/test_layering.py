@@ -15,36 +15,32 @@ import normbench.suites
 
 ROOTS = {"normbench": Path(normbench.__file__).parent, "normbench.impls": Path(normbench.impls.__file__).parent,
          "normbench.suites": Path(normbench.suites.__file__).parent}
-#: the front: what users run (the CLI, the pytest plugin and its halves, the suites runner, option parsing)
-FRONT = {"normbench.cli", "normbench.pytest_plugin", "normbench.pytest_throughput", "normbench.isolation",
-         "normbench.runner", "normbench.options"}
 #: never imported by anything: entry points only
-ENTRY_POINTS = {"normbench.cli", "normbench.pytest_plugin"}
+ENTRY_POINTS = {"normbench.front.cli", "normbench.front.pytest_plugin"}
 #: room -> the rooms it may import
 ALLOWED = {
     "core": {"core"},
+    "kit": {"core", "kit"},
     "check": {"core", "check"},
     "paper": {"core", "check", "paper"},
-    "perf": {"core", "check", "perf"},
+    "perf": {"core", "kit", "check", "perf"},
     "report": {"core", "check", "paper", "perf", "report"},
-    "impls": {"core", "impls"},
-    "front": {"core", "check", "paper", "perf", "report", "front"},
+    "impls": {"core", "kit", "impls"},
+    "front": {"core", "kit", "check", "paper", "perf", "report", "front"},
     "suites": {"core", "check", "paper", "perf", "front"},
 }
 
 
 def room(module: str) -> str:
-    """``normbench.check.oracle`` -> "check"; top-level modules other than the front -> "core"."""
-    if module in FRONT:
-        return "front"
+    """``normbench.check.oracle`` -> "check"; the package itself and its ``__main__`` -> "front"."""
     parts = module.split(".")
-    if len(parts) > 1 and parts[1] in ("check", "paper", "perf", "report", "impls"):
+    if len(parts) > 1 and parts[1] in ("core", "kit", "check", "paper", "perf", "report", "front", "impls"):
         return parts[1]
     if module == "normbench.suites":
         return "core"  # its __init__ only says where the suites live
     if len(parts) > 1 and parts[1] == "suites":
         return "suites"
-    return "core"
+    return "core" if module == "normbench" else "front"
 
 
 def module_files() -> dict[str, Path]:
@@ -60,7 +56,7 @@ def module_files() -> dict[str, Path]:
 
 
 def imports(path: Path, known: set[str], module_level_only: bool = False) -> set[str]:
-    """The normbench modules ``path`` imports (``from normbench import cases`` -> normbench.cases)."""
+    """The normbench modules ``path`` imports (``from normbench import cases`` -> normbench.core.cases)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     nodes = tree.body if module_level_only else list(ast.walk(tree))
     out = set()
@@ -81,7 +77,7 @@ def violations(graph: dict[str, set[str]]) -> list[str]:
         for target in sorted(targets):
             if target == module:
                 continue
-            if target in ENTRY_POINTS:
+            if target in ENTRY_POINTS and module != "normbench.__main__":
                 found.append(f"{module} imports {target}: nothing imports the CLI or the pytest plugin")
             elif room(target) not in ALLOWED[room(module)]:
                 found.append(f"{module} ({room(module)}) imports {target} ({room(target)})")
@@ -113,7 +109,7 @@ def files():
 
 def test_every_room_imports_only_the_rooms_below_it(files):
     graph = {m: imports(p, set(files)) for m, p in files.items()}
-    assert {room(m) for m in files} >= {"core", "check", "paper", "perf", "report", "impls", "front", "suites"}
+    assert {room(m) for m in files} >= {"core", "kit", "check", "paper", "perf", "report", "impls", "front", "suites"}
     assert violations(graph) == []
 
 
@@ -126,10 +122,10 @@ def test_no_import_cycle_at_module_level(files):
     ("normbench.check.conformance", "normbench.perf.timing"),
     ("normbench.paper.table1", "normbench.perf.roofline"),
     ("normbench.perf.verify", "normbench.paper.layer"),
-    ("normbench.cases", "normbench.check.oracle"),
-    ("normbench.report.render", "normbench.cli"),
+    ("normbench.core.cases", "normbench.check.oracle"),
+    ("normbench.report.render", "normbench.front.cli"),
     ("normbench.impls.numpy_ref", "normbench.check.oracle"),
-    ("normbench.suites.test_forward", "normbench.pytest_plugin"),
+    ("normbench.suites.test_forward", "normbench.front.pytest_plugin"),
 ])
 def test_the_check_fails_on_a_crossing(module, target):
     assert violations({module: {target}}), f"{module} -> {target} must be refused"

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from numpy.lib.stride_tricks import as_strided
 
-from normbench.cases import Case, make_inputs
-from normbench.layout import decompose
+from normbench.core.cases import Case, make_inputs
+from normbench.kit.layout import decompose
 
 
 def rebuild(view):

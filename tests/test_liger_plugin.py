@@ -21,8 +21,9 @@ if importlib.util.find_spec("normbench_liger") is None or importlib.util.find_sp
 import numpy as np  # noqa: E402
 from normbench_liger import backends  # noqa: E402
 
-from normbench import cases, deviations, get_registry  # noqa: E402
+from normbench import get_registry  # noqa: E402
 from normbench.check import conformance  # noqa: E402
+from normbench.core import cases, deviations
 from normbench.suites import DIRECTORY as SUITES  # noqa: E402
 from tests.plugins import ROOT, junit_outcomes, pytest_command, subprocess_env  # noqa: E402
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from normbench import cases
-from normbench.backend import Limits
 from normbench.check import conformance
+from normbench.core import cases
+from normbench.core.backend import Limits
 from normbench.paper import geometry, invariances, table1
 from normbench.paper.normalizations import BackendRowLayerNorm
 from tests import mutants

@@ -19,8 +19,9 @@ if importlib.util.find_spec("normbench_mlx") is None or importlib.util.find_spec
 
 import numpy as np  # noqa: E402
 
-from normbench import cases, deviations, get_registry  # noqa: E402
+from normbench import get_registry  # noqa: E402
 from normbench.check import conformance, oracle  # noqa: E402
+from normbench.core import cases, deviations
 
 
 def ratio(message: str) -> float:

@@ -11,12 +11,13 @@ HEAVY = ("torch", "jax", "jaxlib", "triton", "flax")
 
 PROGRAMS = {
     "import normbench": "import normbench",
-    "pytest plugin": "import normbench.pytest_plugin",
+    "pytest plugin": "import normbench.front.pytest_plugin",
     "backend classes": "import normbench\nr = normbench.get_registry()\n"
                        "for n in r.names:\n    r.load_class(n); r.availability(n)",
-    "normbench list": "from normbench.cli import main\nmain(['list'])",
-    "throughput modules": "import normbench.perf.timing, normbench.perf.roofline, normbench.results, normbench.perf.throughput, "
-                          "normbench.pytest_throughput, normbench.perf.sweep, normbench.report.text, normbench.environment",
+    "normbench list": "from normbench.front.cli import main\nmain(['list'])",
+    "throughput modules": "import normbench.perf.timing, normbench.perf.roofline, normbench.core.results, "
+                          "normbench.perf.throughput, normbench.front.pytest_throughput, normbench.perf.sweep, "
+                          "normbench.report.text, normbench.core.environment",
     "report modules": "import normbench.report, normbench.report.sources, normbench.report.shape, normbench.report.svg, "
                       "normbench.report.render",
 }

@@ -4,9 +4,9 @@ LayerNorm-only backends unaffected (their RMSNorm cases skip, saying why)."""
 import numpy as np
 import pytest
 
-from normbench import cases, norms
 from normbench.check import conformance, oracle
-from normbench.exceptions import InvalidInput
+from normbench.core import cases, norms
+from normbench.core.exceptions import InvalidInput
 from normbench.impls.numpy_ref import NumpyBackend
 
 
@@ -72,7 +72,7 @@ def test_the_norm_calls_the_backends_rmsnorm_and_gives_three_gradients():
 
 
 def test_normbench_check_takes_the_normalization(capsys):
-    from normbench.cli import main
+    from normbench.front.cli import main
 
     assert main(["check", "--impl=numpy", "--shape=4x100", "--norm=rms_norm", "--dtype=bfloat16"]) == 0
     assert "PASS numpy rms-bfloat16-rows4-hidden100-normal (seed 0)" in capsys.readouterr().out

@@ -19,9 +19,10 @@ import re
 import numpy as np
 import pytest
 
-from normbench import cases, get_registry
+from normbench import get_registry
 from normbench.check import conformance, error_model, identities, oracle
 from normbench.check.worst import worst_violation
+from normbench.core import cases
 from tests import mutants
 
 pytestmark = pytest.mark.e2e

@@ -16,8 +16,9 @@ if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("
 
 import numpy as np  # noqa: E402
 
-from normbench import cases, get_registry  # noqa: E402
+from normbench import get_registry  # noqa: E402
 from normbench.check import conformance  # noqa: E402
+from normbench.core import cases
 from tests.plugins import run_suite_tests  # noqa: E402
 
 #: seed 0 failures, each explained by a declared deviation

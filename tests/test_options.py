@@ -1,4 +1,4 @@
-"""normbench.options: the value parsers (good values, bad ones and their message), the options
+"""normbench.front.options: the value parsers (good values, bad ones and their message), the options
 the CLI and the pytest plugin share, and the backend option's two spellings in pytest:
 ``--normbench-impl`` (the plugin's, everywhere) and ``--impl`` (suites/conftest.py's alias, on
 the suites folder), one setting; and a project's own ``--impl`` still works with normbench installed."""
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from normbench import options
+from normbench.front import options
 from normbench.perf.roofline import DIRECTIONS
 from normbench.suites import DIRECTORY as SUITES
 from tests.plugins import counts
@@ -330,7 +330,7 @@ def test_the_reproduce_line_outside_the_suites_says_normbench_impl(tmp_path):
 
 @pytest.mark.e2e
 def test_normbench_test_passes_the_backends_and_seeds_on(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "normbench.cli", "test", "--impl=numpy", "--seed=1..3", "-n", "0",
+    out = subprocess.run([sys.executable, "-m", "normbench", "test", "--impl=numpy", "--seed=1..3", "-n", "0",
                           "--collect-only", "-q", "-k", f"test_forward and {ONE_CASE} and not rms"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from normbench.check import oracle
-from normbench.dtypes import U64 as U  # float64 unit roundoff, 2**-53
+from normbench.core.dtypes import U64 as U  # float64 unit roundoff, 2**-53
 
 PREC = 60     # Decimal digits of the references
 STEP = Decimal("1e-25")

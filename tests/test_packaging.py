@@ -29,7 +29,7 @@ def test_the_wheel_installs_one_top_level_package(tmp_path):
                     "normbench/check/oracle.py", "normbench/report/templates/report.html.j2", "normbench/py.typed"):
         assert shipped in names, shipped
     entry_points = zipfile.ZipFile(wheel).read(f"{dist_info[0]}/entry_points.txt").decode()
-    assert "normbench.pytest_plugin" in entry_points and "normbench.impls.numpy_ref:NumpyBackend" in entry_points
+    assert "normbench.front.pytest_plugin" in entry_points and "normbench.impls.numpy_ref:NumpyBackend" in entry_points
     assert "harness" not in entry_points.replace("normbench", "")
 
 

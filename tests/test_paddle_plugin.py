@@ -17,8 +17,9 @@ if importlib.util.find_spec("normbench_paddle") is None or importlib.util.find_s
 
 import numpy as np  # noqa: E402
 
-from normbench import cases, get_registry  # noqa: E402
+from normbench import get_registry  # noqa: E402
 from normbench.check import conformance, oracle  # noqa: E402
+from normbench.core import cases
 from tests.plugins import run_suite_tests  # noqa: E402
 
 #: seed 0 failures, each far out of bound (ratio to the bound, at least)

@@ -10,7 +10,7 @@
 * The conformance results schema (version 2) round-trips the properties and reads version 1 files.
 * The report shows them per backend and dtype, and the terminal summary one line per violation.
 
-Each suite runs in this process (``normbench.runner.run_pytest``, no xdist) on a few cases.
+Each suite runs in this process (``normbench.front.runner.run_pytest``, no xdist) on a few cases.
 """
 
 from __future__ import annotations
@@ -24,12 +24,14 @@ import re
 import numpy as np
 import pytest
 
-from normbench import cases, get_registry, options, results
+from normbench import get_registry
 from normbench.check import conformance
-from normbench.registry import Selection
+from normbench.core import cases, results
+from normbench.core.registry import Selection
+from normbench.front import options
+from normbench.front.runner import outcome_rows, run_pytest
 from normbench.report.render import render_html
 from normbench.report.sources import load_result_sets
-from normbench.runner import outcome_rows, run_pytest
 from normbench.suites import DIRECTORY as SUITES
 from tests.mutants import NonDeterministic, NonDeterministicBackward
 from tests.property_mutants import BatchVariant
@@ -145,7 +147,7 @@ def test_nan_payloads_do_not_count_against_batch_invariance():
 def test_the_option_refuses_bad_values_with_one_message(value, said, capsys):
     with pytest.raises(argparse.ArgumentTypeError, match=f"Could not parse value: '{value}'. {said}"):
         options.parse_require(value)
-    from normbench.cli import main
+    from normbench.front.cli import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["test", f"--require={value}", "--impl=numpy"])

@@ -1,5 +1,5 @@
 """environment.json's normbench commit: normbench's own, from its PEP 610 record, never the
-commit of a git repository that merely contains the virtualenv (normbench.provenance)."""
+commit of a git repository that merely contains the virtualenv (normbench.core.provenance)."""
 
 import shutil
 import subprocess
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from normbench import __version__, environment, provenance
+from normbench import __version__
+from normbench.core import environment, provenance
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

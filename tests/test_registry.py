@@ -1,4 +1,4 @@
-"""normbench.registry with fake plugins, installed the pandas way: a
+"""normbench.core.registry with fake plugins, installed the pandas way: a
 ``<name>-0.0.0.dist-info`` folder (METADATA, entry_points.txt) and the plugin's
 module under a temporary folder prepended to sys.path (the ``installed_plugins``
 fixture of tests/conftest.py). Nothing is pip-installed.
@@ -21,7 +21,7 @@ import pytest
 import normbench
 from normbench import Availability, BackendUnavailable, PluginError, UnknownBackend
 from normbench.check import oracle
-from normbench.registry import GROUP, Registry
+from normbench.core.registry import GROUP, Registry
 from tests.plugins import PluginFolder
 
 _counter = itertools.count()
@@ -343,7 +343,7 @@ def test_availability_returning_non_availability(fake):
     assert_numpy_still_works(registry)
 
 
-# By normbench.exceptions' contract ("every message says what was wrong, the value
+# By normbench.core.exceptions' contract ("every message says what was wrong, the value
 # received, and the fix") and registry's ("a broken plugin becomes a problem naming
 # its distribution and the fix"), start-up failures name the distribution and the fix.
 @pytest.mark.parametrize("kind", ["init-raises", "not-an-availability"])

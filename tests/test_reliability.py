@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from normbench import results
-from normbench.environment import read_environment
+from normbench.core import results
+from normbench.core.environment import read_environment
 from tests.plugins import ROOT
 
 #: enough conformance tests that a run is still going when the test stops it
@@ -19,7 +19,7 @@ SLOW = ["--impl=numpy", "--suites=conformance", "-n", "1", "--normbench-seed=0..
 
 
 def start(tmp_path, *args):
-    return subprocess.Popen([sys.executable, "-m", "normbench.cli", "run", f"--out={tmp_path}", "--run-id=r1", *args],
+    return subprocess.Popen([sys.executable, "-m", "normbench", "run", f"--out={tmp_path}", "--run-id=r1", *args],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 
@@ -38,7 +38,7 @@ def wait_for_rows(folder, n: int, process, timeout: float = 300) -> int:
 
 
 def normbench(*args):
-    return subprocess.run([sys.executable, "-m", "normbench.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "normbench", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
 
 
@@ -133,9 +133,9 @@ def test_the_throughput_suite_claims_its_folder_before_measuring(tmp_path, worke
 
 
 def test_a_failed_conformance_write_is_said_once_and_the_run_goes_on(capsys):
-    from normbench.cli import _Sink
-    from normbench.results import ResultsError
-    from normbench.runner import Outcome
+    from normbench.core.results import ResultsError
+    from normbench.front.cli import _Sink
+    from normbench.front.runner import Outcome
 
     class FullDisk:
         calls = 0
@@ -168,8 +168,8 @@ def test_collecting_the_throughput_suite_creates_no_run_folder(tmp_path):
 
 
 def test_a_failed_throughput_write_is_said_once_and_the_cases_go_on(pytester, monkeypatch, tmp_path):
-    from normbench import results
-    from normbench.pytest_throughput import RECORDER
+    from normbench.core import results
+    from normbench.front.pytest_throughput import RECORDER
 
     class FullDisk:
         def __init__(self, *args, **kwargs):

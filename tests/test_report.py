@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from normbench.core.results import ResultsError
 from normbench.report import load_result_sets, render_html, write_report
-from normbench.results import ResultsError
 from tests.plugins import ROOT
 from tests.report_data import HOSTILE, write_run
 
@@ -90,7 +90,7 @@ def test_a_single_file_is_a_result_set(run):
 
 
 def normbench(*args):
-    return subprocess.run([sys.executable, "-m", "normbench.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "normbench", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
 
 

@@ -9,9 +9,9 @@ import re
 
 import pytest
 
-from normbench import deviations, results
-from normbench.cases import CASE_LISTS
-from normbench.norms import of_case_id
+from normbench.core import deviations, results
+from normbench.core.cases import CASE_LISTS
+from normbench.core.norms import of_case_id
 from normbench.report import render_html, shape, svg
 from normbench.report.shape import SUITE_CASES, Line, Panel
 from normbench.report.sources import ResultSet

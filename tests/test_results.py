@@ -6,9 +6,9 @@ import math
 import pandas as pd
 import pytest
 
-from normbench import results
-from normbench.results import CONFORMANCE, THROUGHPUT, ResultsError, ResultsWriter, load, merge, new_row
-from normbench.runner import Outcome, outcome_rows
+from normbench.core import results
+from normbench.core.results import CONFORMANCE, THROUGHPUT, ResultsError, ResultsWriter, load, merge, new_row
+from normbench.front.runner import Outcome, outcome_rows
 
 
 def rows(run_id="r1", n=3):

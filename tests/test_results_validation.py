@@ -13,10 +13,10 @@ import sys
 import pandas as pd
 import pytest
 
-from normbench import environment, files, results
+from normbench.core import environment, files, results
+from normbench.core.results import CONFORMANCE, THROUGHPUT, ResultsError, ResultsWriter, load
+from normbench.core.run_folder import claim
 from normbench.report import load_result_sets, render_html, write_report
-from normbench.results import CONFORMANCE, THROUGHPUT, ResultsError, ResultsWriter, load
-from normbench.run_folder import claim
 from tests.plugins import ROOT
 from tests.report_data import write_run
 from tests.test_results import rows
@@ -343,7 +343,7 @@ def test_a_malformed_table1_is_refused_naming_the_field(tmp_path, change, messag
 
 
 def normbench(*args):
-    return subprocess.run([sys.executable, "-m", "normbench.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "normbench", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
 
 

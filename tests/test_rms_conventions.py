@@ -5,8 +5,8 @@ documented command in README)."""
 
 import pytest
 
-from normbench import cases
 from normbench.check import conformance
+from normbench.core import cases
 from normbench.paper import invariances
 from tests import rms_mutants
 

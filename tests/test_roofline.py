@@ -15,9 +15,9 @@ import statistics
 
 import pytest
 
-from normbench import machine
-from normbench.exceptions import NormbenchError
-from normbench.machine import CacheSize
+from normbench.core import machine
+from normbench.core.exceptions import NormbenchError
+from normbench.core.machine import CacheSize
 from normbench.perf import roofline
 
 

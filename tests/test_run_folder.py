@@ -11,10 +11,10 @@ import textwrap
 
 import pytest
 
-from normbench import run_folder
-from normbench.environment import new_run_id
-from normbench.results import RESULT_FILES
-from normbench.run_folder import CLAIM_VARIABLE, LOCK_FILE, RunFolderError, claim, holder
+from normbench.core import run_folder
+from normbench.core.environment import new_run_id
+from normbench.core.results import RESULT_FILES
+from normbench.core.run_folder import CLAIM_VARIABLE, LOCK_FILE, RunFolderError, claim, holder
 from tests.plugins import ROOT
 
 
@@ -32,7 +32,7 @@ def test_run_ids_are_unique_within_a_second_and_sort_by_time():
     assert len(set(ids)) == len(ids)
     assert all(run_folder.RUN_ID.match(i) for i in ids)
     assert sorted(ids, key=lambda i: i[:16]) == ids  # the UTC time comes first
-    out = python("from normbench.environment import new_run_id; print(new_run_id())")
+    out = python("from normbench.core.environment import new_run_id; print(new_run_id())")
     assert out.returncode == 0 and out.stdout.strip() not in ids  # another process, the same second
 
 
@@ -87,7 +87,7 @@ def test_the_same_process_claims_again_and_releases_with_the_last_claim(tmp_path
 
 CLAIM_IN_CHILD = """
     import sys
-    from normbench.run_folder import claim, RunFolderError
+    from normbench.core.run_folder import claim, RunFolderError
     try:
         run = claim({out!r}, "r1")
     except RunFolderError as exc:
@@ -117,7 +117,7 @@ def test_a_child_of_the_owner_inherits_the_claim(tmp_path):
 def test_a_killed_writer_leaves_no_lock(tmp_path):
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import time
-        from normbench.run_folder import claim
+        from normbench.core.run_folder import claim
         claim({str(tmp_path)!r}, "r1")
         print("claimed", flush=True)
         time.sleep(60)

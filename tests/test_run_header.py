@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from normbench import cli, results
-from normbench.runner import suite_nodeid
+from normbench.core import results
+from normbench.front import cli
+from normbench.front.runner import suite_nodeid
 from normbench.suites import DIRECTORY
 from tests.plugins import ROOT
 
@@ -63,7 +64,7 @@ PERCENT = re.compile(r"\[\s*\d+%\]")
 
 
 def normbench(*args, env=None, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "normbench.cli", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "normbench", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)
 
 

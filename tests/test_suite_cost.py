@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from normbench import cases, options, threads
 from normbench.check import conformance, identities
+from normbench.core import cases
+from normbench.front import options, threads
 from tests.mutants import Fp32Kernel
 
 CASE = next(c for c in cases.BACKWARD_CASES if c.id == "float32-rows7-hidden100-uniform9")
@@ -202,7 +203,7 @@ def test_conformance_tests_pin_threads_and_throughput_restores_them():
 
 
 def test_suites_set_threads_before_each_conformance_test(monkeypatch):
-    from normbench import pytest_plugin
+    from normbench.front import pytest_plugin
     from normbench.impls.numpy_ref import NumpyBackend
     from normbench.suites import DIRECTORY
 

@@ -1,15 +1,16 @@
 """``normbench survey``: runs of many environments merged into one result set with the judged findings
-(normbench.survey), and the report's findings section and matrix across libraries."""
+(normbench.report.survey), and the report's findings section and matrix across libraries."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from normbench import results, survey
-from normbench.cli import main
-from normbench.environment import ENVIRONMENT_FILE, environment
-from normbench.results import ResultsError
+from normbench.core import results
+from normbench.core.environment import ENVIRONMENT_FILE, environment
+from normbench.core.results import ResultsError
+from normbench.front.cli import main
+from normbench.report import survey
 
 HEADER = ",".join(survey.FINDING_FIELDS)
 DEFECT = ('liger,Liger-Kernel,0.5.2,layer_norm,float32,defect,"padded lanes counted in the variance","7.1x the bound: '

@@ -37,12 +37,12 @@ def rms_plugins(make_plugins):
 
 
 def table1(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "normbench.cli", "table1", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "normbench", "table1", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
 def test_the_oracles_reproduce_the_paper_and_import_no_framework():
-    code = ("import sys\nfrom normbench.cli import main\nrc = main(['table1'])\n"
+    code = ("import sys\nfrom normbench.front.cli import main\nrc = main(['table1'])\n"
             "print('HEAVY:', sorted(m for m in ('torch', 'jax') if m in sys.modules))\nsys.exit(rc)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr

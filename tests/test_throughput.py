@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from normbench import cases
+from normbench.core import cases
 from normbench.perf.roofline import direction_bytes
 from normbench.perf.throughput import ThroughputRunner
 from normbench.perf.timing import HostTimer, TimingOptions

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from normbench import results
+from normbench.core import results
 from normbench.suites import DIRECTORY
 from tests.plugins import ROOT, pytest_command
 

@@ -21,7 +21,7 @@ import math
 
 import pytest
 
-from normbench.exceptions import InvalidInput
+from normbench.core.exceptions import InvalidInput
 from normbench.perf.timing import CudaEventTimer, HostTimer, ReplayClock, Timing, TimingOptions, ready
 from tests.synthetic import AsyncDispatch, FakeTorch, spend
 

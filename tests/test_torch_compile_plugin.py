@@ -123,8 +123,8 @@ def test_finding_half_precision_backward_uses_mean_and_rstd_saved_in_half(compil
     forward's mean and rstd rounded to bfloat16 (what the compiled forward saves) gives the compiled dx."""
     import torch
 
-    from normbench import cases
     from normbench.check import conformance
+    from normbench.core import cases
 
     # the signature's first compilation specializes on its hidden size (normalized_shape is a Python tuple); a
     # later size recompiles with the size dynamic, the kernel the suites mostly run. That kernel saves mean and

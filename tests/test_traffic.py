@@ -12,7 +12,7 @@ if importlib.util.find_spec("triton") is None:  # never import triton before the
     pytest.skip("triton is not installed (pip install 'normbench[triton]')", allow_module_level=True)
 torch = pytest.importorskip("torch")
 
-from normbench.impls.triton.runtime import ensure_mode  # noqa: E402
+from normbench.kit.triton import ensure_mode  # noqa: E402
 
 if not ensure_mode().interpreter:
     pytest.skip("the traffic counter runs kernels in the Triton interpreter", allow_module_level=True)

@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-from normbench import results
+from normbench.core import results
+from normbench.core.results import KERNEL_STATS, TRAFFIC, ResultsError
 from normbench.report import load_result_sets, render_html, write_report
-from normbench.results import KERNEL_STATS, TRAFFIC, ResultsError
 from tests.plugins import ROOT
 
 PUBLISHED = ROOT / "reports" / "traffic-h100"

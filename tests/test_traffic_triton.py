@@ -15,7 +15,7 @@ if importlib.util.find_spec("triton") is None:  # never import triton before the
     pytest.skip("triton is not installed (pip install 'normbench[triton]')", allow_module_level=True)
 torch = pytest.importorskip("torch")
 
-from normbench.impls.triton.runtime import ensure_mode  # noqa: E402
+from normbench.kit.triton import ensure_mode  # noqa: E402
 
 if not ensure_mode().interpreter:
     pytest.skip("the traffic counter runs kernels in the Triton interpreter", allow_module_level=True)
@@ -88,7 +88,7 @@ def test_the_counter_sees_the_gpu_configuration_not_the_interpreters(triton_back
 
 # -- RMSNorm over the whole GPU sweep: the same targets as LayerNorm, relative to its own model --
 
-from normbench.cases import THROUGHPUT_GPU_CASES  # noqa: E402
+from normbench.core.cases import THROUGHPUT_GPU_CASES  # noqa: E402
 
 ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
 

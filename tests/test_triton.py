@@ -17,10 +17,10 @@ import sys
 import numpy as np
 import pytest
 
-from normbench import cases
 from normbench.check import error_model, oracle
 from normbench.check.conformance import ConformanceError, same_bits, worst_violation
-from normbench.dtypes import host_dtype
+from normbench.core import cases
+from normbench.core.dtypes import host_dtype
 
 if importlib.util.find_spec("triton") is None:  # never import triton before the mode is chosen
     pytest.skip("triton is not installed (pip install 'normbench[triton]')", allow_module_level=True)
@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 
 from normbench.impls.triton import LayerNorm, RMSNorm, launch, layer_norm, rms_norm  # noqa: E402
 from normbench.impls.triton.backend import TritonBackend  # noqa: E402
-from normbench.impls.triton.runtime import ensure_mode  # noqa: E402
+from normbench.kit.triton import ensure_mode  # noqa: E402
 
 MODE = ensure_mode()
 
@@ -375,9 +375,9 @@ def test_rms_dweight_bit_identical(shape):
 
 
 def test_rms_eps_none_is_the_accumulation_dtypes_machine_epsilon():
-    """torch's default (normbench.dtypes.default_rms_eps): float32's eps for half and float32 x,
+    """torch's default (normbench.core.dtypes.default_rms_eps): float32's eps for half and float32 x,
     float64's for float64; tiny rows make it visible."""
-    from normbench.dtypes import default_rms_eps
+    from normbench.core.dtypes import default_rms_eps
 
     for dtype, eps in (("float32", 2.0**-23), ("bfloat16", 2.0**-23), ("float64", 2.0**-52)):
         assert default_rms_eps(dtype) == eps == launch.rms_eps(None, getattr(torch, dtype))

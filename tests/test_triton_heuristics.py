@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from normbench.cases import HIDDEN, ROWS
+from normbench.core.cases import HIDDEN, ROWS
 from normbench.impls.triton import heuristics as h
 
 GPU = h.Target(sm_count=132)
@@ -68,7 +68,7 @@ def test_row_in_registers_up_to_16k_fp32_values():
 import csv  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from normbench.cases import THROUGHPUT_GPU_CASES  # noqa: E402
+from normbench.core.cases import THROUGHPUT_GPU_CASES  # noqa: E402
 from normbench.perf.roofline import direction_bytes  # noqa: E402
 
 REPORT = Path(__file__).resolve().parents[1] / "reports" / "traffic-h100"

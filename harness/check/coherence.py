@@ -162,7 +162,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from normbench.check import error_model, oracle
-from normbench.dtypes import SUBNORMAL_SPACING, UNIT_ROUNDOFF, accumulation_roundoff, host_dtype
+from normbench.core.dtypes import SUBNORMAL_SPACING, UNIT_ROUNDOFF, accumulation_roundoff, host_dtype
 
 #: Hoeffding's multiplier for a false-alarm probability of 1e-9 per statistic: sqrt(2*ln(2/p))
 P_FALSE_ALARM = 1e-9
@@ -453,7 +453,7 @@ def check_forward_coherence(backend, inputs, y_host: np.ndarray, ref: oracle.For
         lines += [f"  {f.words()}" for f in found]
         lines.append(f"  (normbench.check.coherence: statistics linear in the error, allowance = shared statistics' "
                      f"error + computed lattice rounding + {Z:.2f} x Hoeffding's bound on independent roundings)")
-        lines.append(f"  inputs: normbench.cases.make_inputs(<case {case.id}>, seed={inputs.seed})")
+        lines.append(f"  inputs: normbench.core.cases.make_inputs(<case {case.id}>, seed={inputs.seed})")
         raise ConformanceError("\n".join(lines))
 
 
@@ -746,6 +746,6 @@ def check_backward_coherence(backend, inputs, dy: np.ndarray, run, ref: oracle.F
         lines.append(f"  (normbench.check.coherence, backward: statistics linear in the error, allowance = shared "
                      f"statistics' error + the reference's own rounding + {Z:.2f} x Hoeffding's bound on "
                      f"independent roundings)")
-        lines.append(f"  inputs: normbench.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); "
-                     f"dy: normbench.cases.make_dy(<case {case.id}>, seed={inputs.seed})")
+        lines.append(f"  inputs: normbench.core.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); "
+                     f"dy: normbench.core.cases.make_dy(<case {case.id}>, seed={inputs.seed})")
         raise ConformanceError("\n".join(lines))

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from normbench import norms
-from normbench.backend import Backend
-from normbench.cases import Case, Inputs
 from normbench.check import coherence, error_model, hypotheses, oracle
 from normbench.check.worst import Worst, worst_violation
-from normbench.dtypes import dtype_name, host_dtype
-from normbench.results import HISTOGRAM_BINS, HISTOGRAM_WIDTH, Histogram
+from normbench.core import norms
+from normbench.core.backend import Backend
+from normbench.core.cases import Case, Inputs
+from normbench.core.dtypes import dtype_name, host_dtype
+from normbench.core.results import HISTOGRAM_BINS, HISTOGRAM_WIDTH, Histogram
 
 
 class ConformanceError(AssertionError):
@@ -64,7 +64,7 @@ def describe(what: str, worst: Worst, inputs: Inputs, backend: Backend, ref: ora
                      f"eps {inputs.case.eps_value:g}, N {ref.x.shape[1]}, dtype {inputs.case.dtype}, "
                      f"params {inputs.case.params} ({inputs.case.affine})")
     lines += [f"  {note}" for note in notes]
-    lines.append(f"  inputs: normbench.cases.make_inputs(<case {inputs.case.id}>, seed={inputs.seed})")
+    lines.append(f"  inputs: normbench.core.cases.make_inputs(<case {inputs.case.id}>, seed={inputs.seed})")
     return "\n".join(lines)
 
 
@@ -221,7 +221,7 @@ class Properties:
 
     :meth:`report` records a verdict, ``"yes"`` or ``"no: what differed"``, in :attr:`measured` (a test
     measuring a property twice keeps the first violation) and, when given, in ``sink`` (a pytest item's
-    ``user_properties``: the plugin hands the suites one, and ``normbench.runner`` reads it back); a
+    ``user_properties``: the plugin hands the suites one, and ``normbench.front.runner`` reads it back); a
     violated property that is ``required`` raises :class:`ConformanceError` saying which property,
     what differed and what typically causes it. Without one, the checks use ``Properties()``: the
     default requirements, recorded nowhere.
@@ -272,7 +272,7 @@ class Properties:
 # -- the structure of the forward error, recorded for the report (never a verdict) -----------------
 
 #: the conformance columns a forward test records about y's error (:func:`error_structure`), in
-#: ``user_properties`` under ``normbench_<column>``, read back by ``normbench.runner``
+#: ``user_properties`` under ``normbench_<column>``, read back by ``normbench.front.runner``
 ERROR_STRUCTURE: tuple[str, ...] = ("error_histogram", "nearest_histogram", "coherence_scale", "coherence_offset",
                                     "coherence_toward_zero", "coherence_downward")
 #: the output dtypes whose error is measured: not float64, whose oracle is itself float64 (its error in float64
@@ -543,7 +543,7 @@ def _layouts(hosts) -> tuple:
 
 def gradient_notes(inputs: Inputs) -> tuple[str, ...]:
     """The lines a gradient diagnosis adds: how to rebuild dy."""
-    return (f"dy: normbench.cases.make_dy(<case {inputs.case.id}>, seed={inputs.seed}) (nonzero row means)",)
+    return (f"dy: normbench.core.cases.make_dy(<case {inputs.case.id}>, seed={inputs.seed}) (nonzero row means)",)
 
 
 def check_backward_values(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun,

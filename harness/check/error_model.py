@@ -91,7 +91,7 @@ from __future__ import annotations
 import numpy as np
 
 from normbench.check import oracle
-from normbench.dtypes import SUBNORMAL_SPACING, UNIT_ROUNDOFF, accumulation_roundoff
+from normbench.core.dtypes import SUBNORMAL_SPACING, UNIT_ROUNDOFF, accumulation_roundoff
 
 
 def k(n: int) -> float:

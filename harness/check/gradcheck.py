@@ -50,11 +50,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normbench.backend import Backend
-from normbench.cases import Inputs, rng_for
 from normbench.check import error_model, oracle
 from normbench.check.conformance import ConformanceError, reference, run_backward, run_forward
-from normbench.dtypes import U64
+from normbench.core.backend import Backend
+from normbench.core.cases import Inputs, rng_for
+from normbench.core.dtypes import U64
 
 #: the x direction's centered rms per row, relative to sigma_eps (NUMERICS.md: <= 1e-3)
 ALPHA = 1e-4
@@ -206,6 +206,6 @@ def check_directional_derivatives(backend: Backend, inputs: Inputs, dy: np.ndarr
                 f"{c.central:.12g}; |difference| {abs(c.central - c.backward):.3g} > bound {c.bound:.3g} "
                 f"(truncation {c.truncation:.2g}, forward rounding {c.forward_rounding:.2g}, backward rounding "
                 f"{c.backward_rounding:.2g}, host sums {c.host:.2g}; step {ALPHA:g}*sigma_eps per row for x)\n"
-                f"  inputs: normbench.cases.make_inputs(<case {case.id}>, seed={inputs.seed}) on an exact grid; "
+                f"  inputs: normbench.core.cases.make_inputs(<case {case.id}>, seed={inputs.seed}) on an exact grid; "
                 f"directions: normbench.check.gradcheck.directions(inputs); "
-                f"dy: normbench.cases.make_dy(<case>, seed={inputs.seed})")
+                f"dy: normbench.core.cases.make_dy(<case>, seed={inputs.seed})")

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normbench.cases import Inputs
 from normbench.check.worst import multiple, ratios
-from normbench.dtypes import SUBNORMAL_SPACING, UNIT_ROUNDOFF, host_dtype
+from normbench.core.cases import Inputs
+from normbench.core.dtypes import SUBNORMAL_SPACING, UNIT_ROUNDOFF, host_dtype
 
 F64 = np.float64
 F32 = np.float32
@@ -525,7 +525,7 @@ def explain(what: str, got: np.ndarray, bound: np.ndarray, inputs: Inputs, *, dy
     :data:`CLOSER` times closer than ``failing_ratio`` (the failure's own multiple of the bound).
     ``runtime_note``: the backend's ``runtime_note``; runtime hypotheses are tried only with one.
 
-    >>> from normbench import cases
+    >>> from normbench.core import cases
     >>> case = cases.Case("demo", (4, 8), (8,), "float64", dist="sigmasqrteps")
     >>> inputs = cases.make_inputs(case, 0)
     >>> y = EpsFloat32().outputs(inputs)["y"]

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from normbench import norms
-from normbench.backend import Backend
-from normbench.cases import Inputs, make_other_x
 from normbench.check import error_model, hypotheses, oracle
 from normbench.check.conformance import BackwardRun, ConformanceError, recent_backward, reference, run_backward
 from normbench.check.worst import worst_violation
+from normbench.core import norms
+from normbench.core.backend import Backend
+from normbench.core.cases import Inputs, make_other_x
 
 
 def _finite_rows(ref: oracle.Forward, dy: np.ndarray) -> np.ndarray:
@@ -61,8 +61,8 @@ def _row_check(what: str, why: str, values: np.ndarray, bound: np.ndarray, rows:
         f"  row {row}: mean {ref.mean[row]:.6g}, sigma {np.sqrt(ref.var[row]):.3g}, eps {case.eps_value:g}, "
         f"N {ref.x.shape[1]}, dtype {case.dtype}\n"
         f"{explanation()}"
-        f"  inputs: normbench.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); "
-        f"dy: normbench.cases.make_dy(<case {case.id}>, seed={inputs.seed})")
+        f"  inputs: normbench.core.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); "
+        f"dy: normbench.core.cases.make_dy(<case {case.id}>, seed={inputs.seed})")
 
 
 def check_row_sums(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
@@ -116,8 +116,8 @@ def check_dbias_independent_of_x(backend: Backend, inputs: Inputs, dy: np.ndarra
             f"{backend.name} {case.id} (seed {inputs.seed}): dbias depends on x: dbias[{where}] = {a[j]:.9g} with x, "
             f"{b[j]:.9g} with another x and the same dy (|difference| {abs(a[j] - b[j]):.3g} > bound {bound[j]:.3g}); "
             f"dbias must be sum_rows(dy) (was it computed from xhat, or swapped with dweight?)\n"
-            f"  inputs: normbench.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); other x: "
-            f"normbench.cases.make_other_x(<case {case.id}>, seed={inputs.seed})")
+            f"  inputs: normbench.core.cases.make_inputs(<case {case.id}>, seed={inputs.seed}); other x: "
+            f"normbench.core.cases.make_other_x(<case {case.id}>, seed={inputs.seed})")
 
 
 def check_sign_symmetry(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun) -> None:
@@ -150,8 +150,8 @@ def check_sign_symmetry(backend: Backend, inputs: Inputs, dy: np.ndarray, run: B
         f"{backend.name} {case.id} (seed {inputs.seed}): {what} = {worst.value:.6g} at [{worst.where}], but it is "
         f"exactly 0 for a correct gradient (negating x negates xhat and keeps the rms, so dx is unchanged and "
         f"dweight negated); |value| > bound {worst.bound:.3g}\n"
-        f"  inputs: normbench.cases.make_inputs(<case {case.id}>, seed={inputs.seed}) and its x negated; "
-        f"dy: normbench.cases.make_dy(<case {case.id}>, seed={inputs.seed})")
+        f"  inputs: normbench.core.cases.make_inputs(<case {case.id}>, seed={inputs.seed}) and its x negated; "
+        f"dy: normbench.core.cases.make_dy(<case {case.id}>, seed={inputs.seed})")
 
 
 def check_identities(backend: Backend, inputs: Inputs, dy: np.ndarray) -> None:

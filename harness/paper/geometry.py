@@ -42,14 +42,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normbench import norms
-from normbench.backend import Backend
-from normbench.cases import Case, rng_for
 from normbench.check import error_model, oracle, sensitivity
 from normbench.check.conformance import ConformanceError, host_array
 from normbench.check.worst import worst_violation
-from normbench.dtypes import U64, host_dtype
-from normbench.exceptions import InvalidInput
+from normbench.core import norms
+from normbench.core.backend import Backend
+from normbench.core.cases import Case, rng_for
+from normbench.core.dtypes import U64, host_dtype
+from normbench.core.exceptions import InvalidInput
 from normbench.paper.invariances import rescaling_factors
 from normbench.paper.layer import Layer, make_layer
 

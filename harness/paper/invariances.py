@@ -47,11 +47,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normbench.backend import Backend, Limits
-from normbench.cases import Case
 from normbench.check.conformance import ConformanceError
 from normbench.check.worst import ratios, worst_violation
-from normbench.exceptions import InvalidInput
+from normbench.core.backend import Backend, Limits
+from normbench.core.cases import Case
+from normbench.core.exceptions import InvalidInput
 from normbench.paper.layer import Layer, make_layer
 from normbench.paper.normalizations import BackendRowLayerNorm, LayerNormalizer, Normalized, Normalizer
 
@@ -261,7 +261,7 @@ def rescaling_factors(limits: Limits, eps: float) -> tuple[tuple[float, ...], st
     eps > 1e-3 runs delta = 0.1875, not 0.0029, whose eps/delta^2 is 1.165 at eps = 1e-5), or
     dropped when there is none.
 
-    >>> from normbench.backend import Limits
+    >>> from normbench.core.backend import Limits
     >>> rescaling_factors(Limits(eps=(0.0, 1e-3)), 1e-5)
     ((0.1875, 3.0, 768.0), None)
     >>> rescaling_factors(Limits(eps=(1e-5, 1e-5)), 1e-5)[1]

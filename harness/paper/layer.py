@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from normbench.cases import Case, rng_for
-from normbench.dtypes import host_dtype
+from normbench.core.cases import Case, rng_for
+from normbench.core.dtypes import host_dtype
 
 #: inputs per training case (D)
 INPUT_DIM = 32

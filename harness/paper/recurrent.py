@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normbench.backend import Backend
-from normbench.cases import Case, rng_for
 from normbench.check.conformance import ConformanceError
 from normbench.check.worst import ratios, worst_violation
-from normbench.dtypes import U64, host_dtype
+from normbench.core.backend import Backend
+from normbench.core.cases import Case, rng_for
+from normbench.core.dtypes import U64, host_dtype
 from normbench.paper.invariances import FAR
 from normbench.paper.normalizations import BackendRowLayerNorm, RowLayerNorm
 from normbench.paper.propagation import abs_times, checkpoints, ln_jacobian, ln_jacobian_times, propagated_bound

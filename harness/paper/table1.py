@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from normbench import cases
-from normbench.backend import Limits
 from normbench.check.worst import multiple
+from normbench.core import cases
+from normbench.core.backend import Limits
 from normbench.paper import invariances, recurrent
 from normbench.paper.invariances import ALL_METHODS, FAR, METHOD_TITLES, METHODS, TRANSFORMATIONS, Deviation
 from normbench.paper.layer import INPUT_DIM, make_layer
@@ -189,7 +189,7 @@ def oracle_rows() -> dict[str, Row]:
     return {m: Row(n, "float64", 0.0) for m, n in oracle_normalizers().items()}
 
 
-#: the rows a backend can measure: method -> the normalization it calls (``normbench.norms``)
+#: the rows a backend can measure: method -> the normalization it calls (``normbench.core.norms``)
 BACKEND_ROWS: dict[str, str] = {"layer": "layer_norm", "rms": "rms_norm"}
 
 

@@ -44,13 +44,13 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from normbench import results
-from normbench.exceptions import NormbenchError
+from normbench.core import results
+from normbench.core.exceptions import NormbenchError
+from normbench.kit.triton import ptxas_usage
 from normbench.perf.traffic import GPUS, GPUProfile, parse_shapes, write_csv
-from normbench.ptxas import ptxas_usage
 
 #: the columns of a kernel-stats row, in order: the results schema ``normbench.kernel_stats``
-#: (:data:`normbench.results.KERNEL_STATS_COLUMNS` documents each), less ``schema_version``, which the writer adds
+#: (:data:`normbench.core.results.KERNEL_STATS_COLUMNS` documents each), less ``schema_version``, which the writer adds
 STATS_COLUMNS: tuple[str, ...] = tuple(c.name for c in results.KERNEL_STATS_COLUMNS if c.name != "schema_version")
 
 _ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[A-Za-z0-9_:]+)*?)(?:\.v(\d))?\.([bfsu])(\d+)\b")

@@ -37,10 +37,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from normbench import norms
-from normbench.dtypes import host_dtype
-from normbench.exceptions import NormbenchError
-from normbench.machine import MIB, CacheSize, cpu_threads, last_level_cache
+from normbench.core import norms
+from normbench.core.dtypes import host_dtype
+from normbench.core.exceptions import NormbenchError
+from normbench.core.machine import MIB, CacheSize, cpu_threads, last_level_cache
 
 DIRECTIONS: tuple[str, ...] = ("forward", "backward", "forward+backward")
 #: the byte-model variant each direction uses (recorded in every results row)

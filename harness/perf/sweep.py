@@ -1,10 +1,10 @@
 """The throughput sweep a run measures, and the filters that narrow it.
 
-The cases are :func:`normbench.cases.throughput_cases` (the GPU sweep on CUDA
+The cases are :func:`normbench.core.cases.throughput_cases` (the GPU sweep on CUDA
 devices, the CPU sweep elsewhere) times :data:`normbench.perf.roofline.DIRECTIONS`.
 ``--direction``, ``--dtype`` and ``--shape`` (``normbench run``) or their
 ``--normbench-*`` forms (pytest) keep a subset; their values are parsed by
-:mod:`normbench.options`, where a value outside the valid ones is a usage error
+:mod:`normbench.front.options`, where a value outside the valid ones is a usage error
 that lists them.
 
 >>> Filters(dtypes=("float32",)).keep(cases.THROUGHPUT_CPU_CASES[0], "forward")
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from normbench import cases
-from normbench.cases import Case
+from normbench.core import cases
+from normbench.core.cases import Case
 from normbench.perf.roofline import DIRECTIONS
 
 

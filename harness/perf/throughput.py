@@ -22,7 +22,8 @@ caused, included) is verdict ``error`` with its message. Only an
 
 Example (numpy, one small case, a 64 MiB ceiling buffer)::
 
-    >>> from normbench import cases, get_registry
+    >>> from normbench import get_registry
+    >>> from normbench.core import cases
     >>> from normbench.perf.timing import TimingOptions
     >>> runner = ThroughputRunner(TimingOptions(min_samples=3, max_time_s=0), ceiling_bytes=64 << 20)
     >>> case = cases.Case("t", (64, 256), (256,), "float32")
@@ -39,12 +40,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from normbench import norms
-from normbench.backend import Backend
-from normbench.cases import Case, shape_name
 from normbench.check.conformance import ConformanceError
-from normbench.environment import device_name, now_utc
-from normbench.interrupts import backend_raised
+from normbench.core import norms
+from normbench.core.backend import Backend
+from normbench.core.cases import Case, shape_name
+from normbench.core.environment import device_name, now_utc
+from normbench.core.interrupts import backend_raised
 from normbench.perf.roofline import BYTE_MODELS, Ceiling, device_key, direction_bytes, last_level_cache, measure_ceiling
 from normbench.perf.timing import Timing, TimingOptions, make_timer, ready
 from normbench.perf.verify import Reference, Verifier
@@ -97,7 +98,7 @@ def model_direction(backend: Backend, direction: str, norm: str = "layer_norm") 
 
 @dataclass
 class Measurement:
-    """One results row (:data:`normbench.results.THROUGHPUT_COLUMNS`) and the samples behind it."""
+    """One results row (:data:`normbench.core.results.THROUGHPUT_COLUMNS`) and the samples behind it."""
 
     row: dict[str, Any]
     timing: Timing | None = None
@@ -144,7 +145,7 @@ class ThroughputRunner:
 
     def base_row(self, backend: Backend, case: Case, direction: str) -> dict[str, Any]:
         """The row of ``case`` before it is measured: what was to be measured, where, with which byte model."""
-        from normbench.results import new_row
+        from normbench.core.results import new_row
 
         modelled = model_direction(backend, direction, case.norm)
         return new_row(run_id=self.run_id, time=now_utc(), host=socket.gethostname(), device=backend.device,

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from normbench.exceptions import InvalidInput
+from normbench.core.exceptions import InvalidInput
 
 CACHES: tuple[str, ...] = ("cold", "warm")
 #: IQR / median above which a result is flagged as having a wide spread

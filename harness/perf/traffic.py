@@ -21,7 +21,7 @@ cannot exceed 1/r of the copy ceiling. These are counts, never speeds.
 
 LayerNorm (with weight and bias) by default; ``norm="rms_norm"`` (``--norm rms_norm``)
 counts a backend's RMSNorm (with weight) against RMSNorm's byte model: the same counter,
-cases and rows, through ``normbench.norms``.
+cases and rows, through ``normbench.core.norms``.
 
 Cheap and exact for GPU-sized cases. The interpreter runs a grid's programs
 one after another in NumPy, so an 8192 x 65536 case would take hours. The
@@ -68,8 +68,8 @@ from typing import Any
 
 import numpy as np
 
-from normbench import results
-from normbench.exceptions import NormbenchError
+from normbench.core import results
+from normbench.core.exceptions import NormbenchError
 from normbench.perf.roofline import BYTE_MODELS, direction_bytes
 
 #: the environment variable a backend's launch heuristics read for the emulated GPU's SM count
@@ -77,9 +77,9 @@ EMULATED_SM_COUNT_ENV = "NORMBENCH_EMULATED_SM_COUNT"
 #: launches with at most this many programs along grid axis 0 run every program
 SAMPLE_ALL_BELOW = 7
 #: the columns of a traffic row, in order: the results schema ``normbench.traffic``
-#: (:data:`normbench.results.TRAFFIC_COLUMNS` documents each), less ``schema_version``, which the writer adds
+#: (:data:`normbench.core.results.TRAFFIC_COLUMNS` documents each), less ``schema_version``, which the writer adds
 TRAFFIC_COLUMNS: tuple[str, ...] = tuple(c.name for c in results.TRAFFIC_COLUMNS if c.name != "schema_version")
-#: the ``normalization`` column's value per normalization (LayerNorm's predates normbench.norms' names)
+#: the ``normalization`` column's value per normalization (LayerNorm's predates normbench.core.norms' names)
 NORMALIZATION_COLUMN = {"layer_norm": "layernorm", "rms_norm": "rmsnorm"}
 #: what a ratio means, printed with every table
 RATIO_NOTE = ("ratio = unique bytes / byte model: counted in the Triton interpreter with the GPU's launch "
@@ -431,7 +431,7 @@ def count_direction(backend: Any, rows: int, hidden: int, dtype: str, direction:
     """
     import torch
 
-    from normbench import norms
+    from normbench.core import norms
 
     normalization = norms.of(norm)
     torch_dtype = getattr(torch, dtype)
@@ -498,16 +498,16 @@ def traffic_rows(backend: Any, backend_name: str, shapes: Sequence[tuple[int, in
 
 
 def gpu_sweep_shapes() -> list[tuple[int, int, str]]:
-    """(rows, hidden, dtype) of every case of the GPU throughput sweep (``normbench.cases``)."""
-    from normbench.cases import THROUGHPUT_GPU_CASES
+    """(rows, hidden, dtype) of every case of the GPU throughput sweep (``normbench.core.cases``)."""
+    from normbench.core.cases import THROUGHPUT_GPU_CASES
 
     return [(c.rows, c.hidden, c.dtype) for c in THROUGHPUT_GPU_CASES]
 
 
 def write_csv(rows: Sequence[dict], path: str | os.PathLike, schema: str = results.TRAFFIC) -> None:
     """``rows`` as a CSV file of ``schema`` (``normbench.traffic`` by default; ``normbench.kernel_stats`` too),
-    validated field by field and written whole (:func:`normbench.results.write_csv`; read it back with
-    :func:`normbench.results.load`)."""
+    validated field by field and written whole (:func:`normbench.core.results.write_csv`; read it back with
+    :func:`normbench.core.results.load`)."""
     results.write_csv(path, rows, schema)
 
 
@@ -520,7 +520,7 @@ def parse_shapes(text: str) -> list[tuple[int, int, str]]:
     """
     if text == "sweep":
         return gpu_sweep_shapes()
-    from normbench.dtypes import DTYPES
+    from normbench.core.dtypes import DTYPES
 
     shapes = []
     for item in text.split(","):
@@ -558,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     from normbench import get_registry
 
     backend = get_registry().create(args.impl)
-    from normbench import norms
+    from normbench.core import norms
 
     missing = norms.missing_reason(backend, args.norm)
     if missing:

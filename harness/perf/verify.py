@@ -2,14 +2,15 @@
 
 The same error model as the conformance suites (``normbench.check.error_model``: the
 forward bound, and the backward bounds for the dtype the backend stores its
-statistics in), the same dy (``normbench.cases.make_dy``) and the same
+statistics in), the same dy (``normbench.core.cases.make_dy``) and the same
 diagnoses, applied to what a throughput case produced. A :class:`Reference` holds one case's host inputs and oracle results
 and is shared by its three directions, so a big GPU case pays for the float64
 oracle once, not three times.
 
 Example::
 
-    >>> from normbench import cases, get_registry
+    >>> from normbench import get_registry
+    >>> from normbench.core import cases
     >>> backend = get_registry().create("numpy")
     >>> ref = Reference(cases.Case("t", (4, 8), (8,), "float32"), seed=0)
     >>> x, w, b, dy = (backend.asarray(a.copy()) for a in ref.arrays)
@@ -24,11 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from normbench.backend import Backend
-from normbench.cases import Case, make_dy, make_inputs
 from normbench.check import conformance, error_model, oracle
 from normbench.check.conformance import ConformanceError
 from normbench.check.worst import worst_violation
+from normbench.core.backend import Backend
+from normbench.core.cases import Case, make_dy, make_inputs
 
 
 @dataclass

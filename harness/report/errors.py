@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from normbench.dtypes import DTYPES
-from normbench.norms import NAMES, of, of_case_id
+from normbench.core.dtypes import DTYPES
+from normbench.core.norms import NAMES, of, of_case_id
+from normbench.core.results import Histogram
 from normbench.report.properties import dtype_of
 from normbench.report.sources import ResultSet
 from normbench.report.svg import PALETTE, linear_ticks
-from normbench.results import Histogram
 
 #: (statistic, its column, what it measures)
 STATISTICS: tuple[tuple[str, str, str], ...] = (

@@ -18,11 +18,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from normbench import __version__, survey
-from normbench.files import write_atomic
-from normbench.report import errors, properties, shape, svg
+from normbench import __version__
+from normbench.core.files import write_atomic
+from normbench.core.results import ResultsError
+from normbench.report import errors, properties, shape, survey, svg
 from normbench.report.sources import ResultSet, input_files, load_result_sets
-from normbench.results import ResultsError
 
 TEMPLATE = "report.html.j2"
 #: columns of the embedded throughput data (enough to redraw every chart)
@@ -43,7 +43,7 @@ def _environment() -> Any:
 
 
 def _embedded(sets: list[ResultSet]) -> list[dict[str, Any]]:
-    from normbench.results import records
+    from normbench.core.results import records
 
     out = []
     for rs in sets:

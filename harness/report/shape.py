@@ -9,10 +9,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from normbench import norms
+from normbench.core import norms
+from normbench.core.results import FAILING, NOT_RUN, OUTCOMES
 from normbench.perf.roofline import BYTE_MODEL_FORMULAS, BYTE_MODELS, DIRECTIONS, RMS_BYTE_MODEL_NOTE
 from normbench.report.sources import ResultSet
-from normbench.results import FAILING, NOT_RUN, OUTCOMES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -156,7 +156,7 @@ def throughput_problems(rs: ResultSet) -> dict[str, Any]:
 
 def _deviation_entries() -> list:
     """The known deviations shipped with the suites (``suites/known_deviations.txt``)."""
-    from normbench import deviations
+    from normbench.core import deviations
 
     return deviations.load()
 
@@ -170,7 +170,7 @@ def known_deviation(row: Any, entries: list, families: dict[tuple[str, str], str
     outcome, so the same match is made here, with the entries of ``suites/known_deviations.txt``.
     Entries a backend declares in its class or a run gave with ``--normbench-deviations`` are not seen.
     """
-    from normbench import deviations
+    from normbench.core import deviations
 
     if row.verdict == "ok" or not entries:
         return ""
@@ -189,12 +189,12 @@ SUITE_CASES: dict[str, tuple[str, ...]] = {
 
 
 def _family_lookup() -> dict[tuple[str, str], str]:
-    """(suite, case id) -> family from the case lists of :data:`normbench.cases.CASE_LISTS` (``""`` suite:
+    """(suite, case id) -> family from the case lists of :data:`normbench.core.cases.CASE_LISTS` (``""`` suite:
     any list).
 
     Ids from another normbench version that no list knows fall back to the test's name.
     """
-    from normbench.cases import CASE_LISTS as lists
+    from normbench.core.cases import CASE_LISTS as lists
 
     found: dict[tuple[str, str], str] = {}
     for value in lists.values():

@@ -8,8 +8,8 @@ static kernel estimates (``traffic.csv`` of ``normbench traffic``,
 ``reports/traffic-h100``) or one of those files; a folder may hold both kinds.
 Only JSON and CSV are read, and every
 file is validated field by field: results, traffic and kernel statistics through
-:mod:`normbench.results` (older versions migrated or refused), ``environment.json`` through
-:func:`normbench.environment.read_environment`, ``table1.json`` against
+:mod:`normbench.core.results` (older versions migrated or refused), ``environment.json`` through
+:func:`normbench.core.environment.read_environment`, ``table1.json`` against
 :data:`TABLE1_FIELDS`; nothing is unpickled or evaluated. A folder may lack any
 of its files (a failed or partial run): what is missing is recorded in
 :attr:`ResultSet.missing` and stated in the report (a folder of traffic files
@@ -18,7 +18,7 @@ is valid (a run that measured nothing) and noted. What the loader noticed (a
 journal's incomplete last line, a JSON snapshot behind its CSV journal) and how
 the run ended (:func:`run_state`) are in :attr:`ResultSet.notes`. A folder with
 none of the files, a missing path, or an empty, corrupt or malformed file is a
-:class:`~normbench.results.ResultsError` naming the file and the field.
+:class:`~normbench.core.results.ResultsError` naming the file and the field.
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from normbench import results, survey
-from normbench.environment import ENVIRONMENT_FILE, read_environment
-from normbench.results import ResultsError, boolean, integer, list_of, mapping, nullable, number, record, text
+from normbench.core import results
+from normbench.core.environment import ENVIRONMENT_FILE, read_environment
+from normbench.core.results import ResultsError, boolean, integer, list_of, mapping, nullable, number, record, text
+from normbench.report import survey
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -71,7 +72,7 @@ class ResultSet:
     traffic: pd.DataFrame | None = None
     #: ``normbench kernel-stats`` rows of every kernels-*.csv (schema normbench.kernel_stats), or None
     kernel_stats: pd.DataFrame | None = None
-    #: a survey's judged findings (``findings.csv``, normbench.survey), or None when the folder has none
+    #: a survey's judged findings (``findings.csv``, normbench.report.survey), or None when the folder has none
     findings: list[dict[str, str]] | None = None
 
     @property
@@ -96,7 +97,7 @@ def read_table1(path: Path) -> dict[str, Any]:
 
 
 def _read_json_document(path: Path, what: str) -> dict[str, Any]:
-    return read_environment(path) if what == "normbench.environment" else read_table1(path)
+    return read_environment(path) if what == "normbench.core.environment" else read_table1(path)
 
 
 def _kind(path: Path) -> str:
@@ -119,7 +120,7 @@ def _from_folder(folder: Path) -> dict[str, Any]:
     for schema, name in ((results.THROUGHPUT, "throughput"), (results.CONFORMANCE, "conformance")):
         if any((folder / f"{name}.{ext}").exists() for ext in ("json", "csv", "csv.gz")):
             parts[name] = results.load(folder, schema)
-    for name, path, what in (("environment", folder / ENVIRONMENT_FILE, "normbench.environment"),
+    for name, path, what in (("environment", folder / ENVIRONMENT_FILE, "normbench.core.environment"),
                              ("table1", folder / TABLE1_FILE, TABLE1)):
         if path.exists():
             parts[name] = _read_json_document(path, what)
@@ -145,7 +146,7 @@ def _from_file(path: Path) -> dict[str, Any]:
         return {"conformance": results.load(path, results.CONFORMANCE)}
     if kind in ("traffic", "kernel_stats"):
         return {kind: results.load(path, results.TRAFFIC if kind == "traffic" else results.KERNEL_STATS)}
-    return {kind: _read_json_document(path, "normbench.environment" if kind == "environment" else TABLE1)}
+    return {kind: _read_json_document(path, "normbench.core.environment" if kind == "environment" else TABLE1)}
 
 
 def _label(parts: dict[str, Any], path: Path) -> str:
@@ -171,7 +172,7 @@ def run_state(environment: dict[str, Any], folder: Path | None) -> str:
     ...                       "done": 3, "total": 10}}, None)
     'The run was interrupted (SIGTERM) at 2026-11-01T12:00:00+00:00, after 3 of 10: its results are partial.'
     """
-    from normbench.run_folder import holder
+    from normbench.core.run_folder import holder
 
     status = environment.get("status")
     if not status or status["state"] == "finished":

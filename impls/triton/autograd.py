@@ -16,7 +16,7 @@ Same semantics and signatures as ``torch.nn.functional.layer_norm`` and
 ``torch.nn.functional.rms_norm`` (eps None: the accumulation dtype's machine epsilon,
 as torch does); the forward saves fp32 mean and rstd (rstd alone for RMSNorm; fp64
 for float64 x) and the backward uses them. Tensors live where the kernels run: CUDA, or CPU under the interpreter
-(``normbench.impls.triton.runtime``). Importing this module imports torch, never triton.
+(``normbench.kit.triton``). Importing this module imports torch, never triton.
 """
 
 from __future__ import annotations

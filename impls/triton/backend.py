@@ -1,7 +1,7 @@
 """The ``triton`` backend: normbench's own Triton kernels under the harness, LayerNorm and RMSNorm.
 
 On a machine with a CUDA device the kernels are compiled and run there; on one
-without, they run in the Triton interpreter on CPU (``normbench.impls.triton.runtime``
+without, they run in the Triton interpreter on CPU (``normbench.kit.triton``
 says how that is decided), and the backend says so: its device is
 "interpreter (CPU; not for timing)". The interpreter runs every program of a
 grid one after another in NumPy, so it is slow: there ``max_elements`` caps the
@@ -23,9 +23,9 @@ from __future__ import annotations
 import os
 
 from normbench import Backend
-from normbench.backend import device_label
-from normbench.impls import torch_arrays
-from normbench.impls.triton.runtime import INTERPRETER_DEVICE, ensure_mode
+from normbench.core.backend import device_label
+from normbench.kit import torch as torch_arrays
+from normbench.kit.triton import INTERPRETER_DEVICE, ensure_mode
 
 #: the environment variable that sets max_elements under the interpreter (0: no cap)
 MAX_ELEMENTS_ENV = "NORMBENCH_TRITON_MAX_ELEMENTS"
@@ -118,7 +118,7 @@ class TritonBackend(torch_arrays.AutogradBackward, Backend):
     # -- RMSNorm: the same kernels with CENTERED off (impls/triton/forward_kernels.py) ---------
 
     def rms_norm(self, x, normalized_shape, weight, eps):
-        """eps None: ``normbench.dtypes.default_rms_eps`` of x's dtype, as torch does."""
+        """eps None: ``normbench.core.dtypes.default_rms_eps`` of x's dtype, as torch does."""
         return self.launch.rms_forward(x, normalized_shape, weight, eps)[0]
 
     def _rms_graph(self, x, normalized_shape, weight, eps):

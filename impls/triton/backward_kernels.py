@@ -29,7 +29,7 @@ Layout as in the forward: x and dy through row strides (dy's may be 0, a
 broadcast row), contiguous columns; dx written contiguous; 64-bit row offsets.
 """
 
-from normbench.impls.triton.runtime import ensure_mode
+from normbench.kit.triton import ensure_mode
 
 ensure_mode()  # before @triton.jit below decides compiled vs interpreted
 

@@ -29,7 +29,7 @@ import sys
 from dataclasses import dataclass
 
 from normbench.impls.triton import heuristics
-from normbench.ptxas import ptxas_usage
+from normbench.kit.triton import ptxas_usage
 
 ROWS = 8192
 #: an H100 SXM
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(norm not in NORMS for norm in norms):
         parser.error(f"--norms: give some of {', '.join(NORMS)}, separated by commas")
     os.environ["TRITON_INTERPRET"] = "0"
-    from normbench.impls.triton.runtime import ensure_mode
+    from normbench.kit.triton import ensure_mode
 
     if ensure_mode().interpreter:
         print("compile_check: the kernels were already set to the interpreter in this process", file=sys.stderr)

@@ -18,11 +18,11 @@ stride, 0 included); its columns are contiguous (the wrapper in
 Row offsets are 64-bit, so rows*N above 2**31 is safe.
 
 Importing this module decorates the kernels, so it first settles compiled vs
-interpreted kernels (``normbench.impls.triton.runtime``); the launch wrappers import it
+interpreted kernels (``normbench.kit.triton``); the launch wrappers import it
 lazily, on the first launch.
 """
 
-from normbench.impls.triton.runtime import ensure_mode
+from normbench.kit.triton import ensure_mode
 
 ensure_mode()  # before @triton.jit below decides compiled vs interpreted
 

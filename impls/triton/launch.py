@@ -16,7 +16,7 @@ first: on a GPU that copy is itself a fast transpose. y and dx are always new
 contiguous tensors with x's shape, as ``torch.nn.functional.layer_norm`` returns.
 
 Devices. Every tensor must be on the device the kernels run on: CUDA when they
-are compiled, CPU under the Triton interpreter (``normbench.impls.triton.runtime``);
+are compiled, CPU under the Triton interpreter (``normbench.kit.triton``);
 anything else is a ``ValueError`` that says where to move it.
 """
 
@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from normbench.impls.triton import heuristics
-from normbench.impls.triton.runtime import ensure_mode
+from normbench.kit.triton import ensure_mode
 
 #: the dtypes the kernels read and write (statistics in fp32, fp64 for float64)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -140,11 +140,11 @@ def forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tens
 
 
 def rms_eps(eps: float | None, dtype: torch.dtype) -> float:
-    """RMSNorm's eps: ``eps``, or for None ``normbench.dtypes.default_rms_eps`` (what
+    """RMSNorm's eps: ``eps``, or for None ``normbench.core.dtypes.default_rms_eps`` (what
     ``torch.nn.functional.rms_norm`` uses: the accumulation dtype's machine epsilon)."""
     if eps is not None:
         return float(eps)
-    from normbench.dtypes import default_rms_eps
+    from normbench.core.dtypes import default_rms_eps
 
     return default_rms_eps(str(dtype).removeprefix("torch."))
 

@@ -20,7 +20,7 @@
   x's dtype), and y's dtype is JAX's promotion of x's and the parameters' dtypes.
   ``haiku.RMSNorm`` is ``x * scale * rsqrt(mean(x^2) + eps)``: the scale as it is (not ``1 + scale``),
   so normbench's weight is its scale, unconverted; ``create_scale`` from whether weight is given;
-  normbench's ``eps=None`` becomes :func:`normbench.dtypes.default_rms_eps` of x's dtype (torch's
+  normbench's ``eps=None`` becomes :func:`normbench.core.dtypes.default_rms_eps` of x's dtype (torch's
   semantics, resolved by the base), not Haiku's default 1e-5.
 * ``haiku-fast``: ``haiku.LayerNorm(use_fast_variance=True)``, the one argument that differs from
   ``haiku``: ``var = E[x^2] - E[x]^2``, not clamped at 0. LayerNorm only: ``haiku.RMSNorm`` has no
@@ -31,7 +31,7 @@ library exposes its statistics: the suites check y and the gradients.
 
 The JAX plumbing (the device, float64 under a thread-local ``jax.enable_x64``, ``jax.jit`` with eps
 traced, the ``jax.vjp`` backward, ``warmup`` and ``synchronize``) is normbench's own
-:class:`normbench.impls.jax_support.JaxBackendBase`, exactly as in ``examples/normbench-flax``: a
+:class:`normbench.kit.jax.JaxBackendBase`, exactly as in ``examples/normbench-flax``: a
 backend here gives only the forwards.
 
 Nothing here imports jax, equinox or haiku at module level: ``normbench list`` imports this module to
@@ -45,7 +45,7 @@ import warnings
 from collections.abc import Callable
 from typing import ClassVar
 
-from normbench.impls.jax_support import JaxBackendBase
+from normbench.kit.jax import JaxBackendBase
 
 
 @contextlib.contextmanager

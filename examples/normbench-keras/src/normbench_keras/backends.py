@@ -15,7 +15,7 @@ Keras runs on another framework, gives the command that runs it
   list of those k dims ``[ndim - k, ..., ndim - 1]`` (the form of Keras's docs, ``axis=[1, 2, 3]``).
 * ``eps``: ``epsilon=eps``. Keras's own defaults are not used: LayerNormalization's 1e-3, and
   RMSNormalization's 1e-6 (``ops.rms_normalization``'s None would be ``keras.config.epsilon()``, 1e-7).
-  RMSNorm's ``eps=None`` is :func:`normbench.dtypes.default_rms_eps` of x's dtype (what torch does).
+  RMSNorm's ``eps=None`` is :func:`normbench.core.dtypes.default_rms_eps` of x's dtype (what torch does).
 * LayerNorm's ``weight`` / ``bias``: ``scale=weight is not None``, ``center=bias is not None``; they are
   the layer's ``gamma`` / ``beta`` variables. The layer is called as a model calls it, ``layer(x)``
   (``Layer.__call__``: input conversion, the mixed policy's autocast), with normbench's arrays as the
@@ -67,10 +67,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from normbench import Backend
-from normbench.backend import Availability, device_label
-from normbench.dtypes import default_rms_eps
-from normbench.impls.jax_support import JaxBackendBase
-from normbench.impls.torch_arrays import AutogradBackward
+from normbench.core.backend import Availability, device_label
+from normbench.core.dtypes import default_rms_eps
+from normbench.kit.jax import JaxBackendBase
+from normbench.kit.torch import AutogradBackward
 
 #: Keras's default backend when neither KERAS_BACKEND nor keras.json names one (keras/src/backend/config.py)
 KERAS_DEFAULT_BACKEND = "tensorflow"
@@ -230,7 +230,7 @@ MIXED_RMS_SCALE = {
 
 class KerasJax(_KerasBackend, JaxBackendBase):
     """The layers on Keras's JAX backend: ``layer(x)`` in a ``keras.StatelessScope`` traced inside normbench's ``jax.jit``
-    (:class:`normbench.impls.jax_support.JaxBackendBase`), the backward by ``jax.vjp``. The layer is
+    (:class:`normbench.kit.jax.JaxBackendBase`), the backward by ``jax.vjp``. The layer is
     created and built at trace time, with the traced eps as its ``epsilon``.
 
     Example (``KERAS_BACKEND=jax``)::
@@ -335,7 +335,7 @@ class _EagerKerasBackend(_KerasBackend, Backend):
 
 class KerasTorch(AutogradBackward, _EagerKerasBackend):
     """The layers on Keras's PyTorch backend, called eagerly (``layer(x)`` in a ``keras.StatelessScope``), the backward
-    by ``torch.autograd.grad`` on that call (normbench's :mod:`normbench.impls.torch_arrays` plumbing;
+    by ``torch.autograd.grad`` on that call (normbench's :mod:`normbench.kit.torch` plumbing;
     arrays keep the host layout, strides included)."""
 
     name = "keras-torch"
@@ -354,7 +354,7 @@ class KerasTorch(AutogradBackward, _EagerKerasBackend):
         keras = self._import_keras()
         import torch
 
-        from normbench.impls import torch_arrays
+        from normbench.kit import torch as torch_arrays
 
         self.torch = torch
         self._arrays = torch_arrays

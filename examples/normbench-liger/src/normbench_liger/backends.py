@@ -22,7 +22,7 @@ the backend runs against old and new releases alike):
   ``in_place=True`` (the backward writes dx into dy's buffer). Without weight: ``weight=None`` where
   the release has ``LigerRMSNorm(elementwise_affine=False)`` (0.6 and newer), else ``ones`` in x's
   dtype (what the module holds). normbench's ``eps=None`` becomes
-  :func:`normbench.dtypes.default_rms_eps` of x's dtype (torch's), not Liger's module default 1e-6.
+  :func:`normbench.core.dtypes.default_rms_eps` of x's dtype (torch's), not Liger's module default 1e-6.
 
 Both normalize over the last dim only (Liger's API takes ``hidden_size``, weight of shape
 ``(hidden,)``); a normalized_shape of several trailing dims is passed as one dim of their product
@@ -32,7 +32,7 @@ dtypes); y has x's dtype. The backward is torch autograd through Liger's autogra
 (normbench's ``torch_arrays``). Liger does not return its statistics, so y and the gradients are checked.
 
 Where it runs: compiled on a CUDA device when there is one; otherwise in the Triton interpreter
-on CPU (``TRITON_INTERPRET=1``; normbench's ``normbench.impls.triton.runtime.ensure_mode`` decides,
+on CPU (``TRITON_INTERPRET=1``; normbench's ``normbench.kit.triton.ensure_mode`` decides,
 exactly as for normbench's own ``triton`` backend), with that backend's ``timing_note`` and
 ``runtime_note``, and a ``max_elements`` cap of :data:`INTERPRETER_MAX_ELEMENTS` (Liger launches one
 program per row; ``NORMBENCH_TRITON_MAX_ELEMENTS`` overrides it). Two gaps of the interpreter that
@@ -59,10 +59,10 @@ from collections.abc import Mapping
 from typing import ClassVar
 
 from normbench import Backend
-from normbench.backend import device_label
-from normbench.impls import torch_arrays
+from normbench.core.backend import device_label
 from normbench.impls.triton import backend as triton_backend
-from normbench.impls.triton.runtime import INTERPRETER_DEVICE, ensure_mode
+from normbench.kit import torch as torch_arrays
+from normbench.kit.triton import INTERPRETER_DEVICE, ensure_mode
 
 DISTRIBUTION = "liger-kernel"
 
@@ -286,7 +286,7 @@ class LigerBackend(torch_arrays.AutogradBackward, Backend):
     def _liger_rms_norm(self, x, normalized_shape, weight, eps):
         """What ``LigerRMSNorm.forward`` computes with the module's defaults, with this weight."""
         if eps is None:
-            from normbench.dtypes import default_rms_eps
+            from normbench.core.dtypes import default_rms_eps
 
             eps = default_rms_eps(str(x.dtype).removeprefix("torch."))
         n = math.prod(normalized_shape)

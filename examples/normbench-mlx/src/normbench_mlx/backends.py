@@ -4,7 +4,7 @@ backend ``mlx``, on MLX's CPU device (Linux: ``pip install 'mlx[cpu]'``; on a Ma
 Mapping, one to one:
 
 * ``mx.fast.layer_norm(x, weight, bias, eps)`` and ``mx.fast.rms_norm(x, weight, eps)``, with ``eps`` as given
-  (RMSNorm's ``eps=None``, normbench's default, becomes :func:`normbench.dtypes.default_rms_eps` of x's dtype,
+  (RMSNorm's ``eps=None``, normbench's default, becomes :func:`normbench.core.dtypes.default_rms_eps` of x's dtype,
   what torch does: MLX has no default) and weight / bias passed, or None, as given, in their own dtype.
   MLX's RMSNorm is ``x * rsqrt(mean(x^2) + eps) * weight``: torch's parameterization, no conversion.
 * **The normalized dims.** MLX normalizes over the last axis only, and its weight and bias are 1-D of the
@@ -42,7 +42,7 @@ from typing import ClassVar
 import numpy as np
 
 from normbench import Backend
-from normbench.dtypes import default_rms_eps, dtype_name
+from normbench.core.dtypes import default_rms_eps, dtype_name
 
 #: a value out of its bound, an identity of the backward, or one of the paper's invariance checks
 _CHECKS = (r"\): (y|dx|dweight|dbias)\[|: sum\(dx\) = |sum\(xhat\*dx\)|invariant to|must scale dL/dW|"

@@ -16,7 +16,7 @@
   ``paddle.incubate.nn.functional.fast_rms_norm`` and ``fused_rms_norm_ext``. ``paddle.incubate.nn.functional.
   fused_rms_norm`` has a CPU forward kernel (``fused_rms_norm_quant``) for float32 only, and no CPU backward
   (``fused_rms_norm_quant_grad`` is not registered): hence ``dtypes = ("float32",)`` and ``has_backward =
-  False``. Mapping: ``epsilon=eps`` (normbench's ``eps=None`` becomes :func:`normbench.dtypes.default_rms_eps`,
+  False``. Mapping: ``epsilon=eps`` (normbench's ``eps=None`` becomes :func:`normbench.core.dtypes.default_rms_eps`,
   float32's machine epsilon: Paddle has no default), ``begin_norm_axis = x.ndim - len(normalized_shape)``,
   ``norm_bias=None``, the weight flattened to 1-D (the kernel requires it), and, where normbench gives no
   weight, ``paddle.ones`` (the API requires a Tensor: ``norm_weight ... must be Tensor, but got None``;
@@ -46,7 +46,7 @@ from typing import ClassVar
 import numpy as np
 
 from normbench import Backend, Limits
-from normbench.dtypes import default_rms_eps
+from normbench.core.dtypes import default_rms_eps
 
 _CPU_KERNELS = ("paddle/phi/kernels/cpu/layer_norm_kernel.cc registers float32 and float64 only (the runtime error on "
                 "float16: 'Paddle support following DataTypes: float64, float32')")

@@ -7,7 +7,7 @@ The mapping of normbench's call is one to one: ``F.layer_norm(x, normalized_shap
 and ``F.rms_norm(x, normalized_shape, weight, eps)`` (``eps=None`` as it is: torch's default, the
 machine epsilon of the computation dtype), called inside a compiled function; parameters in their
 own dtype; y in what torch returns (x's dtype). Inputs keep their layout (strides, offsets,
-stride-0 broadcasts: ``normbench.impls.torch_arrays.from_host``), as the eager ``torch`` backend.
+stride-0 broadcasts: ``normbench.kit.torch.from_host``), as the eager ``torch`` backend.
 
 How it is compiled, and why:
 
@@ -44,8 +44,8 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from normbench import Backend
-from normbench.backend import device_label
-from normbench.impls.torch_arrays import AutogradBackward, autograd_graph, from_host, set_threads, to_host
+from normbench.core.backend import device_label
+from normbench.kit.torch import AutogradBackward, autograd_graph, from_host, set_threads, to_host
 
 
 def _layer_norm(x, normalized_shape, weight, bias, eps):

@@ -22,10 +22,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from normbench import deviations, norms
-from normbench.backend import Availability, Backend
-from normbench.dtypes import DTYPES
-from normbench.exceptions import BackendUnavailable, NormbenchError, PluginError, UnknownBackend
+from normbench.core import deviations, norms
+from normbench.core.backend import Availability, Backend
+from normbench.core.dtypes import DTYPES
+from normbench.core.exceptions import BackendUnavailable, NormbenchError, PluginError, UnknownBackend
 
 GROUP = "normbench.backends"
 #: reserved by ``--impl=all``

@@ -1,10 +1,10 @@
 """A backend that crashes, hangs or raises ``KeyboardInterrupt`` is a result, not the end of the run.
 
-Part of the pytest plugin (``normbench.pytest_plugin`` loads it), for normbench's suite tests
+Part of the pytest plugin (``normbench.front.pytest_plugin`` loads it), for normbench's suite tests
 (those parametrized over ``backend``):
 
 * **Crashes.** Under pytest-xdist a test whose worker process dies (a segfault, an abort,
-  ``os._exit``) is reported by xdist and recorded by :class:`normbench.runner.Collector` as
+  ``os._exit``) is reported by xdist and recorded by :class:`normbench.front.runner.Collector` as
   ``crashed``; xdist starts a new worker and the run goes on. After :data:`CRASH_LIMIT`
   crashes of one backend the workers stop running that backend's remaining tests: they are
   skipped as ``not run``, with the reason, so one broken backend cannot exhaust xdist's
@@ -38,9 +38,9 @@ from pathlib import Path
 
 import pytest
 
-from normbench import options
-from normbench.interrupts import forget_signals, note_sigint, received_signal
-from normbench.runner import SELECTION, TIMEOUT_MESSAGE, backend_of
+from normbench.core.interrupts import forget_signals, note_sigint, received_signal
+from normbench.front import options
+from normbench.front.runner import SELECTION, TIMEOUT_MESSAGE, backend_of
 
 #: crashes of one backend after which its remaining tests are not run
 CRASH_LIMIT = 3

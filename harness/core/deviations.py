@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from normbench.exceptions import NormbenchError, PluginError
+from normbench.core.exceptions import NormbenchError, PluginError
 from normbench.suites import DIRECTORY as SUITES_DIRECTORY
 
 FILENAME = "known_deviations.txt"
@@ -167,7 +167,7 @@ def from_backend(cls: type) -> list[KnownDeviation]:
     """The deviations a Backend class declares in ``known_deviations``:
     ``{"test pattern": reason}`` or ``{"test pattern | message regex": reason}``.
 
-    Raises :class:`~normbench.exceptions.PluginError` when the attribute is malformed.
+    Raises :class:`~normbench.core.exceptions.PluginError` when the attribute is malformed.
 
     >>> class Mine:
     ...     name = "mine"

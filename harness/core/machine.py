@@ -2,7 +2,7 @@
 and the memory still available to this process.
 
 Read from the operating system without importing any framework; used by the
-environment record (:mod:`normbench.environment`), the ceiling's buffer size
+environment record (:mod:`normbench.core.environment`), the ceiling's buffer size
 (:mod:`normbench.perf.roofline`), and the check that a case fits in memory
 before its arrays are made (:func:`check_fits`).
 """
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from normbench.exceptions import NormbenchError
+from normbench.core.exceptions import NormbenchError
 
 MIB = 1 << 20
 #: when the cache size cannot be read: larger than most CPUs' LLC (recorded as assumed)
@@ -263,7 +263,7 @@ def check_fits(nbytes: int, what: str, fix: str = "use a smaller --shape", *,
 
     >>> check_fits(3 << 40, "x of 10**12 floats", available=MemorySize(8 << 30, "test"))
     Traceback (most recent call last):
-    normbench.machine.TooLargeError: x of 10**12 floats needs about 3 TiB of memory, but 8 GiB is available (test). Fix: ...
+    normbench.core.machine.TooLargeError: x of 10**12 floats needs about 3 TiB of memory, but 8 GiB is available (test). Fix: ...
     """
     memory = available_memory() if available is _READ else available
     if isinstance(memory, MemorySize) and nbytes > memory.bytes:
@@ -271,7 +271,7 @@ def check_fits(nbytes: int, what: str, fix: str = "use a smaller --shape", *,
                             f"is available ({memory.source}). Fix: {fix}")
 
 
-#: the bytes per element of each normbench dtype (:data:`normbench.dtypes.DTYPES`), without importing NumPy
+#: the bytes per element of each normbench dtype (:data:`normbench.core.dtypes.DTYPES`), without importing NumPy
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 #: float64 arrays of x's size that ``normbench check`` holds at its peak: the input drawn in
 #: float64, the oracle's x, xhat and y, the error bound and its terms, the backend's y as

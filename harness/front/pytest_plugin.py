@@ -20,7 +20,7 @@ and is parametrized over the selected backends x cases x seeds, with ids like
 case family (``pytest suites/ -m family_layout``). Cases a backend
 cannot run (dtype, layout, no backward) are skipped with the reason.
 
-Known deviations (``normbench.deviations``: ``suites/known_deviations.txt``, files
+Known deviations (``normbench.core.deviations``: ``suites/known_deviations.txt``, files
 given with ``--normbench-deviations`` and each backend's ``known_deviations``) turn
 the failures they explain into xfailed "known deviation" reports; the terminal
 summary lists them, and the declared ones that did not occur.
@@ -34,14 +34,16 @@ from pathlib import Path
 
 import pytest
 
-from normbench import __version__, deviations, options, threads
-from normbench.exceptions import NormbenchError
-from normbench.registry import ALL, Selection, describe, get_registry
-from normbench.runner import SELECTION
+from normbench import __version__
+from normbench.core import deviations
+from normbench.core.exceptions import NormbenchError
+from normbench.core.registry import ALL, Selection, describe, get_registry
+from normbench.front import options, threads
+from normbench.front.runner import SELECTION
 
 #: throughput options, the sweep, results and progress live in their own module; crash and hang
 #: isolation in another
-pytest_plugins = ["normbench.pytest_throughput", "normbench.isolation"]
+pytest_plugins = ["normbench.front.pytest_throughput", "normbench.front.isolation"]
 KNOWN_DEVIATIONS = pytest.StashKey[list]()
 TALLY = pytest.StashKey[deviations.Tally]()
 
@@ -56,7 +58,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--normbench-deviations", metavar="FILE", type=options.parse_deviations_file, action="append",
                     default=[],
                     help="A file of known deviations, lines 'backend | device glob | test pattern | message regex "
-                         "| reason' (harness/deviations.py), in addition to suites/known_deviations.txt and the "
+                         "| reason' (harness/core/deviations.py), in addition to suites/known_deviations.txt and the "
                          "backends' own known_deviations. Repeatable. Default: none.")
     group.addoption("--normbench-strict", action="store_true", default=False,
                     help="Report known deviations as failures, not xfailed, and fail the run if a declared "
@@ -65,12 +67,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "normbench_cases(cases, backward=False): parametrize a suite test "
-                                       "over these normbench.cases.Case objects and the selected backends")
+                                       "over these normbench.core.cases.Case objects and the selected backends")
     config.addinivalue_line("markers", "slow: a large case; deselect with -m 'not slow'")
-    from normbench.cases import ALL_FAMILIES
+    from normbench.core.cases import ALL_FAMILIES
 
     for family in ALL_FAMILIES:
-        config.addinivalue_line("markers", f"family_{family}: cases of the {family!r} family (normbench.cases)")
+        config.addinivalue_line("markers", f"family_{family}: cases of the {family!r} family (normbench.core.cases)")
     try:
         config.stash[KNOWN_DEVIATIONS] = deviations.load() + [
             e for path in config.getoption("normbench_deviations") for e in deviations.load(path)]
@@ -167,7 +169,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
     sel = selection(metafunc.config)
     if "direction" in metafunc.fixturenames:  # a throughput test: the sweep, not the conformance cases
-        from normbench.pytest_throughput import parametrize_sweep
+        from normbench.front.pytest_throughput import parametrize_sweep
 
         return parametrize_sweep(metafunc, sel.backends)
     seeds = metafunc.config.getoption("normbench_seed")
@@ -202,7 +204,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Name the backend and case in every report (``normbench.runner`` reads them;
+    """Name the backend and case in every report (``normbench.front.runner`` reads them;
     a test id alone cannot split ``mutant-eps-fixed-float32-...``)."""
     callspec = getattr(item, "callspec", None)
     backend = callspec.params.get("backend") if callspec else None
@@ -216,7 +218,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A conformance test runs its backend with ``--normbench-threads`` threads, a throughput
-    case with the library's own (:mod:`normbench.threads`)."""
+    case with the library's own (:mod:`normbench.front.threads`)."""
     callspec = getattr(item, "callspec", None)
     backend = callspec.params.get("backend") if callspec is not None else None
     if backend is not None:

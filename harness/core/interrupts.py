@@ -1,7 +1,7 @@
 """Which signals this process received: a ``KeyboardInterrupt`` that no signal caused was raised
 by a backend, and is that backend's result, not the end of the run.
 
-The pytest plugin (:mod:`normbench.isolation`) installs :func:`note_sigint` as the SIGINT
+The pytest plugin (:mod:`normbench.front.isolation`) installs :func:`note_sigint` as the SIGINT
 handler of a session; ``normbench run`` records a SIGTERM with :func:`note_signal` before
 turning it into ``KeyboardInterrupt``. The throughput runner and the suites ask
 :func:`received_signal` when a backend call raises ``KeyboardInterrupt``.

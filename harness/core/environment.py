@@ -5,7 +5,7 @@ metadata, GPUs from ``nvidia-smi`` when it exists, torch's thread count only if
 torch is already imported. Written as ``environment.json`` in the run folder,
 and merged (never overwritten) when another session of the same run adds to it (``normbench run``'s
 throughput session after its conformance one; a second *run* into a folder holding results is
-refused, :mod:`normbench.run_folder`).
+refused, :mod:`normbench.core.run_folder`).
 
 Its fields are :data:`ENVIRONMENT_FIELDS` (checked at load by :func:`read_environment`);
 ``status`` (:data:`STATUS_FIELDS`) says whether the run is ``running``, ``finished`` or was
@@ -13,7 +13,7 @@ Its fields are :data:`ENVIRONMENT_FIELDS` (checked at load by :func:`read_enviro
 
 >>> env = environment(run_id="r1", command=["normbench", "run"])
 >>> env["schema"], env["run_id"], env["command"]
-('normbench.environment', 'r1', 'normbench run')
+('normbench.core.environment', 'r1', 'normbench run')
 """
 
 from __future__ import annotations
@@ -33,10 +33,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from normbench import __version__, provenance
-from normbench.files import write_atomic
-from normbench.machine import cpu_model, cpu_threads, last_level_cache
-from normbench.results import (
+from normbench import __version__
+from normbench.core import provenance
+from normbench.core.files import write_atomic
+from normbench.core.machine import cpu_model, cpu_threads, last_level_cache
+from normbench.core.results import (
     Field,
     ResultsError,
     boolean,
@@ -52,7 +53,7 @@ from normbench.results import (
     text,
 )
 
-ENVIRONMENT = "normbench.environment"
+ENVIRONMENT = "normbench.core.environment"
 ENVIRONMENT_FILE = "environment.json"
 LIBRARIES = ("numpy", "ml_dtypes", "pandas", "pytest", "pytest-benchmark", "torch", "jax", "jaxlib", "triton")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "XLA_FLAGS", "CUDA_VISIBLE_DEVICES")
@@ -163,7 +164,7 @@ def environment(run_id: str, command: Sequence[str] | None = None) -> dict[str, 
 
 
 def backends_record(selection: Any) -> dict[str, Any]:
-    """The run's backends as plain data for ``environment.json`` (a :class:`normbench.registry.Selection`):
+    """The run's backends as plain data for ``environment.json`` (a :class:`normbench.core.registry.Selection`):
     ``backends`` (name -> library version and device), ``skipped_backends`` (name -> why it did not
     run), ``not_timed`` (name -> its ``timing_note``: it ran the conformance suites only) and
     ``runtime_notes`` (name -> its ``runtime_note``: what its runtime computes differently from the device
@@ -212,7 +213,7 @@ def _write(path: Path, document: dict[str, Any]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         return write_atomic(path, json.dumps(document, indent=1, default=str) + "\n")
     except OSError as exc:
-        from normbench.results import _fix_disk
+        from normbench.core.results import _fix_disk
 
         raise ResultsError(f"cannot write {path}: {exc.strerror or exc}. Fix: {_fix_disk(exc)}") from None
 

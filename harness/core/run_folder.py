@@ -11,7 +11,7 @@
    stale lock). A second writer is told the pid, host and start time of the holder. Where
    ``fcntl`` does not exist, the lock file is created with ``O_CREAT | O_EXCL`` instead, holds
    the pid, and is removed at release (a crashed run leaves it: the message says to remove it);
-3. the folder's contents: a folder already holding results (:data:`normbench.results.RESULT_FILES`:
+3. the folder's contents: a folder already holding results (:data:`normbench.core.results.RESULT_FILES`:
    ``throughput.csv/.json``, ``conformance.csv/.json``; or published counts: ``traffic.csv``,
    ``kernels-*.csv``) is refused, for conformance and
    throughput alike: a run folder is written by one run. A missing or empty folder, or one
@@ -29,7 +29,7 @@ inherited claim (no second lock, no contents check) as long as that pid still ho
 Usage (the CLI and the pytest throughput plugin)::
 
     >>> import tempfile
-    >>> from normbench.run_folder import claim, RunFolderError
+    >>> from normbench.core.run_folder import claim, RunFolderError
     >>> out = tempfile.mkdtemp()
     >>> with claim(out, "r1") as run:                  # before anything is measured
     ...     again = claim(out, "r1")                   # the same process: the same claim
@@ -45,7 +45,7 @@ Usage (the CLI and the pytest throughput plugin)::
     >>> claim(out, "../elsewhere")                     # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    normbench.run_folder.RunFolderError: run id '../elsewhere': a run id names one folder...
+    normbench.core.run_folder.RunFolderError: run id '../elsewhere': a run id names one folder...
 
 Without ``with``: ``run = claim(out, run_id)`` ... ``run.release()`` (in a ``finally``).
 """
@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from normbench.results import KERNEL_STATS_PATTERN, RESULT_FILES, TRAFFIC_FILE, ResultsError
+from normbench.core.results import KERNEL_STATS_PATTERN, RESULT_FILES, TRAFFIC_FILE, ResultsError
 
 try:
     import fcntl
@@ -159,7 +159,7 @@ def _owner(text: str) -> str:
 
 
 def _lock_text() -> str:
-    from normbench.environment import now_utc
+    from normbench.core.environment import now_utc
 
     return f"{os.getpid()} {socket.gethostname()} {now_utc()}\n"
 

@@ -18,7 +18,7 @@ before the interpreter was chosen cannot interpret kernels, and
 :func:`ensure_mode` says so (set ``TRITON_INTERPRET=1`` in the environment, or
 create the backend before importing triton).
 
-Nothing here runs at import time: ``import normbench.impls.triton.runtime`` imports
+Nothing here runs at import time: ``import normbench.kit.triton`` imports
 neither torch nor triton. The kernel modules call :func:`ensure_mode` first
 thing, and are themselves imported lazily on the first launch, so importing
 the backend, the autograd function or the layer touches no GPU driver.
@@ -28,7 +28,10 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 
 ENV = "TRITON_INTERPRET"
@@ -82,3 +85,19 @@ def _triton_imported_compiled() -> bool:
     from triton.runtime.jit import JITFunction
 
     return isinstance(getattr(tl.standard, "sum", None), JITFunction)
+
+
+def ptxas_usage(ptx: str, arch: int) -> tuple[int, int]:
+    """(registers per thread, spill store + spill load bytes) of one kernel's PTX compiled for ``sm_<arch>``
+    (``sm_90a`` from 90 on); -1 registers when ptxas does not say."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    suffix = "a" if arch >= 90 else ""
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ptx)
+        f.flush()
+        log = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name=sm_{arch}{suffix}", f.name, "-o", os.devnull],
+                             capture_output=True, text=True, check=True).stderr
+    registers = re.search(r"Used (\d+) registers", log)
+    spilled = sum(int(m) for m in re.findall(r"(\d+) bytes spill (?:stores|loads)", log))
+    return (int(registers[1]) if registers else -1), spilled

@@ -4,7 +4,7 @@ A CPU kernel's reduction order can follow its thread count (PyTorch splits a row
 sums across OpenMP threads), so the same library passes different cases on
 machines with different cores. The conformance suites therefore run every backend
 with ``--normbench-threads`` threads (default 1) through :meth:`Backend.set_threads
-<normbench.backend.Backend.set_threads>`, and the throughput suite with each library's
+<normbench.core.backend.Backend.set_threads>`, and the throughput suite with each library's
 own count: a case there runs alone and may use every core. :func:`describe` is the
 line the run's header prints.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from normbench.backend import Backend
+from normbench.core.backend import Backend
 
 #: the conformance suites' default
 CONFORMANCE_THREADS = 1

@@ -8,7 +8,7 @@ for RMSNorm too, :meth:`JaxBackendBase.make_rms_forward` with ``"rms_norm"`` in
 
 * **device**: the first device JAX sees (a GPU if jaxlib has one, else the CPU),
   named in ``device`` as every backend names it (``"cpu"``, ``"cuda:0 (NVIDIA H100 80GB HBM3)"``:
-  :func:`normbench.backend.device_label`); :meth:`~JaxBackendBase.asarray` copies a host array there
+  :func:`normbench.core.backend.device_label`); :meth:`~JaxBackendBase.asarray` copies a host array there
   (JAX arrays have no strides: the host layout is not kept).
 * **float64 without touching anyone's global configuration**: JAX truncates
   float64 to float32 unless x64 is enabled, and ``jax.config.update("jax_enable_x64",
@@ -23,7 +23,7 @@ for RMSNorm too, :meth:`JaxBackendBase.make_rms_forward` with ``"rms_norm"`` in
   compiles the forward, the statistics (where the backend has them) and the
   backward for one such signature, so a timed region that follows never compiles
   (:meth:`~JaxBackendBase.warmup_rms_norm` the same for RMSNorm).
-* **RMSNorm's eps=None** is resolved on the host to :func:`normbench.dtypes.default_rms_eps`
+* **RMSNorm's eps=None** is resolved on the host to :func:`normbench.core.dtypes.default_rms_eps`
   of x's dtype (torch's semantics), so the jitted function always gets a number.
 * **asynchronous dispatch**: JAX returns before the device is done; results are
   remembered until :meth:`~JaxBackendBase.synchronize` blocks on them (at most
@@ -35,7 +35,7 @@ jax is imported when a backend is created, never when this module is imported:
 Example, a complete JAX backend (normbench's ``jax`` backend is this, plus statistics and RMSNorm)::
 
     >>> import numpy as np
-    >>> from normbench.impls.jax_support import JaxBackendBase
+    >>> from normbench.kit.jax import JaxBackendBase
     >>> class Mine(JaxBackendBase):
     ...     name = "mine"
     ...
@@ -73,8 +73,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from normbench import Backend
-from normbench.backend import device_label
-from normbench.dtypes import default_rms_eps, dtype_name
+from normbench.core.backend import device_label
+from normbench.core.dtypes import default_rms_eps, dtype_name
 
 #: results held for :meth:`JaxBackendBase.synchronize`; beyond this many, the oldest are
 #: waited for at once (the device still has the rest queued, so throughput is unaffected)
@@ -268,7 +268,7 @@ class JaxBackendBase(Backend):
 
     @staticmethod
     def rms_eps(x: Any, eps: float | None) -> float:
-        """eps as a number: None is :func:`normbench.dtypes.default_rms_eps` of x's dtype."""
+        """eps as a number: None is :func:`normbench.core.dtypes.default_rms_eps` of x's dtype."""
         return default_rms_eps(dtype_name(x.dtype)) if eps is None else float(eps)
 
     def rms_norm(self, x, normalized_shape, weight, eps):

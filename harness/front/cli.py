@@ -24,9 +24,10 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from normbench import __version__, options
-from normbench.exceptions import NormbenchError, UnknownBackend
-from normbench.registry import ALL, describe, get_registry
+from normbench import __version__
+from normbench.core.exceptions import NormbenchError, UnknownBackend
+from normbench.core.registry import ALL, describe, get_registry
+from normbench.front import options
 from normbench.suites import DIRECTORY as SUITES_DIRECTORY
 
 
@@ -55,7 +56,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="normbench-list-") as folder:
         progress_file = os.path.join(folder, "loading")
         while True:
-            command = [sys.executable, "-m", "normbench.cli", "list", "--in-process", f"--progress-file={progress_file}",
+            command = [sys.executable, "-m", "normbench", "list", "--in-process", f"--progress-file={progress_file}",
                        *(["--probe"] if args.probe else []), *(f"--left-out={name}" for name in args.left_out),
                        *(f"--problem={p}" for p in problems)]
             listing = os.path.join(folder, "listing")
@@ -80,7 +81,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 sys.stdout.write(out)
                 raise NormbenchError(f"listing the backends ended with exit status {child.returncode} outside any "
                                      f"one plugin (a hang in entry-point discovery ends after "
-                                     f"{2 * args.plugin_timeout:g} s). Fix: `python -m normbench.cli list --in-process` "
+                                     f"{2 * args.plugin_timeout:g} s). Fix: `python -m normbench.front.cli list --in-process` "
                                      f"shows the traceback")
             what = (f"did not finish loading within {args.plugin_timeout:g} s (it hangs?); --plugin-timeout "
                     f"changes the limit" if child.returncode < 0 else f"ended the process with exit status "
@@ -106,7 +107,7 @@ def _list_backends(args: argparse.Namespace) -> int:
 
     def loading(name: str, provider: str = "") -> None:
         if args.progress_file:
-            from normbench.files import write_atomic
+            from normbench.core.files import write_atomic
 
             write_atomic(args.progress_file, f"{name}\t{provider}" if name else "")
 
@@ -146,8 +147,8 @@ def _list_backends(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Check one case on each backend ``--impl`` names (``all``: every one that runs here); exit 1
     if any fails. A backend that cannot run the case says why; if none can, that is an error."""
-    from normbench import cases, machine
     from normbench.check import conformance
+    from normbench.core import cases, machine
 
     normalized = args.normalized_shape or args.shape[-1:]
     if args.norm == "rms_norm" and args.affine in ("wb", "b"):
@@ -196,7 +197,7 @@ def _pytest_args(args: argparse.Namespace, extra: Sequence[str], workers: bool =
         if isolated:
             import os
 
-            from normbench.isolation import CRASH_LIMIT
+            from normbench.front.isolation import CRASH_LIMIT
 
             count = int(n) if n.isdigit() else (os.cpu_count() or 1)
             out.append(f"--max-worker-restart={CRASH_LIMIT * isolated + 4 * count}")
@@ -287,7 +288,7 @@ def _header(args: argparse.Namespace, run_id: str, folder):
     for message in selection.warnings:
         say(f"  warning: {message}")
     if selection.backends:
-        from normbench import threads
+        from normbench.front import threads
 
         say(f"  threads:     conformance: {threads.describe(selection.backends, args.threads)}"
             + ("; throughput: each library's own" if "throughput" in args.suites else ""))
@@ -299,7 +300,7 @@ def _header(args: argparse.Namespace, run_id: str, folder):
 
 def _counts(args: argparse.Namespace, run_id: str, extra: Sequence[str], selection) -> None:
     """How many conformance tests and throughput cases the suites collect (the end of the header)."""
-    from normbench.runner import collect
+    from normbench.front.runner import collect
 
     say = _say
     if "conformance" in args.suites:
@@ -325,11 +326,11 @@ def _counts(args: argparse.Namespace, run_id: str, extra: Sequence[str], selecti
 
 
 def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    """The main job, in a claimed run folder (:mod:`normbench.run_folder`): one writer, checked
+    """The main job, in a claimed run folder (:mod:`normbench.core.run_folder`): one writer, checked
     before anything is measured. Every finished test is written at once; SIGINT and SIGTERM end
     the run but keep what ran and mark the folder interrupted (environment.json's ``status``)."""
-    from normbench.environment import new_run_id
-    from normbench.run_folder import claim
+    from normbench.core.environment import new_run_id
+    from normbench.core.run_folder import claim
 
     run_id = args.run_id or new_run_id()
     get_registry().names_in(args.impl or ALL)  # a bad --impl is a usage error before any folder exists
@@ -339,8 +340,8 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
             _counts(args, run_id, extra, selection)
             return _run(args, extra, run.path, run_id, selection)
         except KeyboardInterrupt:  # between the suites' sessions (which keep their own results)
-            from normbench.environment import mark_status
-            from normbench.interrupts import last_signal
+            from normbench.core.environment import mark_status
+            from normbench.core.interrupts import last_signal
 
             reason = last_signal() or "KeyboardInterrupt"
             mark_status(run.path, "interrupted", reason)
@@ -349,10 +350,10 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
 
 def _run(args: argparse.Namespace, extra: Sequence[str], folder, run_id: str, selection) -> int:
-    from normbench import results
-    from normbench.environment import backends_record, environment, mark_status, write_environment
-    from normbench.interrupts import last_signal
-    from normbench.runner import Collector, run_pytest, summary
+    from normbench.core import results
+    from normbench.core.environment import backends_record, environment, mark_status, write_environment
+    from normbench.core.interrupts import last_signal
+    from normbench.front.runner import Collector, run_pytest, summary
 
     env = environment(run_id, ["normbench", *args.argv])
     env.update(backends_record(selection))
@@ -406,7 +407,7 @@ class _Sink:
         self.writer, self.run_id, self.error = writer, run_id, None
 
     def __call__(self, outcome) -> None:
-        from normbench.runner import outcome_rows
+        from normbench.front.runner import outcome_rows
 
         if self.error is None:
             self._try(self.writer.add, outcome_rows([outcome], self.run_id)[0])
@@ -416,7 +417,7 @@ class _Sink:
         self._try(self.writer.close)
 
     def _try(self, write, *args) -> None:
-        from normbench.results import ResultsError
+        from normbench.core.results import ResultsError
 
         try:
             write(*args)
@@ -432,7 +433,7 @@ def _signals_end_the_run():
     marked), and is recorded, so the run's status says which signal ended it."""
     import signal
 
-    from normbench.interrupts import note_signal
+    from normbench.core.interrupts import note_signal
 
     def stop(signum, frame):
         note_signal(signum)
@@ -451,8 +452,8 @@ def _signals_end_the_run():
 
 def _run_report(folder, baseline: str) -> None:
     """Write ``report.html`` into the run folder; a run whose results cannot render still ends normally."""
+    from normbench.core.results import ResultsError
     from normbench.report import write_report
-    from normbench.results import ResultsError
 
     try:
         print(f"report: {write_report([folder], folder / 'report.html', baseline)}")
@@ -463,7 +464,7 @@ def _run_report(folder, baseline: str) -> None:
 def _throughput_report(folder) -> str:
     import json
 
-    from normbench import results
+    from normbench.core import results
     from normbench.report.text import ceiling_lines, throughput_table
 
     try:
@@ -492,7 +493,7 @@ def _one_backend(spec: str):
 def cmd_table1(args: argparse.Namespace) -> int:
     """Measure Table 1 (float64 oracles; the layer-norm and RMSNorm rows on --impl if given, each where it declares
     that normalization) and §3.1 (on --impl's LayerNorm if it has one); exit 1 on disagreement."""
-    from normbench import norms
+    from normbench.core import norms
     from normbench.paper import invariances, table1
     from normbench.paper.normalizations import BackendRowLayerNorm, OracleRowLayerNorm
 
@@ -540,7 +541,7 @@ def _save_table1(args: argparse.Namespace, document: dict) -> None:
     import json
     from pathlib import Path
 
-    from normbench.files import write_atomic
+    from normbench.core.files import write_atomic
 
     path = Path(args.save) / "table1.json"
     try:
@@ -552,9 +553,9 @@ def _save_table1(args: argparse.Namespace, document: dict) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    from normbench.cases import AFFINES, DISTRIBUTIONS, LAYOUTS
-    from normbench.dtypes import DTYPES
-    from normbench.norms import NAMES as NORM_NAMES
+    from normbench.core.cases import AFFINES, DISTRIBUTIONS, LAYOUTS
+    from normbench.core.dtypes import DTYPES
+    from normbench.core.norms import NAMES as NORM_NAMES
 
     top = argparse.ArgumentParser(prog="normbench", description="LayerNorm conformance and throughput harness.")
     top.add_argument("--version", action="version", version=f"normbench {__version__}")
@@ -650,7 +651,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _add_survey(sub) -> None:
-    from normbench.survey import FINDING_FIELDS
+    from normbench.report.survey import FINDING_FIELDS
 
     p = sub.add_parser("survey", help="merge conformance runs of many libraries (one run folder per environment) "
                                       "with their judged findings into one folder, its report and findings page")
@@ -668,7 +669,7 @@ def _add_survey(sub) -> None:
 def cmd_survey(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from normbench.survey import write_survey
+    from normbench.report.survey import write_survey
 
     command = shlex.join(["normbench", *args.argv])
     written = write_survey(args.out, args.runs, args.findings, command, runs_in=args.runs_in)
@@ -687,7 +688,7 @@ TOOLS = {"traffic": "normbench.perf.traffic", "kernel-stats": "normbench.perf.ke
 
 
 def _add_table1(sub) -> None:
-    from normbench.dtypes import DTYPES
+    from normbench.core.dtypes import DTYPES
 
     p = sub.add_parser("table1", help="measure the paper's Table 1 (and §3.1) and print it beside the paper's")
     p.add_argument("--impl", metavar="NAME", type=options.parse_impl,

@@ -28,14 +28,14 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from normbench import run_folder
 from normbench.check.conformance import BATCH_INVARIANT, DEFAULT_REQUIRED, DETERMINISTIC, PROPERTIES
-from normbench.dtypes import DTYPES
-from normbench.norms import NAMES
+from normbench.core import run_folder
+from normbench.core.dtypes import DTYPES
+from normbench.core.norms import NAMES
+from normbench.core.registry import ALL
 from normbench.perf.roofline import DIRECTIONS
 from normbench.perf.sweep import sweep_shapes
 from normbench.perf.timing import CACHES
-from normbench.registry import ALL
 
 #: the suites ``normbench run --suites`` chooses from
 SUITES: tuple[str, ...] = ("conformance", "throughput")
@@ -148,7 +148,7 @@ def parse_array_shape(value: str) -> tuple[int, ...]:
 
 
 def parse_eps(value: str) -> float:
-    """A number (range checks are the case's: :func:`normbench.cases.validate_eps`)."""
+    """A number (range checks are the case's: :func:`normbench.core.cases.validate_eps`)."""
     try:
         return float(value)
     except ValueError:
@@ -273,7 +273,7 @@ def _parse_choices(kind: str, plural: str, value: str, valid: Sequence[str]) -> 
 def parse_impl(value: str) -> str:
     """A backend selection: a name, names separated by commas, or ``all``, as one string
     (``"numpy, torch"`` -> ``"numpy,torch"``); names are checked when the backends are
-    selected (:meth:`normbench.registry.Registry.select`). An empty value names no backend and
+    selected (:meth:`normbench.core.registry.Registry.select`). An empty value names no backend and
     is an error everywhere (not a silent 'all')."""
     names = [n.strip() for n in value.split(",")]
     fix = f"Give a backend name, names separated by commas (e.g. numpy,torch), or {ALL!r} for every available " \
@@ -289,7 +289,7 @@ def check_run_id(text: str) -> str:
     """``text`` if it is a run id: one plain folder name under the results folder (``--out``),
     never a path. Letters, digits, ``.``, ``_``, ``-`` and ``+``, starting with a letter or a
     digit (not ``.``: no ``..``, no hidden folder; not ``-``: not read as an option), no ``..``,
-    at most :data:`RUN_ID_MAX` characters: the rule of ``normbench.run_folder.RUN_ID``, which
+    at most :data:`RUN_ID_MAX` characters: the rule of ``normbench.core.run_folder.RUN_ID``, which
     checks the folder a run claims. Raises :class:`argparse.ArgumentTypeError` saying which
     part of the rule ``text`` breaks.
 
@@ -344,12 +344,12 @@ def parse_directions(value: str) -> tuple[str, ...]:
 
 
 def parse_dtypes(value: str) -> tuple[str, ...]:
-    """dtype names (:data:`normbench.dtypes.DTYPES`), separated by commas."""
+    """dtype names (:data:`normbench.core.dtypes.DTYPES`), separated by commas."""
     return _parse_choices("dtype", "dtypes", value, DTYPES)
 
 
 def parse_norms(value: str) -> tuple[str, ...]:
-    """Normalization names (:data:`normbench.norms.NAMES`), separated by commas."""
+    """Normalization names (:data:`normbench.core.norms.NAMES`), separated by commas."""
     return _parse_choices("normalization", "normalizations", value, NAMES)
 
 

@@ -2,7 +2,7 @@
 
 Shared by the torch-based backends (``normbench.impls.torch_native``, ``normbench.impls.triton``): the tensor rebuilt on
 the device has the host view's shape, strides, storage offset and stride-0
-broadcasts (``normbench.layout.decompose``), so layout bugs reach the kernel.
+broadcasts (``normbench.kit.layout.decompose``), so layout bugs reach the kernel.
 torch is passed in, never imported here at module level.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from normbench.layout import decompose
+from normbench.kit.layout import decompose
 
 
 def from_host(torch: Any, host: np.ndarray, device: Any) -> Any:

@@ -1,6 +1,6 @@
 """Results on disk: a versioned schema, written incrementally, validated at load, merged with pandas.
 
-A run folder (``reports/<run-id>/``, one writer at a time: :mod:`normbench.run_folder`) holds:
+A run folder (``reports/<run-id>/``, one writer at a time: :mod:`normbench.core.run_folder`) holds:
 
 * ``throughput.csv`` and ``throughput.json``: one row per measured case (the
   columns below).
@@ -9,7 +9,7 @@ A run folder (``reports/<run-id>/``, one writer at a time: :mod:`normbench.run_f
   beyond tolerance it measured: deterministic, batch-invariant; for a forward test, its
   error's histogram in ulps and its coherence statistics; schema version 2).
 * ``environment.json``: the machine, libraries, commit, command, the measured
-  ceilings and the run's status (:mod:`normbench.environment`).
+  ceilings and the run's status (:mod:`normbench.core.environment`).
 
 Two more schemas describe counts, not runs, written as CSV only by
 :func:`write_csv`: ``traffic.csv`` (:data:`TRAFFIC`, ``normbench traffic``: bytes
@@ -24,7 +24,7 @@ appended as one complete line, handed to the operating system at once (a killed
 run keeps it) and fsynced at least every :attr:`ResultsWriter.SYNC_EVERY_S`
 seconds and at :meth:`~ResultsWriter.close`. A failed append is cut back, so the
 journal never ends in a torn line. The JSON is a snapshot, written whole
-(:func:`normbench.files.write_atomic`) at ``close()`` and in between at most
+(:func:`normbench.core.files.write_atomic`) at ``close()`` and in between at most
 every :attr:`ResultsWriter.JSON_EVERY_S` seconds, and never more often than
 1/20 of the time a rewrite takes: a run of thousands of rows spends a bounded
 share of its time on it (a rewrite after every row would be quadratic). A run
@@ -74,9 +74,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from normbench import norms
-from normbench.exceptions import NormbenchError
-from normbench.files import append_whole, write_atomic
+from normbench.core import norms
+from normbench.core.exceptions import NormbenchError
+from normbench.core.files import append_whole, write_atomic
 
 #: the normalizations a row may name
 NORM_NAMES = norms.NAMES
@@ -181,15 +181,15 @@ THROUGHPUT_COLUMNS: tuple[Column, ...] = (
     Column("device_name", "str", "the CPU or GPU model"),
     Column("backend", "str", "the backend name (--impl)"),
     Column("backend_version", "str", "the version of the library it wraps"),
-    Column("normalization", "str", "layer_norm or rms_norm (normbench.norms). Version 2", choices=NORM_NAMES),
+    Column("normalization", "str", "layer_norm or rms_norm (normbench.core.norms). Version 2", choices=NORM_NAMES),
     Column("direction", "str", "forward, backward or forward+backward"),
     Column("dtype", "str", "the dtype of x, y, dy and dx"),
     Column("param_dtype", "str", "the dtype of weight and bias"),
     Column("rows", "int", "M, the number of rows", low=1),
     Column("hidden", "int", "N, the normalized size", low=1),
     Column("shape", "str", "x's shape, ROWSxHIDDEN"),
-    Column("case_id", "str", "the normbench.cases id of the case"),
-    Column("seed", "int", "the seed of the inputs (normbench.cases.make_inputs)", low=0),
+    Column("case_id", "str", "the normbench.core.cases id of the case"),
+    Column("seed", "int", "the seed of the inputs (normbench.core.cases.make_inputs)", low=0),
     Column("byte_model", "str", "forward-inference, backward or forward-training+backward (normbench.perf.roofline)"),
     Column("bytes", "int", "the bytes the byte model says the direction must move", low=1),
     Column("cache", "str", "cold (last-level cache flushed before every sample) or warm"),
@@ -317,7 +317,7 @@ CONFORMANCE_COLUMNS: tuple[Column, ...] = (
     Column("suite", "str", "the suite file, e.g. test_forward.py"),
     Column("test", "str", "the test function"),
     Column("case", "str", "the case id (the test id without the backend)"),
-    Column("normalization", "str", "layer_norm or rms_norm, the case's normalization (normbench.norms; an RMSNorm "
+    Column("normalization", "str", "layer_norm or rms_norm, the case's normalization (normbench.core.norms; an RMSNorm "
                                    "case id starts with rms-); layer_norm for a test without a case. Version 3",
            choices=NORM_NAMES),
     Column("nodeid", "str", "the pytest node id relative to the suites, `suites/test_forward.py::test_forward[...]`, "
@@ -355,7 +355,7 @@ CONFORMANCE_COLUMNS: tuple[Column, ...] = (
 
 #: traffic rows count bytes, they do not time them: directions and byte models the counter covers
 TRAFFIC_DIRECTIONS = ("forward", "backward")
-#: the dtypes a traffic or kernel-stats row may name (normbench.dtypes.DTYPES, spelled out: core imports no ml_dtypes here)
+#: the dtypes a traffic or kernel-stats row may name (normbench.core.dtypes.DTYPES, spelled out: core imports no ml_dtypes here)
 COUNTED_DTYPES = ("float16", "bfloat16", "float32", "float64")
 #: no kernel worth publishing moves a thousand times the byte model: a larger ratio is a broken row
 MAX_TRAFFIC_RATIO = 1000.0
@@ -1139,7 +1139,7 @@ class Field:
     >>> check_document({"gbps": 0}, spec, "environment.json", "re-run")
     Traceback (most recent call last):
     ...
-    normbench.results.ResultsError: environment.json: field gbps is 0, not a finite number > 0. Fix: re-run
+    normbench.core.results.ResultsError: environment.json: field gbps is 0, not a finite number > 0. Fix: re-run
     """
 
     def __init__(self, what: str, test: Callable[[Any, str], None]) -> None:

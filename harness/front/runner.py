@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from normbench import deviations
-from normbench.registry import Selection
-from normbench.results import CRASHED, FAILING, NOT_RUN, TIMEOUT
+from normbench.core import deviations
+from normbench.core.registry import Selection
+from normbench.core.results import CRASHED, FAILING, NOT_RUN, TIMEOUT
 from normbench.suites import DIRECTORY as SUITES_DIRECTORY
 
 #: the backends of a pytest session (``--normbench-impl``); the plugin makes it, unless
@@ -170,7 +170,7 @@ class Collector:
         if hasattr(session.config, "workerinput"):
             return
         if exitstatus == pytest.ExitCode.INTERRUPTED and not self.interrupted:
-            from normbench.interrupts import last_signal
+            from normbench.core.interrupts import last_signal
 
             self.interrupted = last_signal() or "KeyboardInterrupt"
         why = (f"the run was interrupted ({self.interrupted})" if self.interrupted
@@ -321,17 +321,17 @@ def property_lines(outcomes: list[Outcome]) -> list[str]:
 
 
 def outcome_rows(outcomes: list[Outcome], run_id: str) -> list[dict]:
-    """Outcomes as rows of the conformance results schema (:mod:`normbench.results`), with the properties
+    """Outcomes as rows of the conformance results schema (:mod:`normbench.core.results`), with the properties
     each test measured (``deterministic``, ``batch_invariant``: yes, no or empty; what differed in
     ``property_notes``) and, for a forward test, its error's histograms and coherence ratios."""
     from normbench.check.conformance import PROPERTIES
-    from normbench.results import CONFORMANCE, new_row
+    from normbench.core.results import CONFORMANCE, new_row
 
     def notes(o: Outcome) -> str:
         return " | ".join(f"{name}: {verdict.removeprefix('no: ')}" for name, verdict in o.properties
                           if verdict != "yes")
 
-    from normbench.norms import of_case_id
+    from normbench.core.norms import of_case_id
 
     return [new_row(CONFORMANCE, run_id=run_id, backend=o.backend, suite=o.nodeid.split("::")[0].split("/")[-1],
                     test=o.test, case=o.case, normalization=of_case_id(o.case).name, nodeid=o.nodeid,

@@ -35,13 +35,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from normbench import norms, results
-from normbench.environment import ENVIRONMENT, ENVIRONMENT_FIELDS, ENVIRONMENT_FILE, now_utc, read_environment
-from normbench.files import write_atomic
-from normbench.results import ResultsError, check_document
+from normbench.core import norms, results
+from normbench.core.environment import ENVIRONMENT, ENVIRONMENT_FIELDS, ENVIRONMENT_FILE, now_utc, read_environment
+from normbench.core.files import write_atomic
+from normbench.core.results import ResultsError, check_document
 
 FINDINGS_FILE = "findings.csv"
-#: the merged rows, compressed (normbench.results reads it)
+#: the merged rows, compressed (normbench.core.results reads it)
 CONFORMANCE_FILE = "conformance.csv.gz"
 FINDINGS_MARKDOWN = "findings.md"
 #: a finding's fields, in the order of the CSV header and the Markdown table
@@ -62,7 +62,7 @@ MARKDOWN_COLUMNS = (("library", "library"), ("version", "version"), ("backend", 
 def read_findings(path: str | os.PathLike) -> list[dict[str, str]]:
     """A findings file's rows, each field checked: one ResultsError naming the file, the row and the field."""
     path = Path(path)
-    fix = f"write {path} as CSV with the header {','.join(FINDING_FIELDS)} (normbench.survey)"
+    fix = f"write {path} as CSV with the header {','.join(FINDING_FIELDS)} (normbench.report.survey)"
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

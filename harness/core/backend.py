@@ -18,7 +18,7 @@ and ``timing_note`` attributes, the documented ``limits`` and the ``runtime_note
 ``known_deviations`` (failures it is known to have, with the reasons). :func:`device_label` writes a
 ``device`` string in the form normbench shows and records everywhere.
 
-RMSNorm (``normbench.norms``): a backend that also implements it declares
+RMSNorm (``normbench.core.norms``): a backend that also implements it declares
 ``normalizations = ("layer_norm", "rms_norm")`` and defines :meth:`rms_norm` and (with
 ``has_backward``) :meth:`rms_norm_backward`; optionally :meth:`prepare_rms_norm_backward`,
 :meth:`rms_norm_forward_backward` and :meth:`warmup_rms_norm`, the counterparts of the
@@ -63,7 +63,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from normbench.dtypes import DTYPES
+from normbench.core.dtypes import DTYPES
 
 
 def device_label(kind: str, index: int | None = None, name: str = "") -> str:
@@ -107,7 +107,7 @@ class Availability:
 class Limits:
     """The documented limits of the library a backend wraps: cases outside them are skipped,
     saying so, never failed. ``eps``: the closed range of eps it accepts; ``min_rank``: the
-    fewest dims x may have; ``layouts``: the layouts it accepts (of ``normbench.cases.LAYOUTS``,
+    fewest dims x may have; ``layouts``: the layouts it accepts (of ``normbench.core.cases.LAYOUTS``,
     and ``"dybroadcast"`` for a stride-0 dy), None for every one; ``source``: where the limits
     are documented, quoted in every skip.
 
@@ -156,7 +156,7 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     #: one line for ``normbench list``
     description: ClassVar[str] = ""
-    #: the normalizations it implements, of ``normbench.norms.NAMES``; the suites skip the others,
+    #: the normalizations it implements, of ``normbench.core.norms.NAMES``; the suites skip the others,
     #: saying so, and ``normbench list`` shows them
     normalizations: ClassVar[Sequence[str]] = ("layer_norm",)
     #: the dtype names it supports, of "float64", "float32", "float16", "bfloat16"
@@ -203,7 +203,7 @@ class Backend(abc.ABC):
     #: failures this backend is known to have, each with the reason: ``{"test pattern": "reason"}``
     #: or ``{"test pattern | message regex": "reason"}``; a test pattern is a glob over the test id
     #: (with or without the backend's name), the case id or the case family. They are reported as
-    #: "known deviation" (xfailed), never as passed; see ``harness/deviations.py``. Example::
+    #: "known deviation" (xfailed), never as passed; see ``harness/core/deviations.py``. Example::
     #:
     #:     known_deviations = {"*-offset1e4": "one-pass variance: E[x^2] - E[x]^2 cancels at mean 1e4 sigma"}
     known_deviations: ClassVar[Mapping[str, str]] = {}
@@ -316,7 +316,7 @@ class Backend(abc.ABC):
 
     def rms_norm(self, x: Any, normalized_shape: tuple[int, ...], weight: Any, eps: float | None) -> Any:
         """``y = x / sqrt(mean(x^2) + eps) * weight`` over the trailing dims, y in x's dtype and shape;
-        ``weight`` may be None; ``eps=None`` means :func:`normbench.dtypes.default_rms_eps` of x's dtype
+        ``weight`` may be None; ``eps=None`` means :func:`normbench.core.dtypes.default_rms_eps` of x's dtype
         (``torch.nn.functional.rms_norm``'s semantics). A library with another parameterization
         converts at this boundary and says so in ``description`` (Gemma's ``1 + weight``: pass
         ``weight - 1``; docs/writing-a-backend.md lists the conventions)."""

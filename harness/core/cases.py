@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normbench import norms
-from normbench.dtypes import DTYPES, dtype_name, host_dtype
-from normbench.exceptions import InvalidInput
+from normbench.core import norms
+from normbench.core.dtypes import DTYPES, dtype_name, host_dtype
+from normbench.core.exceptions import InvalidInput
 
 AFFINES = ("wb", "w", "b", "none")
 LAYOUTS = ("contiguous", "transposed", "step2", "colslice", "rowslice")
@@ -113,7 +113,7 @@ DISTRIBUTIONS: dict[str, Callable[[np.random.Generator, tuple[int, int], float],
 
 def validate_eps(eps: float | None, norm: str = "layer_norm") -> None:
     """eps must be a finite number >= 0 (it is added to the variance under the sqrt); RMSNorm
-    also takes None, its default (``normbench.dtypes.default_rms_eps``)."""
+    also takes None, its default (``normbench.core.dtypes.default_rms_eps``)."""
     if eps is None and norms.of(norm).name == "rms_norm":
         return
     if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
@@ -140,8 +140,8 @@ def validate_shapes(shape: tuple[int, ...], normalized_shape: tuple[int, ...],
 class Case:
     """One conformance case. ``shape`` is x's full shape; the trailing
     ``normalized_shape`` dims are normalized; the rest are rows. ``norm`` is the normalization
-    (``normbench.norms``); an RMSNorm case has no bias (affine "w" or "none") and may have
-    eps None (the default, ``normbench.dtypes.default_rms_eps``)."""
+    (``normbench.core.norms``); an RMSNorm case has no bias (affine "w" or "none") and may have
+    eps None (the default, ``normbench.core.dtypes.default_rms_eps``)."""
 
     family: str
     shape: tuple[int, ...]

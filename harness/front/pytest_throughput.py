@@ -1,6 +1,6 @@
 """The throughput half of the pytest plugin: options, the sweep, results and progress.
 
-Loaded by :mod:`normbench.pytest_plugin`. A throughput test takes ``backend``,
+Loaded by :mod:`normbench.front.pytest_plugin`. A throughput test takes ``backend``,
 ``case``, ``direction`` and the session fixture ``normbench_throughput``::
 
     @pytest.mark.throughput
@@ -8,7 +8,7 @@ Loaded by :mod:`normbench.pytest_plugin`. A throughput test takes ``backend``,
         measurement = normbench_throughput.measure(backend, case, direction)
 
 and is parametrized over the selected backends x the sweep of each backend's
-device (:func:`normbench.cases.throughput_cases`) x the directions, narrowed by
+device (:func:`normbench.core.cases.throughput_cases`) x the directions, narrowed by
 ``--normbench-direction``, ``--normbench-dtype`` and ``--normbench-shape``.
 
 Default selection: ``pytest suites/`` runs the conformance suites only. Tests
@@ -24,7 +24,7 @@ no ``.``/``x``/``s`` letters (and ``normbench run`` turns off pytest's ``[ nn%]`
 with ``-o console_output_style=classic``), so the lines stay clean.
 
 Rows go to ``<--normbench-out>/<run-id>/`` as they are measured
-(:mod:`normbench.results`), with ``environment.json``.
+(:mod:`normbench.core.results`), with ``environment.json``.
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from normbench import options
+from normbench.core.results import ResultsError
+from normbench.front import options
+from normbench.front.runner import SELECTION
 from normbench.perf.sweep import Filters
-from normbench.results import ResultsError
-from normbench.runner import SELECTION
 
 if TYPE_CHECKING:
-    from normbench.backend import Backend
-    from normbench.cases import Case
+    from normbench.core.backend import Backend
+    from normbench.core.cases import Case
     from normbench.perf.throughput import Measurement
 
 SESSION = pytest.StashKey["ThroughputSession"]()
@@ -158,7 +158,7 @@ class ThroughputSession:
 def _run_id(config: pytest.Config) -> str:
     """The run id: ``--normbench-run-id``, else one made once per session (xdist workers get the controller's)."""
     if RUN_ID not in config.stash:
-        from normbench.environment import new_run_id
+        from normbench.core.environment import new_run_id
 
         given = getattr(config, "workerinput", {}).get(RUN_ID_INPUT)
         config.stash[RUN_ID] = config.getoption("normbench_run_id") or given or new_run_id()
@@ -209,7 +209,7 @@ class Recorder:
     only process): each throughput test's row as its report arrives, ``environment.json`` with
     the ceilings, and a row for a case that never produced one: ``crashed`` (its worker died),
     ``timeout`` (pytest-timeout stopped it) or ``error`` (an exception, in the test or its setup).
-    The folder is claimed (:mod:`normbench.run_folder`) as soon as collection says a case will be
+    The folder is claimed (:mod:`normbench.core.run_folder`) as soon as collection says a case will be
     measured (never by ``--collect-only``) and released at the end of the session. A write that
     fails (a full disk) is said once; the cases go on and the session exits 4."""
 
@@ -244,9 +244,9 @@ class Recorder:
             self.claim()
 
     def claim(self) -> None:
-        """Claim the run folder before anything is measured (:mod:`normbench.run_folder`): a bad
+        """Claim the run folder before anything is measured (:mod:`normbench.core.run_folder`): a bad
         run id, another writer or a folder already holding results ends the session with one message."""
-        from normbench.run_folder import claim
+        from normbench.core.run_folder import claim
 
         if self._claim is None:
             try:
@@ -278,7 +278,7 @@ class Recorder:
     def _unmeasured(self, report: pytest.TestReport) -> dict | None:
         """The row of a case that failed without producing one (crashed, timed out, or an exception
         outside the runner), made from the sweep's own case; None if it cannot be found."""
-        from normbench.runner import TIMEOUT_MESSAGE
+        from normbench.front.runner import TIMEOUT_MESSAGE
 
         found = self._sweep().get(_case_id(report.nodeid))
         if found is None:
@@ -294,8 +294,8 @@ class Recorder:
                 "message": message}
 
     def _write(self, row: dict, ceilings_changed: bool) -> None:
-        from normbench.environment import backends_record, environment, write_environment
-        from normbench.results import ResultsWriter
+        from normbench.core.environment import backends_record, environment, write_environment
+        from normbench.core.results import ResultsWriter
 
         self.rows.append(row)  # the summary shows every row, written or not
         if self.error is not None:

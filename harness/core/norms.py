@@ -5,7 +5,7 @@ Two today, with ``torch.nn.functional``'s semantics (normalize over the trailing
 
 * ``layer_norm``: ``y = (x - mean) / sqrt(var + eps) * weight + bias``, biased variance;
 * ``rms_norm``: ``y = x / sqrt(mean(x^2) + eps) * weight``: no mean, no bias; ``eps=None``
-  means :func:`normbench.dtypes.default_rms_eps` (what torch does).
+  means :func:`normbench.core.dtypes.default_rms_eps` (what torch does).
 
 A backend declares the ones it implements (``Backend.normalizations``) and provides each
 one's methods (:class:`Norm` names them). Everything in the harness that is the same for
@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from normbench.dtypes import default_rms_eps
-from normbench.exceptions import InvalidInput
+from normbench.core.dtypes import default_rms_eps
+from normbench.core.exceptions import InvalidInput
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,2 @@
+"""The public kit for backend authors (docs/writing-a-backend.md).
+"""
