@@ -16,7 +16,7 @@ backend is created, never when this module is imported.
 
 from __future__ import annotations
 
-from normbench.kit.jax import JaxBackendBase
+from normbench.kit.jax import JaxBackend as JaxBase
 
 
 def _normalize(jnp, x, weight, bias, eps, normalized_shape, subtract_mean=True):
@@ -37,11 +37,11 @@ def _normalize(jnp, x, weight, bias, eps, normalized_shape, subtract_mean=True):
     return y.astype(x.dtype), mean, rstd
 
 
-class JaxBackend(JaxBackendBase):
+class JaxBackend(JaxBase):
     name = "jax"
     description = ("LayerNorm and RMSNorm in jax.numpy under jax.jit (XLA), GPU if JAX sees one else CPU; "
                    "backward via jax.vjp")
-    normalizations = ("layer_norm", "rms_norm")
+    operations = ("layer_norm", "rms_norm")
     install_hint = "pip install 'normbench[jax]'"
 
     def __init__(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from normbench import Backend
-from normbench.core.dtypes import default_rms_eps, dtype_name
+from normbench.kit import default_rms_eps, dtype_name
 
 
 def _axes(x: np.ndarray, normalized_shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -21,7 +21,7 @@ def _axes(x: np.ndarray, normalized_shape: tuple[int, ...]) -> tuple[int, ...]:
 class NumpyBackend(Backend):
     name = "numpy"
     description = "NumPy reference: float64 math, one rounding to the input dtype"
-    normalizations = ("layer_norm", "rms_norm")
+    operations = ("layer_norm", "rms_norm")
     strided = True
     requires = ("numpy",)
 

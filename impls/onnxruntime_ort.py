@@ -52,8 +52,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from normbench import Backend
-from normbench.core.backend import device_label
-from normbench.core.dtypes import default_rms_eps
+from normbench.kit import device_label
+from normbench.kit import default_rms_eps
 
 #: LayerNormalization-17 types X, Scale and B with one type parameter
 _MIXED_LN = ("ONNX LayerNormalization-17 types X, Scale and B with one type parameter T, so parameters of "
@@ -77,7 +77,7 @@ class OnnxRuntimeBackend(Backend):
     description = ("ONNX Runtime CPU: one-node LayerNormalization-17 (axis = first normalized dim, epsilon = eps, "
                    "stash_type 1, Scale = weight or ones, B = bias or omitted) and RMSNormalization-23 (scale = "
                    "weight or ones, eps None -> torch's default); y in x's dtype; no backward")
-    normalizations = ("layer_norm", "rms_norm")
+    operations = ("layer_norm", "rms_norm")
     dtypes = ("float64", "float32", "float16", "bfloat16")
     has_backward = False
     strided = False

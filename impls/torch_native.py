@@ -9,21 +9,19 @@ never when this module is imported.
 
 from __future__ import annotations
 
-from normbench import Backend
-from normbench.core.backend import device_label
-from normbench.kit.torch import AutogradBackward, autograd_graph, from_host, set_threads, to_host
+from normbench.kit import device_label
+from normbench.kit.torch import AutogradBackend, from_host, set_threads, to_host
 
 
-class TorchBackend(AutogradBackward, Backend):
+class TorchBackend(AutogradBackend):
     name = "torch"
     description = ("torch.nn.functional.layer_norm and rms_norm (ATen), CUDA if available else CPU; "
                    "backward via autograd")
-    normalizations = ("layer_norm", "rms_norm")
+    operations = ("layer_norm", "rms_norm")
     strided = True
     requires = ("torch",)
     install_hint = "pip install 'normbench[torch]'"
     devices = "cuda if available, else cpu"
-    backward_includes_forward = True  # autograd: the graph comes from a forward (prepare_backward separates them)
 
     def __init__(self) -> None:
         import torch
@@ -58,18 +56,8 @@ class TorchBackend(AutogradBackward, Backend):
     def set_threads(self, threads):
         return set_threads(self.torch, threads)
 
-    def _graph(self, x, normalized_shape, weight, bias, eps):
-        return autograd_graph(self.torch, self.torch.nn.functional.layer_norm, x, normalized_shape, weight, bias, eps)
-
-    # -- RMSNorm: F.rms_norm, the same autograd plumbing --------------------------------------
-
     def rms_norm(self, x, normalized_shape, weight, eps):
         return self.torch.nn.functional.rms_norm(x, list(normalized_shape), weight, eps)
-
-    def _rms_graph(self, x, normalized_shape, weight, eps):
-        # F.rms_norm looked up at each call (a test counts the graph's forwards there); bias is always None
-        rms_norm = lambda x_, ns, w, _bias, e: self.torch.nn.functional.rms_norm(x_, list(ns), w, e)
-        return autograd_graph(self.torch, rms_norm, x, normalized_shape, weight, None, eps)
 
     def synchronize(self):
         if self._device.type == "cuda":

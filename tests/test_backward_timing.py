@@ -34,14 +34,38 @@ class Counting(Fp32Kernel):
         self.backwards += 1
         return super().layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
 
+    def forward_backward(self, op, args, cotangents):
+        y = self.layer_norm(*args)
+        self.backwards += 1
+        return y, Fp32Kernel.layer_norm_backward(self, *cotangents, *args)
+
+
+class Separable(Counting):
+    name = "separable"
+
+    def prepare_backward(self, op, args, cotangents):
+        self.layer_norm(*args)
+
+        def backward():
+            self.backwards += 1
+            return Fp32Kernel.layer_norm_backward(self, *cotangents, *args)
+
+        return backward
+
+
+class OldCounting(Counting):
+    """:class:`Counting` in normbench 0.2's spelling (LayerNorm's own hooks): deprecated, still honoured."""
+
+    name = "old-counting"
+
     def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
         y = self.layer_norm(x, normalized_shape, weight, bias, eps)
         self.backwards += 1
         return y, Fp32Kernel.layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps)
 
 
-class Separable(Counting):
-    name = "separable"
+class OldSeparable(OldCounting):
+    name = "old-separable"
 
     def prepare_backward(self, dy, x, normalized_shape, weight, bias, eps):
         self.layer_norm(x, normalized_shape, weight, bias, eps)
@@ -61,26 +85,33 @@ def calls(backend, direction, times=3):
     return backend.forwards - before[0], backend.backwards - before[1]
 
 
-def test_a_prepared_backward_is_timed_without_its_forward():
-    backend = Separable()
+SPELLINGS = pytest.mark.parametrize("counting, separable", [(Counting, Separable), (OldCounting, OldSeparable)],
+                                    ids=["hooks", "normbench-0.2-hooks"])
+
+
+@SPELLINGS
+def test_a_prepared_backward_is_timed_without_its_forward(counting, separable):
+    backend = separable()
     assert backend.separates_backward() and model_direction(backend, "backward") == "backward"
     assert calls(backend, "backward") == (0, 3)  # the one forward ran in prepare, untimed
 
 
-def test_a_training_step_is_exactly_one_forward_and_one_backward():
-    assert calls(Separable(), "forward+backward") == (3, 3)
-    assert calls(Counting(), "forward+backward") == (3, 3)  # not two forwards per step
+@SPELLINGS
+def test_a_training_step_is_exactly_one_forward_and_one_backward(counting, separable):
+    assert calls(separable(), "forward+backward") == (3, 3)
+    assert calls(counting(), "forward+backward") == (3, 3)  # not two forwards per step
 
 
-def test_a_backward_that_cannot_be_separated_is_modelled_with_its_forward():
-    backend = Counting()
+@SPELLINGS
+def test_a_backward_that_cannot_be_separated_is_modelled_with_its_forward(counting, separable):
+    backend = counting()
     assert not backend.separates_backward() and calls(backend, "backward") == (3, 3)
     runner = ThroughputRunner(TimingOptions(min_samples=3, max_time_s=0), ceiling_bytes=16 << 20)
     row = runner.measure(backend, CASE, "backward").row
     assert row["verdict"] == "ok", row["message"]
     assert row["byte_model"] == BYTE_MODELS["forward+backward"] and "timed with its forward" in row["message"]
     assert row["bytes"] == direction_bytes(16, 256, "float32", "forward+backward", "float32")
-    separable = runner.measure(Separable(), CASE, "backward").row
+    separable = runner.measure(separable(), CASE, "backward").row
     assert separable["byte_model"] == BYTE_MODELS["backward"] and "timed with its forward" not in separable["message"]
 
 
@@ -105,8 +136,8 @@ def test_built_in_autograd_backends_prepare_their_backward(name, monkeypatch):
         original = launch.forward
         monkeypatch.setattr(launch, "forward", lambda *a, **k: forwards.append(a) or original(*a, **k))
     if name == "jax":  # the jitted functions that run a forward: only the VJP's application may run
-        monkeypatch.setattr(backend, "_residuals", lambda *a, **k: forwards.append(a))
-        monkeypatch.setattr(backend, "_backward", lambda *a, **k: forwards.append(a))
+        for jitted in ("residuals", "backward", "forward", "step"):
+            monkeypatch.setitem(backend._compiled["layer_norm"], jitted, lambda *a, **k: forwards.append(a))
     first = [backend.to_numpy(g) for g in op()]
     again = [backend.to_numpy(g) for g in op()]
     backend.synchronize()
@@ -115,20 +146,20 @@ def test_built_in_autograd_backends_prepare_their_backward(name, monkeypatch):
 
 @pytest.mark.parametrize("name", ["torch", "triton", "jax"])
 def test_built_in_autograd_backends_prepare_their_rms_backward(name, monkeypatch):
-    """RMSNorm's hook, ``prepare_rms_norm_backward``: the forward once, then only the backward, same bits."""
-    from normbench.core import norms
+    """The hook for RMSNorm, ``prepare_backward("rms_norm", ...)``: the forward once, then only the backward, same bits."""
+    from normbench.core import operations
 
     registry = get_registry()
     if not registry.availability(name):
         pytest.skip(f"{name} is not available here: {registry.availability(name).reason}")
     backend = registry.create(name)
-    if norms.missing_reason(backend, norms.RMS_NORM):
-        pytest.skip(norms.missing_reason(backend, norms.RMS_NORM))
+    if operations.missing_reason(backend, operations.RMS_NORM):
+        pytest.skip(operations.missing_reason(backend, operations.RMS_NORM))
     assert backend.separates_backward("rms_norm")
     case = cases.Case("t", (16, 256), (256,), "float32", norm="rms_norm")
     inputs = cases.make_inputs(case, 0)
     x, w, dy = (backend.asarray(a) for a in (inputs.x, inputs.weight, cases.make_dy(case, 0)))
-    op = norms.RMS_NORM.prepare_backward(backend, dy, x, (256,), w, None, None)
+    op = operations.RMS_NORM.prepare_backward(backend, (x, (256,), w, None), (dy,))
     forwards = []
     monkeypatch.setattr(backend, "rms_norm", lambda *a: forwards.append(a))
     if name == "torch":  # the graph's forward is F.rms_norm itself: count it there
@@ -142,9 +173,9 @@ def test_built_in_autograd_backends_prepare_their_rms_backward(name, monkeypatch
         original = launch.rms_forward
         monkeypatch.setattr(launch, "rms_forward", lambda *a, **k: forwards.append(a) or original(*a, **k))
     if name == "jax":  # the jitted functions that run a forward: only the VJP's application may run
-        monkeypatch.setattr(backend, "_rms_residuals", lambda *a, **k: forwards.append(a))
-        monkeypatch.setattr(backend, "_rms_backward", lambda *a, **k: forwards.append(a))
+        for jitted in ("residuals", "backward", "forward", "step"):
+            monkeypatch.setitem(backend._compiled["rms_norm"], jitted, lambda *a, **k: forwards.append(a))
     first, again = op(), op()
     backend.synchronize()
-    assert first[2] is None and not forwards
-    assert all((backend.to_numpy(a) == backend.to_numpy(b)).all() for a, b in zip(first[:2], again[:2]))
+    assert len(first) == 2 and not forwards
+    assert all((backend.to_numpy(a) == backend.to_numpy(b)).all() for a, b in zip(first, again))

@@ -78,8 +78,8 @@ def test_the_default_variant_fails_large_offsets_and_the_stable_one_passes(dist,
 
 def test_rms_norm_is_flax_linen_rmsnorm_in_flax_only():
     registry = get_registry()
-    assert registry.load_class("flax").normalizations == ("layer_norm", "rms_norm")
-    assert registry.load_class("flax-stable").normalizations == ("layer_norm",)  # use_fast_variance: no effect on RMS
+    assert registry.load_class("flax").operations == ("layer_norm", "rms_norm")
+    assert registry.load_class("flax-stable").operations == ("layer_norm",)  # use_fast_variance: no effect on RMS
     flax = registry.create("flax")
     for case_id in ("rms-float32-rows5-hidden6x129-offset3", "rms-float32-rows7-hidden100-uniform9-noaffine"):
         case = next(c for c in cases.FORWARD_CASES if c.id == case_id)  # two trailing dims; no scale

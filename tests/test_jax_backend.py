@@ -32,7 +32,7 @@ def test_warmup_leaves_nothing_to_compile(compiles, dtype, affine):
     inputs = cases.make_inputs(cases.Case("t", (37, 3, 29), (3, 29), dtype, affine=affine), 0)
     x, w, bias = (None if a is None else b.asarray(a) for a in (inputs.x, inputs.weight, inputs.bias))
     dy = b.asarray(cases.make_dy(inputs.case, 0))
-    b.warmup(x, (3, 29), w, bias, 1e-5)
+    b.warmup("layer_norm", (x, (3, 29), w, bias, 1e-5))
     assert compiles, "warmup compiled nothing (was it cached from elsewhere?)"
     done = len(compiles)
     for eps in (1e-5, 0.1):
@@ -45,14 +45,14 @@ def test_warmup_leaves_nothing_to_compile(compiles, dtype, affine):
 
 @pytest.mark.parametrize("dtype, affine", [("bfloat16", "w"), ("float64", "none")])
 def test_rms_warmup_leaves_nothing_to_compile(compiles, dtype, affine):
-    from normbench.core import cases, norms
+    from normbench.core import cases, operations
 
     b = JaxBackend()
     case = cases.Case("t", (37, 3, 29), (3, 29), dtype, affine=affine, norm="rms_norm")
     inputs = cases.make_inputs(case, 0)
     x, w = (None if a is None else b.asarray(a) for a in (inputs.x, inputs.weight))
     dy = b.asarray(cases.make_dy(case, 0))
-    norms.RMS_NORM.warmup(b, x, (3, 29), w, None, 1e-5)
+    operations.RMS_NORM.warmup(b, (x, (3, 29), w, 1e-5))
     assert compiles, "warmup compiled nothing (was it cached from elsewhere?)"
     done = len(compiles)
     for eps in (1e-5, 0.1, None):  # None is resolved on the host to a number: no retrace either
@@ -84,7 +84,7 @@ def test_rms_backward_returns_dx_and_dweight_only():
     dx, dw = b.rms_norm_backward(x, x, (8,), w, None)
     assert dx.dtype == dw.dtype == np.float64 and dw.shape == (8,) and not jax.config.jax_enable_x64
     assert b.rms_norm_backward(x, x, (8,), None, 0.0)[1] is None
-    y, (dx2, dw2) = b.rms_norm_forward_backward(x, x, (8,), w, None)
+    y, (dx2, dw2) = b.forward_backward("rms_norm", (x, (8,), w, None), (x,))
     assert np.array_equal(np.asarray(dx), np.asarray(dx2)) and np.array_equal(np.asarray(dw), np.asarray(dw2))
 
 

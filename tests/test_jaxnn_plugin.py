@@ -59,7 +59,7 @@ def test_the_backends_come_from_the_plugin_distribution():
         assert (plugin.distribution, plugin.target) == ("normbench-jaxnn", f"normbench_jaxnn.backends:{cls}")
         assert registry.load_class(name).name == name and registry.availability(name)
     assert not [p for p in registry.problems if p.distribution == "normbench-jaxnn"]
-    assert registry.load_class("haiku-fast").normalizations == ("layer_norm",)  # haiku.RMSNorm has no such option
+    assert registry.load_class("haiku-fast").operations == ("layer_norm",)  # haiku.RMSNorm has no such option
     assert registry.load_class("haiku").library_version() == importlib.metadata.version("dm-haiku")
 
 
@@ -95,7 +95,7 @@ def test_one_forward_and_backward_of_each_agree_with_the_oracle(name):
     backend = get_registry().create(name)
     ids = ["float32-rows7-hidden100-uniform9", "float32-rows7-hidden100-uniform9-biasonly",
            "float32-rows5-hidden2x2x5-offset3", "float32-rows2x2x3-hidden19-offset3"]
-    if "rms_norm" in backend.normalizations:
+    if "rms_norm" in backend.operations:
         ids += ["rms-float32-rows5-hidden6x129-offset3", "rms-float32-rows7-hidden100-uniform9-noaffine"]
     for case_id in ids:
         conformance.check_forward(backend, cases.make_inputs(_case(case_id), 0))

@@ -59,7 +59,7 @@ def test_the_three_backends_come_from_the_plugin_distribution():
         plugin = registry.plugin(name)
         assert (plugin.distribution, plugin.target) == ("normbench-keras", f"normbench_keras.backends:{cls}")
         assert registry.load_class(name).name == name
-        assert registry.load_class(name).normalizations == ("layer_norm", "rms_norm")
+        assert registry.load_class(name).operations == ("layer_norm", "rms_norm")
     assert not [p for p in registry.problems if p.distribution == "normbench-keras"]
 
 

@@ -51,7 +51,7 @@ def test_the_backend_comes_from_the_plugin_distribution():
     assert (plugin.distribution, plugin.target) == ("normbench-liger", "normbench_liger.backends:LigerBackend")
     cls = registry.load_class("liger")
     assert cls.name == "liger" and registry.availability("liger")
-    assert cls.normalizations == ("layer_norm", "rms_norm") and cls.library_version() == VERSION
+    assert cls.operations == ("layer_norm", "rms_norm") and cls.library_version() == VERSION
     assert not [p for p in registry.problems if p.distribution == "normbench-liger"]
 
 

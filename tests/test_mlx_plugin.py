@@ -38,7 +38,7 @@ def test_the_backend_comes_from_the_plugin_distribution():
     plugin = registry.plugin("mlx")
     assert (plugin.distribution, plugin.target) == ("normbench-mlx", "normbench_mlx.backends:MlxFast")
     assert registry.load_class("mlx").name == "mlx" and registry.availability("mlx")
-    assert registry.load_class("mlx").normalizations == ("layer_norm", "rms_norm")
+    assert registry.load_class("mlx").operations == ("layer_norm", "rms_norm")
     assert not [p for p in registry.problems if p.distribution == "normbench-mlx"]
 
 

@@ -47,7 +47,7 @@ def test_registered_as_a_built_in_backend():
     assert (plugin.distribution, plugin.target) == ("normbench", "normbench.impls.onnxruntime_ort:OnnxRuntimeBackend")
     cls = registry.load_class("onnxruntime")
     assert cls.name == "onnxruntime" and registry.availability("onnxruntime")
-    assert cls.normalizations == ("layer_norm", "rms_norm") and not cls.has_backward and not cls.strided
+    assert cls.operations == ("layer_norm", "rms_norm") and not cls.has_backward and not cls.strided
 
 
 def test_importing_the_module_imports_neither_onnx_nor_onnxruntime():

@@ -374,9 +374,14 @@ def test_startup_failures_name_distribution_and_fix(fake, kind):
     ("dtypes = 'float32'", "dtypes = 'float32' is not a non-empty sequence"),
     ("known_deviations = ['*-offset1e4']", "known_deviations must map test patterns to reasons"),
     ("known_deviations = {'* | (': 'why'}", "bad message regex '('"),
+    ("operations = ('group_norm',)", "operations = ('group_norm',) is not a non-empty sequence of layer_norm, rms_norm"),
+    ("operations = 'rms_norm'", "operations = 'rms_norm' is not a non-empty sequence"),
+    ("operations = ('layer_norm', 'rms_norm')", "declares rms_norm in operations but does not define its entry point "
+                                                "rms_norm(x, normalized_shape, weight, eps) -> y"),
+    # normbench 0.2's spelling, deprecated: its message names what the class says
     ("normalizations = ('group_norm',)", "normalizations = ('group_norm',) is not a non-empty sequence of layer_norm, rms_norm"),
     ("normalizations = 'rms_norm'", "normalizations = 'rms_norm' is not a non-empty sequence"),
-    ("normalizations = ('layer_norm', 'rms_norm')", "declares rms_norm in normalizations but does not define rms_norm"),
+    ("normalizations = ('layer_norm', 'rms_norm')", "declares rms_norm in normalizations but does not define"),
 ])
 def test_bad_class_declarations_are_plugin_errors(fake, body, what):
     name = f"{fake.tag}-decl"
@@ -389,6 +394,31 @@ def test_bad_class_declarations_are_plugin_errors(fake, body, what):
     assert_names_distribution_and_fix(str(info.value), dist)
     assert any(n == name and what in why for n, why in registry.select("all").skipped)
     assert_numpy_still_works(registry)
+
+
+def test_an_rmsnorm_only_backend_defines_rms_norm_alone(fake):
+    """Required: asarray, to_numpy and the entry point of each declared operation; nothing else."""
+    name = f"{fake.tag}-rmsonly"
+    module = fake.module(f"""
+        from normbench import Backend
+
+        class RmsOnly(Backend):
+            name = {name!r}
+            operations = ("rms_norm",)
+            has_backward = False
+
+            def asarray(self, host):
+                return host
+
+            def to_numpy(self, native):
+                return native
+
+            def rms_norm(self, x, normalized_shape, weight, eps):
+                return x
+    """)
+    fake.distribution(fake.dist_name("rmsonly"), {name: f"{module}:RmsOnly"})
+    registry = fake.registry()
+    assert registry.load_class(name).operations == ("rms_norm",) and not hasattr(registry.create(name), "layer_norm")
 
 
 def test_a_backend_missing_required_methods_is_a_plugin_error_not_a_start_failure(fake):
@@ -404,7 +434,7 @@ def test_a_backend_missing_required_methods_is_a_plugin_error_not_a_start_failur
     """)
     dist = fake.distribution(fake.dist_name("abstract"), {name: f"{module}:Abstract"})
     registry = fake.registry()
-    expected = r"it does not implement layer_norm, to_numpy \(abstract in normbench.Backend\)"
+    expected = r"it does not implement to_numpy \(abstract in normbench.Backend\)"
     with pytest.raises(PluginError, match=expected) as info:
         registry.load_class(name)
     assert_names_distribution_and_fix(str(info.value), dist)

@@ -11,7 +11,7 @@ import pytest
 
 from normbench.core import deviations, results
 from normbench.core.cases import CASE_LISTS
-from normbench.core.norms import of_case_id
+from normbench.core.operations import of_case_id
 from normbench.report import render_html, shape, svg
 from normbench.report.shape import SUITE_CASES, Line, Panel
 from normbench.report.sources import ResultSet

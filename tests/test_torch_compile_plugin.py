@@ -47,7 +47,7 @@ def test_registered_by_the_plugin_distribution():
                                                     "normbench_torch_compile.backends:TorchCompileBackend")
     cls = registry.load_class("torch-compile")
     assert cls.name == "torch-compile" and registry.availability("torch-compile")
-    assert cls.normalizations == ("layer_norm", "rms_norm") and cls.has_backward and cls.strided
+    assert cls.operations == ("layer_norm", "rms_norm") and cls.has_backward and cls.strided
 
 
 def test_importing_the_module_does_not_import_torch():

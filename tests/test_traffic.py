@@ -151,6 +151,6 @@ def test_an_rms_norm_traffic_row_has_its_own_byte_model():
 def test_a_backend_without_rms_norm_is_refused_by_the_cli(capsys, monkeypatch):
     from normbench.impls.triton.backend import TritonBackend
 
-    monkeypatch.setattr(TritonBackend, "normalizations", ("layer_norm",))
+    monkeypatch.setattr(TritonBackend, "operations", ("layer_norm",))
     assert traffic.main(["--norm", "rms_norm", "--shapes", "4x8"]) == 2
     assert "implements layer_norm only, not rms_norm" in capsys.readouterr().err

@@ -177,7 +177,8 @@ def test_no_double_backward():
 
 def test_warmup_runs_forward_and_backward(triton_backend):
     x = triton_backend.asarray(np.ones((4, 16), np.float32))
-    assert triton_backend.warmup(x, (16,), None, triton_backend.asarray(np.zeros(16, np.float32)), 1e-5) is None
+    assert triton_backend.warmup("layer_norm", (x, (16,), None, triton_backend.asarray(np.zeros(16, np.float32)),
+                                                1e-5)) is None
 
 
 def test_empty_input():
@@ -439,18 +440,18 @@ def test_rms_only_the_gradients_asked_for_and_no_double_backward():
 def test_rms_backend_methods(triton_backend):
     """The backend contract: rms_norm, its backward (through autograd), the backward prepared
     alone, one forward and one backward, warmup; the same bits every way."""
-    assert tuple(triton_backend.normalizations) == ("layer_norm", "rms_norm")
+    assert tuple(triton_backend.operations) == ("layer_norm", "rms_norm")
     x, w, dy = rms_inputs((6, 40), "float32", True)
     y = triton_backend.rms_norm(x, (40,), w, None)
     dx, dw = triton_backend.rms_norm_backward(dy, x, (40,), w, None)
-    y_fb, (dx_fb, dw_fb) = triton_backend.rms_norm_forward_backward(dy, x, (40,), w, None)
-    prepared = triton_backend.prepare_rms_norm_backward(dy, x, (40,), w, None)
+    y_fb, (dx_fb, dw_fb) = triton_backend.forward_backward("rms_norm", (x, (40,), w, None), (dy,))
+    prepared = triton_backend.prepare_backward("rms_norm", (x, (40,), w, None), (dy,))
     for a, b in zip((y, dx, dw, dx, dw), (y_fb, dx_fb, dw_fb, *prepared())):
         assert torch.equal(a, b)
     assert torch.equal(prepared()[0], dx)  # runs again: the graph is kept
     _, w_none, _ = rms_inputs((6, 40), "float32", False)
     assert triton_backend.rms_norm_backward(dy, x, (40,), w_none, 1e-6)[1] is None
-    assert triton_backend.warmup_rms_norm(x, (40,), w, None) is None
+    assert triton_backend.warmup("rms_norm", (x, (40,), w, None)) is None
     check_rms(x, w, dy)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from normbench.check import coherence, error_model, hypotheses, oracle
 from normbench.check.worst import Worst, worst_violation
-from normbench.core import norms
+from normbench.core import operations
 from normbench.core.backend import Backend
 from normbench.core.cases import Case, Inputs
 from normbench.core.dtypes import dtype_name, host_dtype
@@ -27,7 +27,7 @@ class ConformanceError(AssertionError):
 
 def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str | None:
     """Why ``case`` does not apply to ``backend`` (None when it does)."""
-    missing = norms.missing_reason(backend, case.norm)
+    missing = operations.missing_reason(backend, case.norm)
     if missing:
         return missing
     for dtype in dict.fromkeys((case.dtype, case.params)):
@@ -138,18 +138,20 @@ class ForwardRun:
 
 
 def run_forward(backend: Backend, inputs: Inputs, *, statistics: bool = True) -> ForwardRun:
-    """Convert inputs, run the forward once and bring results back: ``layer_norm_with_statistics``
-    (y and the statistics from one call), or ``layer_norm`` alone with ``statistics`` False; for an
-    RMSNorm case, ``rms_norm`` (it has no statistics hook)."""
+    """Convert inputs, run the forward once and bring results back: the operation's forward with its
+    statistics (``Operation.forward_with_statistics``: LayerNorm's ``layer_norm_with_statistics``, y and the
+    statistics from one call), or its entry point alone with ``statistics`` False (or an operation that
+    saves none)."""
     __tracebackhide__ = True
     case = inputs.case
-    norm = norms.of(case.norm)
+    norm = operations.of(case.norm)
     originals = tuple(None if a is None else a.copy() for a in (inputs.x, inputs.weight, inputs.bias))
     x, w, b = (None if a is None else backend.asarray(a) for a in (inputs.x, inputs.weight, inputs.bias))
+    args = norm.arguments(x=x, normalized_shape=case.normalized_shape, weight=w, bias=b, eps=case.eps)
     if statistics:
-        y, stats = norm.forward_with_statistics(backend, x, case.normalized_shape, w, b, case.eps)
+        y, stats = norm.forward_with_statistics(backend, args)
     else:
-        y, stats = norm.forward(backend, x, case.normalized_shape, w, b, case.eps), None
+        y, stats = norm.forward(backend, args), None
     backend.synchronize()
     y_host = host_array("y", y, backend, case.shape, case.dtype)
     if stats is None:
@@ -373,7 +375,7 @@ def check_inputs_unmodified(backend: Backend, inputs: Inputs, run: ForwardRun) -
     __tracebackhide__ = True
     for what, original, native in zip(("x", "weight", "bias"), run.originals, run.native):
         if original is not None and not same_bits(np.asarray(backend.to_numpy(native)), original):
-            raise ConformanceError(f"{backend.name} {inputs.case.id}: {norms.of(inputs.case.norm).call_forward} "
+            raise ConformanceError(f"{backend.name} {inputs.case.id}: {operations.of(inputs.case.norm).entry} "
                                    f"modified its input {what} in place")
 
 
@@ -489,24 +491,25 @@ def check_gradient(what: str, got, given, backend: Backend, case: Case, shape, d
 
 
 def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRun:
-    """Convert inputs and dy, call ``layer_norm_backward`` (``rms_norm_backward``), check what it
-    returns (a ``(dx, dweight, dbias)`` tuple, ``(dx, dweight)`` for RMSNorm; shapes; dtypes; None
-    exactly for absent parameters)."""
+    """Convert inputs and dy, call the operation's backward entry point (``layer_norm_backward``,
+    ``rms_norm_backward``), check what it returns (the tuple of the operation's gradients: ``(dx, dweight,
+    dbias)``, ``(dx, dweight)`` for RMSNorm; shapes; dtypes; None exactly for absent parameters)."""
     __tracebackhide__ = True
     case = inputs.case
-    norm = norms.of(case.norm)
+    norm = operations.of(case.norm)
     hosts = (dy, inputs.x, inputs.weight, inputs.bias)
     originals = tuple(None if a is None else a.copy() for a in hosts)
     native = tuple(None if a is None else backend.asarray(a) for a in hosts)
-    params = native[2:] if norm.has_bias else native[2:3]
-    out = getattr(backend, norm.call_backward)(native[0], native[1], case.normalized_shape, *params, case.eps)
+    args = norm.arguments(x=native[1], normalized_shape=case.normalized_shape, weight=native[2], bias=native[3],
+                          eps=case.eps)
+    out = norm.backward(backend, args, native[:1])
     backend.synchronize()
-    arity = 3 if norm.has_bias else 2
+    arity = len(norm.gradients)
     if not isinstance(out, (tuple, list)) or len(out) != arity:
         got = f"a {type(out).__name__}" + (f" of {len(out)}" if isinstance(out, (tuple, list)) else "")
-        wanted = ("the tuple (dx, dweight, dbias), None for an absent weight or bias" if norm.has_bias
-                  else "the tuple (dx, dweight), dweight None for an absent weight")
-        raise ConformanceError(f"{backend.name} {case.id}: {norm.call_backward} returned {got}; it must return {wanted}")
+        absent = " and ".join(g.removeprefix("d") for g in norm.gradients[1:])
+        wanted = f"the tuple ({', '.join(norm.gradients)}), None for an absent {absent.replace(' and ', ' or ')}"
+        raise ConformanceError(f"{backend.name} {case.id}: {norm.backward_entry} returned {got}; it must return {wanted}")
     out = tuple(out) + (None,) * (3 - arity)
     if out[0] is None:
         raise ConformanceError(f"{backend.name} {case.id}: dx is None; return d(loss)/d(x) of x's shape {case.shape}")
@@ -580,7 +583,7 @@ def check_backward_inputs_unmodified(backend: Backend, inputs: Inputs, run: Back
     __tracebackhide__ = True
     for what, original, native in zip(("dy", "x", "weight", "bias"), run.originals, run.native):
         if original is not None and not same_bits(np.asarray(backend.to_numpy(native)), original):
-            raise ConformanceError(f"{backend.name} {inputs.case.id}: {norms.of(inputs.case.norm).call_backward} "
+            raise ConformanceError(f"{backend.name} {inputs.case.id}: {operations.of(inputs.case.norm).backward_entry} "
                                    f"modified its input {what} in place")
 
 

@@ -3,7 +3,10 @@ of them reproduces a failing backend's output.
 
 A :class:`Model` computes LayerNorm in small steps (statistics, rstd, normalization,
 the statistics the backward reuses, dx); each hypothesis is a model with one step
-wrong, written once. The same objects drive two things:
+wrong, written once. A model computes RMSNorm too, on an RMSNorm case: the same steps
+without the centring (``Model.centered``, from the case's operation). Each operation's
+entry lists the hypotheses that apply to it (``normbench.core.operations``:
+``Operation.hypotheses``). The same objects drive two things:
 
 * **Explanations.** When a forward or backward check fails, :func:`explain` computes
   the failing output under every hypothesis that applies to the case and compares the
@@ -25,12 +28,14 @@ runtime, not the kernel, is at fault.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from normbench.check.worst import multiple, ratios
+from normbench.core import operations
 from normbench.core.cases import Inputs
 from normbench.core.dtypes import SUBNORMAL_SPACING, UNIT_ROUNDOFF, host_dtype
 
@@ -59,6 +64,8 @@ class Model:
     runtime = False
     #: which outputs it changes (hypotheses are tried only for a failure of one of them)
     changes: frozenset[str] = frozenset({"y", "mean", "rstd", "dx", "dweight", "dbias"})
+    #: whether the mean is subtracted: LayerNorm; :meth:`outputs` computes an RMSNorm case with it False
+    centered = True
 
     def applies(self, dtype: str, hidden: int) -> bool:
         """Whether the bug can show on a case of ``dtype`` and row length ``hidden``."""
@@ -77,7 +84,7 @@ class Model:
 
     # -- the steps ------------------------------------------------------------------------
     def statistics(self, x, eps, acc):
-        mean = x.mean(axis=1, dtype=acc) if x.shape[1] else np.zeros(x.shape[0], acc)
+        mean = x.mean(axis=1, dtype=acc) if x.shape[1] and self.centered else np.zeros(x.shape[0], acc)
         centered = x - mean[:, None]
         var = (centered * centered).mean(axis=1, dtype=acc)
         return mean, self.rstd(var, eps, acc)
@@ -95,9 +102,13 @@ class Model:
     def backward_statistics(self, x, eps, acc, dtype: str):
         return self.saved(*self.statistics(x, eps, acc), dtype)
 
+    def mean_term(self, g, acc):
+        """dx's mean(g) term: LayerNorm's; RMSNorm centres nothing, so it has none."""
+        return row_mean(g, acc) if self.centered else acc(0)
+
     def input_grad(self, g, xhat, rstd, acc):
-        """dx = rstd*(g - mean(g) - xhat*mean(g*xhat)), g = dy*weight."""
-        return rstd[:, None] * (g - row_mean(g, acc) - xhat * row_mean(g * xhat, acc))
+        """dx = rstd*(g - mean(g) - xhat*mean(g*xhat)), g = dy*weight (RMSNorm: no mean(g))."""
+        return rstd[:, None] * (g - self.mean_term(g, acc) - xhat * row_mean(g * xhat, acc))
 
     def dx(self, g, x, mean, rstd, acc):
         return self.input_grad(g, self.normalize(x, mean, rstd), rstd, acc)
@@ -112,8 +123,18 @@ class Model:
 
     # -- the whole computation, for explanations ------------------------------------------
     def outputs(self, inputs: Inputs, dy: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        """y, mean, rstd (and with ``dy``: dx, dweight, dbias) as float64, rows (M, N)."""
+        """y, mean, rstd (and with ``dy``: dx, dweight, dbias) as float64, rows (M, N), for the case's operation
+        (an RMSNorm case: this model without the centring)."""
+        model = self
+        if operations.of(inputs.case.norm).centered != self.centered:
+            model = copy.copy(self)
+            model.centered = not self.centered
+        return model.computed(inputs, dy)
+
+    def computed(self, inputs: Inputs, dy: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """:meth:`outputs` with this model's own ``centered``."""
         case = inputs.case
+        eps = case.eps_value
         acc = self.precision(case.dtype)
         n = case.hidden
         x = np.asarray(inputs.x, dtype=F64).reshape(-1, n)
@@ -121,7 +142,7 @@ class Model:
         b = None if inputs.bias is None else np.asarray(inputs.bias, dtype=F64).reshape(-1)
         with np.errstate(all="ignore"):
             xa = x.astype(acc)
-            mean, rstd = self.statistics(xa, case.eps, acc)
+            mean, rstd = self.statistics(xa, eps, acc)
             y = np.asarray(self.normalize(xa, mean, rstd), dtype=F64)
             y = y * (1.0 if w is None else w) + (0.0 if b is None else b)
             smean, srstd = self.saved(mean, rstd, case.dtype)
@@ -129,7 +150,7 @@ class Model:
             if dy is None:
                 return out
             dy64 = np.asarray(dy, dtype=F64).reshape(-1, n)
-            bmean, brstd = self.backward_statistics(xa, case.eps, acc, case.dtype)
+            bmean, brstd = self.backward_statistics(xa, eps, acc, case.dtype)
             g = dy64 * (1.0 if w is None else w)
             dx = self.dx(g.astype(acc), xa, np.asarray(bmean, acc), np.asarray(brstd, acc), acc)
             xhat = np.asarray(self.normalize(x, np.asarray(bmean, F64), np.asarray(brstd, F64)), dtype=F64)
@@ -234,7 +255,7 @@ class PaddedLanes(Model):
         block = 1 << max(n - 1, 0).bit_length()
         padded = np.zeros((x.shape[0], block), acc)
         padded[:, :n] = x
-        mean = padded.sum(axis=1, dtype=acc) / acc(n)
+        mean = padded.sum(axis=1, dtype=acc) / acc(n) if self.centered else np.zeros(x.shape[0], acc)
         centered = padded - mean[:, None]
         return mean, self.rstd((centered * centered).sum(axis=1, dtype=acc) / acc(n), eps, acc)
 
@@ -358,7 +379,7 @@ class NoProjection(Model):
     changes = frozenset({"dx"})
 
     def input_grad(self, g, xhat, rstd, acc):
-        return rstd[:, None] * (g - row_mean(g, acc))
+        return rstd[:, None] * (g - self.mean_term(g, acc))
 
 
 class DbiasTimesWeight(Model):
@@ -414,12 +435,12 @@ class InterpreterBf16Truncation(Model):
     def applies(self, dtype, hidden):
         return dtype == "bfloat16"
 
-    def outputs(self, inputs, dy=None):
-        out = super().outputs(inputs, dy)
+    def computed(self, inputs, dy=None):
+        out = super().computed(inputs, dy)
         case, n = inputs.case, inputs.case.hidden
         x = np.asarray(inputs.x, dtype=F32).reshape(-1, n)
         with np.errstate(all="ignore"):
-            mean, rstd = self.statistics(x, case.eps, F32)
+            mean, rstd = self.statistics(x, case.eps_value, F32)
             y = truncate_to_bfloat16(self.normalize(x, mean, rstd))
             if inputs.weight is not None:
                 y = truncate_to_bfloat16(y * np.asarray(inputs.weight, F64).reshape(-1))
@@ -451,6 +472,7 @@ REGISTRY: tuple[Model, ...] = tuple(cls() for cls in (
 CORRECT = Model()
 BY_KEY: dict[str, Model] = {h.key: h for h in REGISTRY}
 assert len(BY_KEY) == len(REGISTRY), "hypothesis keys must be unique"
+assert all(key in BY_KEY for op in operations.OPERATIONS for key in op.hypotheses), "an operation names an unknown hypothesis"
 
 
 @dataclass(frozen=True)
@@ -461,6 +483,7 @@ class Match:
     ratio: float           # the largest |got - predicted|/bound over the rows it matches
     rows: int = 0          # rows that match (0: not counted by rows)
     of: int = 0            # rows compared
+    label: str = "LayerNorm"  # the operation's, for the words
 
     @property
     def matches(self) -> bool:
@@ -470,7 +493,7 @@ class Match:
         h = self.hypothesis
         tag = f" (bug class {h.bug_class})" if h.bug_class else ""
         where = f" in {self.rows} of {self.of} rows" if self.rows < self.of else ""
-        return f"{h.says}{tag}: {multiple(self.ratio)} the bound{where}"
+        return f"{h.says.replace('LayerNorm', self.label)}{tag}: {multiple(self.ratio)} the bound{where}"
 
 
 def row_ratios(got: np.ndarray, predicted: np.ndarray, bound: np.ndarray) -> np.ndarray:
@@ -489,16 +512,16 @@ def row_ratios(got: np.ndarray, predicted: np.ndarray, bound: np.ndarray) -> np.
 TIE_ROWS, TIE_FRACTION = 100, 0.01
 
 
-def _match(h: Model, r: np.ndarray, by_rows: bool) -> Match:
+def _match(h: Model, r: np.ndarray, by_rows: bool, label: str = "LayerNorm") -> Match:
     if not r.size:
-        return Match(h, 0.0)
+        return Match(h, 0.0, label=label)
     if not by_rows or r.shape[0] < TIE_ROWS:
-        return Match(h, float(r.max()))
+        return Match(h, float(r.max()), label=label)
     per_row = r.reshape(r.shape[0], -1).max(axis=1)
     good = per_row <= 1
     if good.all() or (~good).sum() > TIE_FRACTION * r.shape[0]:
-        return Match(h, float(per_row.max()), len(per_row), len(per_row))
-    return Match(h, float(per_row[good].max()), int(good.sum()), len(per_row))
+        return Match(h, float(per_row.max()), len(per_row), len(per_row), label)
+    return Match(h, float(per_row[good].max()), int(good.sum()), len(per_row), label)
 
 
 def _rounding(what: str, predicted: np.ndarray, case) -> np.ndarray:
@@ -533,10 +556,11 @@ def explain(what: str, got: np.ndarray, bound: np.ndarray, inputs: Inputs, *, dy
     'explained: y matches LayerNorm with eps rounded to float32 (bug class #13): 0x the bound'
     """
     case = inputs.case
+    op = operations.of(case.norm)
     shape = np.shape(got)
     got = np.asarray(got, dtype=F64)
     matches = []
-    for h in REGISTRY:
+    for h in (BY_KEY[key] for key in op.hypotheses):
         if what not in h.changes or not h.applies(case.dtype, case.hidden) or (h.runtime and not runtime_note):
             continue
         try:
@@ -547,7 +571,7 @@ def explain(what: str, got: np.ndarray, bound: np.ndarray, inputs: Inputs, *, dy
             bound_for(h.bound_dtype(case.dtype))
         predicted = np.reshape(predicted, shape)
         r = row_ratios(got, predicted, np.reshape(hb, shape) + _rounding(what, predicted, case))
-        matches.append(_match(h, r, what in ("y", "dx", "mean", "rstd") and r.ndim == 2))
+        matches.append(_match(h, r, what in ("y", "dx", "mean", "rstd") and r.ndim == 2, op.label))
     if not matches:
         return ()
     matches.sort(key=lambda m: m.ratio)

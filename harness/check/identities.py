@@ -23,7 +23,7 @@ import numpy as np
 from normbench.check import error_model, hypotheses, oracle
 from normbench.check.conformance import BackwardRun, ConformanceError, recent_backward, reference, run_backward
 from normbench.check.worst import worst_violation
-from normbench.core import norms
+from normbench.core import operations
 from normbench.core.backend import Backend
 from normbench.core.cases import Inputs, make_other_x
 
@@ -91,7 +91,7 @@ def check_xhat_projection(backend: Backend, inputs: Inputs, dy: np.ndarray, run:
     with np.errstate(invalid="ignore", over="ignore"):
         sums = (ref.xhat * dx).sum(axis=1)
     bound = error_model.xhat_projection_bound(dy, ref, dx, case.dtype)
-    _row_check("sum(xhat*dx)", f"with eps = 0 {norms.of(case.norm).label} ignores scaling a row; is xhat*mean(dy*weight*xhat) "
+    _row_check("sum(xhat*dx)", f"with eps = 0 {operations.of(case.norm).label} ignores scaling a row; is xhat*mean(dy*weight*xhat) "
                "subtracted?", sums, bound, _finite_rows(ref, dy), backend, inputs, ref,
                lambda: _explain_dx(backend, inputs, dy, ref, dx))
 
@@ -162,7 +162,7 @@ def check_identities(backend: Backend, inputs: Inputs, dy: np.ndarray) -> None:
     (``conformance.recent_backward``), so a case's first backward runs once for both tests."""
     __tracebackhide__ = True
     run = recent_backward(backend, inputs, dy)
-    norm = norms.of(inputs.case.norm)
+    norm = operations.of(inputs.case.norm)
     if norm.centered:
         check_row_sums(backend, inputs, dy, run)
     if inputs.case.eps == 0:

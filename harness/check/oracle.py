@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from normbench.core import operations
+
 
 def rows_view(a: np.ndarray, normalized_shape: tuple[int, ...]) -> np.ndarray:
     """``a`` as a float64 (M, N) array: M rows of N = prod(normalized_shape)."""
@@ -52,11 +54,13 @@ class Forward:
 
 def forward(x: np.ndarray, normalized_shape: tuple[int, ...], weight: np.ndarray | None,
             bias: np.ndarray | None, eps: float, norm: str = "layer_norm") -> Forward:
-    """``y = (x - mean) / sqrt(var + eps) * weight + bias``, two-pass, in float64; for
-    ``norm="rms_norm"``, ``y = x / sqrt(mean(x^2) + eps) * weight`` (``bias`` must be None)."""
-    subtract_mean = norm != "rms_norm"
-    if not subtract_mean and bias is not None:
-        raise ValueError("RMSNorm has no bias")
+    """``y = (x - mean) / sqrt(var + eps) * weight + bias``, two-pass, in float64, for the normalization
+    ``norm`` names (``normbench.core.operations``): one that is not ``centered`` (RMSNorm) takes the mean as 0,
+    ``y = x / sqrt(mean(x^2) + eps) * weight``; one without a bias must get ``bias`` None."""
+    op = operations.of(norm)
+    subtract_mean = op.centered
+    if not op.has_bias and bias is not None:
+        raise ValueError(f"{op.label} has no bias")
     x2 = rows_view(x, normalized_shape)
     n = x2.shape[1]
     w = params_row(weight, n, 1.0)

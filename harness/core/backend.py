@@ -1,29 +1,36 @@
-"""The Backend contract: what every LayerNorm (and RMSNorm) implementation provides.
+"""The Backend contract: what every implementation of normbench's operations provides.
 
-A backend is a class registered under the entry-point group
-``normbench.backends``. It says what it supports, whether it can run here,
-converts host NumPy arrays to its own arrays and back, and computes the
-forward pass and its vector-Jacobian product. Cases, tolerances, timing and
-reporting belong to the harness, so a backend stays a page of code.
+A backend is a class registered under the entry-point group ``normbench.backends``. It says what
+it supports and whether it can run here, converts host NumPy arrays to its own arrays and back,
+and computes the operations it declares (``normbench.core.operations``: ``layer_norm``,
+``rms_norm``). Cases, tolerances, timing and reporting belong to the harness, so a backend stays a
+page of code.
 
-Required: ``name``, :meth:`asarray`, :meth:`to_numpy`, :meth:`layer_norm`.
-Optional: :meth:`layer_norm_backward` (set ``has_backward = False`` if absent),
-:meth:`layer_norm_statistics` (and :meth:`layer_norm_with_statistics`, both from one call),
-:meth:`synchronize`, :meth:`warmup`, :meth:`set_threads` (the library's CPU thread count),
-:meth:`prepare_backward` and :meth:`forward_backward` (so that the throughput suite times
-a backward alone, and a training step as exactly one forward and one backward; set
-``backward_includes_forward`` when ``layer_norm_backward`` runs a forward itself),
-:meth:`availability`, :meth:`library_version`, the ``device``, ``max_elements``
-and ``timing_note`` attributes, the documented ``limits`` and the ``runtime_note``, and
-``known_deviations`` (failures it is known to have, with the reasons). :func:`device_label` writes a
-``device`` string in the form normbench shows and records everywhere.
+Required: ``name``, :meth:`asarray`, :meth:`to_numpy`, and for each operation it declares in
+``operations`` (default ``("layer_norm",)``) that operation's **entry point**, a method named after
+it: ``layer_norm(x, normalized_shape, weight, bias, eps) -> y``, ``rms_norm(x, normalized_shape,
+weight, eps) -> y``; with ``has_backward`` (the default) also its vector-Jacobian product,
+``layer_norm_backward(dy, x, normalized_shape, weight, bias, eps) -> (dx, dweight, dbias)``,
+``rms_norm_backward(dy, x, normalized_shape, weight, eps) -> (dx, dweight)``. LayerNorm may also
+expose the statistics its forward saves (:meth:`layer_norm_statistics`, or both from one call:
+:meth:`layer_norm_with_statistics`).
 
-RMSNorm (``normbench.core.norms``): a backend that also implements it declares
-``normalizations = ("layer_norm", "rms_norm")`` and defines :meth:`rms_norm` and (with
-``has_backward``) :meth:`rms_norm_backward`; optionally :meth:`prepare_rms_norm_backward`,
-:meth:`rms_norm_forward_backward` and :meth:`warmup_rms_norm`, the counterparts of the
-LayerNorm hooks. A backend may implement RMSNorm alone (``normalizations = ("rms_norm",)``;
-it must still define :meth:`layer_norm`, which may raise). LayerNorm-only backends need nothing new.
+Optional **hooks**, one each for every operation, taking the operation's name first, then its
+arguments as one tuple (``args``, in the entry point's order) and its cotangents as another
+(``cotangents``, ``(dy,)``): :meth:`warmup` (compile now, so that compilation never lands in a timed
+region), :meth:`prepare_backward` (so that the throughput suite times a backward alone) and
+:meth:`forward_backward` (a training step as exactly one forward and one backward). Then
+:meth:`set_threads`, :meth:`synchronize`, :meth:`availability`, :meth:`library_version`, and the
+attributes below (``device``, ``max_elements``, ``timing_note``, ``runtime_note``, the documented
+``limits``, ``known_deviations``...). :func:`device_label` writes a ``device`` string in the form
+normbench shows and records everywhere.
+
+**Deprecated spellings** (normbench 0.2) keep working, each with a DeprecationWarning naming the
+new spelling when the class is defined: ``normalizations = (...)`` (now ``operations``); LayerNorm's
+hooks written with LayerNorm's own parameters, ``warmup(x, normalized_shape, weight, bias, eps)``,
+``prepare_backward(dy, x, ...)``, ``forward_backward(dy, x, ...)``; and RMSNorm's
+``warmup_rms_norm``, ``prepare_rms_norm_backward``, ``rms_norm_forward_backward``. :func:`hook` is
+the one place that tells them apart.
 
 Example, a complete backend (register it in your ``pyproject.toml`` under
 ``[project.entry-points."normbench.backends"]`` as ``mine = "my_pkg:Mine"``)::
@@ -57,12 +64,16 @@ Example, a complete backend (register it in your ``pyproject.toml`` under
 from __future__ import annotations
 
 import abc
+import functools
 import importlib.metadata
 import importlib.util
+import inspect
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from normbench.core import operations
 from normbench.core.dtypes import DTYPES
 
 
@@ -144,24 +155,24 @@ class Limits:
 
 
 class Backend(abc.ABC):
-    """A LayerNorm implementation under test. Subclass it; see the module doc.
+    """An implementation under test of one or more of normbench's operations. Subclass it; see the module doc.
 
-    Semantics are ``torch.nn.functional.layer_norm``'s: normalize over the
-    trailing ``normalized_shape`` dims with the biased variance and eps inside
-    the square root; ``weight`` and ``bias`` (shape ``normalized_shape``) may be
+    Semantics are ``torch.nn.functional``'s (``normbench.core.operations``): normalize over the trailing
+    ``normalized_shape`` dims; ``weight`` (and LayerNorm's ``bias``), of shape ``normalized_shape``, may be
     None; the output has x's shape and dtype.
     """
 
     #: the name ``--impl`` selects; must equal the entry-point name
     name: ClassVar[str]
-    #: one line for ``normbench list``
+    #: one line for ``normbench list``: what it wraps and how it computes (e.g. "torch.nn.functional.layer_norm,
+    #: CUDA if available else CPU; backward via autograd"); the list and the run's header show it
     description: ClassVar[str] = ""
-    #: the normalizations it implements, of ``normbench.core.norms.NAMES``; the suites skip the others,
-    #: saying so, and ``normbench list`` shows them
-    normalizations: ClassVar[Sequence[str]] = ("layer_norm",)
+    #: the operations it implements, of ``normbench.core.operations.NAMES``: it defines each one's entry point
+    #: (and with ``has_backward`` its ``<name>_backward``); the suites skip the others, saying so
+    operations: ClassVar[Sequence[str]] = ("layer_norm",)
     #: the dtype names it supports, of "float64", "float32", "float16", "bfloat16"
     dtypes: ClassVar[Sequence[str]] = DTYPES
-    #: whether :meth:`layer_norm_backward` is implemented
+    #: whether it defines the backward entry point of every operation it declares
     has_backward: ClassVar[bool] = True
     #: whether its arrays have strides: then :meth:`asarray` must keep the host
     #: array's layout (strides, offset, stride-0 broadcasts) so layout bugs show
@@ -192,7 +203,7 @@ class Backend(abc.ABC):
     #: patterns, fp32 -> bf16 conversion by truncation). A failure that such a runtime explains
     #: says so (``normbench.check.hypotheses``); ``normbench run`` shows it in its header and report.
     runtime_note: str | None = None
-    #: whether :meth:`layer_norm_backward` runs a forward pass itself (an autograd backend builds the
+    #: whether a backward entry point runs a forward pass itself (an autograd backend builds the
     #: graph first). Without :meth:`prepare_backward` such a backward cannot be timed alone: its
     #: throughput rows are measured and modelled as forward-training+backward, and say so.
     backward_includes_forward: ClassVar[bool] = False
@@ -207,6 +218,22 @@ class Backend(abc.ABC):
     #:
     #:     known_deviations = {"*-offset1e4": "one-pass variance: E[x^2] - E[x]^2 cancels at mean 1e4 sigma"}
     known_deviations: ClassVar[Mapping[str, str]] = {}
+    #: the attribute the class declared its operations in: ``operations``, or normbench 0.2's ``normalizations``
+    operations_attribute: ClassVar[str] = "operations"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "normalizations" in vars(cls) and "operations" not in vars(cls):
+            cls.operations = cls.normalizations
+            cls.operations_attribute = "normalizations"
+            _deprecated(cls, "normalizations = (...)", f"operations = {cls.normalizations!r}")
+        for attribute, function in vars(cls).items():
+            legacy = _legacy_spelling(attribute, function)
+            if legacy is not None:
+                op, new = legacy
+                _deprecated(cls, f"{attribute}({', '.join(_parameters(function))})",
+                            f"{new}(self, op, {_HOOK_PARAMETERS[new]}), called for every operation (op == {op!r}: "
+                            f"args = ({', '.join(operations.of(op).params)}))")
 
     # -- metadata ---------------------------------------------------------------
 
@@ -226,8 +253,9 @@ class Backend(abc.ABC):
 
     @classmethod
     def library_version(cls) -> str:
-        """The version of the library it wraps (its first requirement), read
-        from package metadata without importing it; "" when unknown."""
+        """The version of the library it wraps, for ``normbench list``, the run's header and the results: by
+        default its first requirement's (``requires[0]``) distribution version, read from package metadata
+        without importing it; "" when unknown. Override it when the library is not the first requirement."""
         for module in cls.requires[:1]:
             try:
                 return importlib.metadata.version(module)
@@ -246,48 +274,12 @@ class Backend(abc.ABC):
     def to_numpy(self, native: Any) -> Any:
         """This backend's array back as a ``numpy.ndarray`` (bfloat16 as ``ml_dtypes.bfloat16``)."""
 
-    # -- computation (timed) ----------------------------------------------------
-
-    @abc.abstractmethod
-    def layer_norm(self, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float) -> Any:
-        """y = (x - mean) / sqrt(var + eps) * weight + bias over the trailing dims."""
-
-    def layer_norm_backward(
-        self, dy: Any, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float
-    ) -> tuple[Any, Any, Any]:
-        """The vector-Jacobian product: ``(dx, dweight, dbias)``, None where
-        weight or bias is None. Implement it, or set ``has_backward = False``."""
-        raise NotImplementedError(f"backend {self.name!r} has no backward (has_backward = False)")
-
-    def prepare_backward(
-        self, dy: Any, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float
-    ) -> Callable[[], tuple[Any, Any, Any]] | None:
-        """Optional, for timing: run now whatever the backward needs (the forward, an autograd
-        graph, saved residuals) and return a callable that runs only the backward and returns
-        ``(dx, dweight, dbias)`` as :meth:`layer_norm_backward` does, the same on every call. The
-        throughput suite times that callable, so a backward's GB/s counts backward traffic only.
-        None (the default): the suite times :meth:`layer_norm_backward` (see ``backward_includes_forward``)."""
-        return None
-
-    def forward_backward(
-        self, dy: Any, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float
-    ) -> tuple[Any, tuple[Any, Any, Any]]:
-        """One training step, exactly one forward and one backward: ``(y, (dx, dweight, dbias))``.
-        The default calls :meth:`layer_norm` then :meth:`layer_norm_backward`, right unless the
-        backward runs a forward itself (``backward_includes_forward``): such a backend overrides it."""
-        return (self.layer_norm(x, normalized_shape, weight, bias, eps),
-                self.layer_norm_backward(dy, x, normalized_shape, weight, bias, eps))
-
-    def separates_backward(self, norm: str = "layer_norm") -> bool:
-        """Whether a backward of ``norm`` can be timed alone: it runs no forward, or :meth:`prepare_backward`
-        (:meth:`prepare_rms_norm_backward`) prepares one."""
-        hook = "prepare_rms_norm_backward" if norm == "rms_norm" else "prepare_backward"
-        return not self.backward_includes_forward or getattr(type(self), hook) is not getattr(Backend, hook)
+    # -- LayerNorm's optional statistics (its entry points, beside layer_norm) -----------------
 
     def layer_norm_statistics(
         self, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float
     ) -> tuple[Any, Any] | None:
-        """Optional: the statistics the forward saves, ``(mean, rstd)``, one value
+        """Optional: the statistics LayerNorm's forward saves, ``(mean, rstd)``, one value
         per row (any shape with that many elements; fp32 or wider), with
         ``rstd = 1/sqrt(var + eps)``. Return None (the default) if not exposed."""
         return None
@@ -295,14 +287,59 @@ class Backend(abc.ABC):
     def layer_norm_with_statistics(
         self, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float
     ) -> tuple[Any, tuple[Any, Any] | None]:
-        """``(y, statistics)``: what :meth:`layer_norm` returns, and what :meth:`layer_norm_statistics`
+        """``(y, statistics)``: what ``layer_norm`` returns, and what :meth:`layer_norm_statistics`
         returns for the same call. The forward suite checks both from this one call. The default
         calls the two; override it where one launch gives both (an autograd function's forward
         saves them), so a case costs one forward, not two. Its ``y`` must be bit-identical to
-        :meth:`layer_norm`'s: the suite compares them (a subclass that overrides
-        :meth:`layer_norm` must override this too)."""
-        return (self.layer_norm(x, normalized_shape, weight, bias, eps),
+        ``layer_norm``'s: the suite compares them (a subclass that overrides ``layer_norm`` must
+        override this too)."""
+        return (self.layer_norm(x, normalized_shape, weight, bias, eps),  # type: ignore[attr-defined]
                 self.layer_norm_statistics(x, normalized_shape, weight, bias, eps))
+
+    # -- hooks: one each, for every operation ----------------------------------------------
+
+    def warmup(self, op: str, args: tuple) -> None:
+        """Optional: do, now, whatever the first call of operation ``op`` on arguments like ``args``
+        would do besides computing -- JIT compilation, autotuning, handle or workspace creation --
+        for its entry point and (with ``has_backward``) its backward with a dy like x, and wait for
+        it to finish.
+
+        The throughput harness calls it with a case's native arrays (from :meth:`asarray`) before
+        timing that case, so that none of it lands in a timed region: afterwards, calls with the
+        same shapes, dtypes, parameter presence and normalized_shape (and any eps) must not compile.
+        Default: nothing to prepare (an eager backend). Example, a JIT backend::
+
+            def warmup(self, op, args):
+                x = args[0]
+                getattr(self, op)(*args)
+                getattr(self, f"{op}_backward")(self.zeros_like(x), *args)
+                self.synchronize()
+        """
+
+    def prepare_backward(self, op: str, args: tuple, cotangents: tuple) -> Callable[[], Any] | None:
+        """Optional, for timing: run now whatever the backward of ``op`` at ``args`` needs (the forward,
+        an autograd graph, saved residuals) and return a callable that runs only the backward with
+        ``cotangents`` (``(dy,)``) and returns what ``<op>_backward`` returns, the same on every call.
+        The throughput suite times that callable, so a backward's GB/s counts backward traffic only.
+        None (the default): the suite times ``<op>_backward`` (see ``backward_includes_forward``)."""
+        return None
+
+    def forward_backward(self, op: str, args: tuple, cotangents: tuple) -> tuple[Any, Any]:
+        """One training step of ``op``, exactly one forward and one backward: ``(outputs, gradients)``,
+        as the entry point and ``<op>_backward`` return them. The default calls the two, right unless
+        the backward runs a forward itself (``backward_includes_forward``): such a backend overrides it."""
+        operation = operations.of(op)
+        return operation.forward(self, args), operation.backward(self, args, cotangents)
+
+    def separates_backward(self, op: str = "layer_norm") -> bool:
+        """Whether a backward of ``op`` can be timed alone: it runs no forward, or :meth:`prepare_backward`
+        prepares one."""
+        return operations.of(op).separates_backward(self)
+
+    @classmethod
+    def hook_for(cls, name: str, op: str) -> Hook:
+        """This class's hook ``name`` for operation ``op``, in the current convention (:func:`hook`)."""
+        return hook(cls, name, op)
 
     def set_threads(self, threads: int | None) -> int | None:
         """Optional: set the CPU threads the backend's library computes with to ``threads`` (None:
@@ -312,57 +349,97 @@ class Backend(abc.ABC):
         reduction order, and with it which cases pass, does not depend on the machine's cores."""
         return None
 
-    # -- RMSNorm (declare "rms_norm" in ``normalizations``) ---------------------------------
-
-    def rms_norm(self, x: Any, normalized_shape: tuple[int, ...], weight: Any, eps: float | None) -> Any:
-        """``y = x / sqrt(mean(x^2) + eps) * weight`` over the trailing dims, y in x's dtype and shape;
-        ``weight`` may be None; ``eps=None`` means :func:`normbench.core.dtypes.default_rms_eps` of x's dtype
-        (``torch.nn.functional.rms_norm``'s semantics). A library with another parameterization
-        converts at this boundary and says so in ``description`` (Gemma's ``1 + weight``: pass
-        ``weight - 1``; docs/writing-a-backend.md lists the conventions)."""
-        raise NotImplementedError(f"backend {self.name!r} has no rms_norm (normalizations = "
-                                  f"{tuple(self.normalizations)!r})")
-
-    def rms_norm_backward(self, dy: Any, x: Any, normalized_shape: tuple[int, ...], weight: Any,
-                          eps: float | None) -> tuple[Any, Any]:
-        """The vector-Jacobian product of :meth:`rms_norm`: ``(dx, dweight)``, dweight None when weight is."""
-        raise NotImplementedError(f"backend {self.name!r} has no rms_norm_backward")
-
-    def prepare_rms_norm_backward(self, dy: Any, x: Any, normalized_shape: tuple[int, ...], weight: Any,
-                                  eps: float | None) -> Callable[[], tuple[Any, Any]] | None:
-        """:meth:`prepare_backward` for RMSNorm: a callable running only the backward, or None."""
-        return None
-
-    def rms_norm_forward_backward(self, dy: Any, x: Any, normalized_shape: tuple[int, ...], weight: Any,
-                                  eps: float | None) -> tuple[Any, tuple[Any, Any]]:
-        """:meth:`forward_backward` for RMSNorm: ``(y, (dx, dweight))`` from exactly one forward and one backward."""
-        return (self.rms_norm(x, normalized_shape, weight, eps),
-                self.rms_norm_backward(dy, x, normalized_shape, weight, eps))
-
-    def warmup_rms_norm(self, x: Any, normalized_shape: tuple[int, ...], weight: Any, eps: float | None) -> None:
-        """:meth:`warmup` for RMSNorm: compile whatever :meth:`rms_norm` and its backward would compile."""
-
     def synchronize(self) -> None:
         """Block until queued device work is done. Default: nothing to wait for."""
 
-    def warmup(self, x: Any, normalized_shape: tuple[int, ...], weight: Any, bias: Any, eps: float) -> None:
-        """Optional: do, now, whatever the first call on arrays like these would do
-        besides computing -- JIT compilation, autotuning, handle or workspace
-        creation -- for :meth:`layer_norm` and (with ``has_backward``)
-        :meth:`layer_norm_backward` with a dy like x, and wait for it to finish.
-
-        The throughput harness calls it with a case's native arrays (from
-        :meth:`asarray`) before timing that case, so that none of it lands in a
-        timed region: afterwards, calls with the same shapes, dtypes, weight/bias
-        presence and normalized_shape (and any eps) must not compile. Default:
-        nothing to prepare (an eager backend). Example, a JIT backend::
-
-            def warmup(self, x, normalized_shape, weight, bias, eps):
-                dy = self.zeros_like(x)
-                self.layer_norm(x, normalized_shape, weight, bias, eps)
-                self.layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
-                self.synchronize()
-        """
-
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} on {self.device}>"
+
+
+#: each hook's parameters after ``op``, for messages
+_HOOK_PARAMETERS = {"warmup": "args", "prepare_backward": "args, cotangents", "forward_backward": "args, cotangents"}
+
+
+def _parameters(function: Any) -> list[str]:
+    """The names of ``function``'s parameters after ``self`` (``*args`` spelled so); [] if unreadable."""
+    try:
+        params = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    return [("*" if p.kind is p.VAR_POSITIONAL else "**" if p.kind is p.VAR_KEYWORD else "") + p.name
+            for p in params[1:]]
+
+
+def _legacy_spelling(attribute: str, function: Any) -> tuple[str, str] | None:
+    """``(operation, new hook)`` when a class attribute is a hook in normbench 0.2's per-normalization
+    spelling: RMSNorm's own names, or ``warmup``/``prepare_backward``/``forward_backward`` written with
+    LayerNorm's parameters (``normalized_shape`` among them; the new hooks take ``op, args[, cotangents]``)."""
+    if not callable(function):
+        return None
+    if attribute in operations.LEGACY_HOOKS:
+        return operations.LEGACY_HOOKS[attribute]
+    if attribute in _HOOK_PARAMETERS and "normalized_shape" in _parameters(function):
+        return "layer_norm", attribute
+    return None
+
+
+def _deprecated(cls: type, old: str, new: str) -> None:
+    warnings.warn(f"{cls.__module__}.{cls.__qualname__}: {old} is normbench 0.2's spelling, deprecated; write "
+                  f"{new} (docs/writing-a-backend.md). It keeps working, with this warning, through the 0.x releases", DeprecationWarning, stacklevel=4)
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One hook of one backend class for one operation, called in the current convention:
+    ``hook(backend, args)`` (``warmup``) or ``hook(backend, args, cotangents)``."""
+
+    name: str
+    op: str
+    function: Callable[..., Any]
+    #: the class whose definition this is (``Backend``: the default)
+    defined_by: type
+    #: written in normbench 0.2's per-normalization spelling (the operation's own parameters, dy first)
+    legacy: bool
+
+    @property
+    def is_default(self) -> bool:
+        """Whether this is :class:`Backend`'s own default (the backend does not define the hook for ``op``)."""
+        return self.defined_by is Backend
+
+    def __call__(self, backend: Any, args: tuple, *cotangents: tuple) -> Any:
+        if not self.legacy:
+            return self.function(backend, self.op, args, *cotangents)
+        return self.function(backend, *(cotangents[0] if cotangents else ()), *args)
+
+
+@functools.cache
+def hook(cls: type, name: str, op: str) -> Hook:
+    """The :class:`Hook` ``cls`` provides for hook ``name`` (``warmup``, ``prepare_backward``,
+    ``forward_backward``) of operation ``op``: the most derived class that defines the hook for
+    ``op`` wins, whether in the current spelling (called with the operation's name) or in normbench
+    0.2's per-normalization one (adapted here, the one place that knows it).
+
+    >>> class Old(Backend):
+    ...     name = "old"
+    ...     def asarray(self, host): return host
+    ...     def to_numpy(self, native): return native
+    ...     def warmup(self, x, normalized_shape, weight, bias, eps): print("LayerNorm warmup", normalized_shape)
+    >>> hook(Old, "warmup", "layer_norm")(Old(), ("x", (4,), None, None, 1e-5))
+    LayerNorm warmup (4,)
+    >>> hook(Old, "warmup", "rms_norm").defined_by is Backend  # Old's warmup is LayerNorm's only
+    True
+    """
+    legacy_names = [old for old, (for_op, new) in operations.LEGACY_HOOKS.items() if for_op == op and new == name]
+    for klass in cls.__mro__:
+        own = vars(klass)
+        for old in legacy_names:
+            if callable(own.get(old)):
+                return Hook(name, op, own[old], klass, legacy=True)
+        function = own.get(name)
+        if callable(function):
+            legacy = _legacy_spelling(name, function)
+            if legacy is None:
+                return Hook(name, op, function, klass, legacy=False)
+            if legacy[0] == op:
+                return Hook(name, op, function, klass, legacy=True)
+    raise AssertionError(f"{cls.__name__} has no {name}")  # Backend defines every hook

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normbench.core import norms
+from normbench.core import operations
 from normbench.core.dtypes import DTYPES, dtype_name, host_dtype
 from normbench.core.exceptions import InvalidInput
+from normbench.core.operations import OPERATIONS, Operation
 
 AFFINES = ("wb", "w", "b", "none")
 LAYOUTS = ("contiguous", "transposed", "step2", "colslice", "rowslice")
@@ -112,9 +113,9 @@ DISTRIBUTIONS: dict[str, Callable[[np.random.Generator, tuple[int, int], float],
 
 
 def validate_eps(eps: float | None, norm: str = "layer_norm") -> None:
-    """eps must be a finite number >= 0 (it is added to the variance under the sqrt); RMSNorm
-    also takes None, its default (``normbench.core.dtypes.default_rms_eps``)."""
-    if eps is None and norms.of(norm).name == "rms_norm":
+    """eps must be a finite number >= 0 (it is added to the variance under the sqrt); an operation
+    with a default eps (RMSNorm: ``normbench.core.dtypes.default_rms_eps``) also takes None."""
+    if eps is None and operations.of(norm).default_eps is not None:
         return
     if not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
         raise InvalidInput(f"eps must be a finite number >= 0, got {eps!r}; the usual value is 1e-5")
@@ -158,7 +159,7 @@ class Case:
 
     def __post_init__(self) -> None:
         validate_shapes(self.shape, self.normalized_shape, None, None)
-        norm = norms.of(self.norm)
+        norm = operations.of(self.norm)
         validate_eps(self.eps, norm.name)
         if not norm.has_bias and self.affine == "wb":
             object.__setattr__(self, "affine", "w")  # the default affine, without the bias it cannot have
@@ -187,7 +188,7 @@ class Case:
     @property
     def eps_value(self) -> float:
         """eps as the exact function uses it: ``eps``, or RMSNorm's default for None."""
-        return norms.of(self.norm).oracle_eps(self.eps, self.dtype)
+        return operations.of(self.norm).oracle_eps(self.eps, self.dtype)
 
     @property
     def slow(self) -> bool:
@@ -198,7 +199,7 @@ class Case:
         """Readable and unique, e.g. ``float16-rows65-hidden1000-offset1e3``; an RMSNorm case's
         starts with ``rms-`` (``rms-float16-rows65-hidden1000-offset1e3``)."""
         lead = self.shape[: len(self.shape) - len(self.normalized_shape)]
-        parts = [norms.of(self.norm).id_prefix + self.dtype]
+        parts = [operations.of(self.norm).id_prefix + self.dtype]
         if self.param_dtype and self.param_dtype != self.dtype:
             parts.append(f"params{self.param_dtype}")
         parts.append("rows" + ("x".join(map(str, lead)) if lead else "none"))
@@ -208,7 +209,7 @@ class Case:
             parts.append("epsdefault")
         elif self.eps != 1e-5:
             parts.append(f"eps{self.eps:g}")
-        if self.affine != ("wb" if norms.of(self.norm).has_bias else "w"):
+        if self.affine != ("wb" if operations.of(self.norm).has_bias else "w"):
             parts.append({"w": "weightonly", "b": "biasonly", "none": "noaffine"}[self.affine])
         if self.layout != "contiguous":
             parts.append(self.layout)
@@ -312,14 +313,160 @@ def make_other_x(case: Case, seed: int) -> np.ndarray:
     return _with_layout(values, case.layout, rng) if case.layout != "contiguous" else values.reshape(case.shape)
 
 
-# -- the forward suite's cases -------------------------------------------------------------
+# -- the case families ---------------------------------------------------------------------
+# Each family is written once, as LayerNorm's cases; ``_collector`` turns them into any other
+# operation's twins by that operation's facts (RMSNorm: no bias), and a family adds what an
+# operation's facts call for (an eps=None default). An operation's entry lists the families each
+# suite runs on it (``normbench.core.operations.Families``).
 
 
 def _rows_hidden(family: str, rows: int, hidden: int, dtype: str, **kw) -> Case:
     return Case(family, (rows, hidden), (hidden,), dtype, **kw)
 
 
-def _add_constant_rows(add: Callable[[Case], None]) -> None:
+Add = Callable[[Case], None]
+
+
+def _collector(op: Operation) -> tuple[list[Case], Add]:
+    """A list of cases and the ``add`` that fills it: ``add`` turns a case written as LayerNorm's into
+    ``op``'s twin (its operation set; without a bias, "wb" -> "w" and "b" -> "none"), keeping the first
+    of any two that become the same case."""
+    cases: list[Case] = []
+    seen: set[str] = set()
+
+    def add(case: Case) -> None:
+        if case.norm != op.name:
+            affine = case.affine if op.has_bias else {"wb": "w", "b": "none"}.get(case.affine, case.affine)
+            case = dataclasses.replace(case, norm=op.name, affine=affine)
+        if case.id not in seen:
+            seen.add(case.id)
+            cases.append(case)
+
+    return cases, add
+
+
+def _hidden(add: Add, op: Operation, suite: str) -> None:
+    """Hidden sizes 1..65536 with a nonzero row mean (padded lanes must not count); N = 1 with a large
+    |x| (LayerNorm's y is exactly bias; its dweight exactly 0). The backward: the dx algebra over sizes."""
+    if suite == "forward":
+        for dtype in DTYPES:
+            for n in HIDDEN:
+                add(_rows_hidden("hidden", 3 if n >= 4096 else 5, n, dtype, dist="offset3"))
+        for dtype in DTYPES:
+            add(_rows_hidden("hidden", 9, 1, dtype, dist="offset1e3"))
+        return
+    for dtype in DTYPES:
+        for n in (1, 2, 3, 17, 129, 1000) + ((8, 33, 1023, 3000) if dtype in ("float32", "bfloat16") else ()):
+            add(_rows_hidden("hidden", 5, n, dtype, dist="offset3"))
+        add(_rows_hidden("hidden", 9, 1, dtype, dist="offset1e3"))
+    add(_rows_hidden("hidden", 3, 4096, "float16", dist="offset3"))
+    add(_rows_hidden("hidden", 2, 32768, "float32", dist="offset3"))
+    add(_rows_hidden("hidden", 3, 8192, "bfloat16", dist="offset3"))
+
+
+def _multidim(add: Add, op: Operation, suite: str) -> None:
+    """Multi-dimensional normalized_shape; in the backward, weight None with bias among them
+    (BobMcDear/attorch#18) and many rows."""
+    if suite == "forward":
+        for dtype in DTYPES:
+            for ns in MULTI_DIM:
+                add(Case("multidim", (5, *ns), ns, dtype, dist="offset3"))
+        return
+    for dtype in ("float64", "float32", "bfloat16"):
+        for ns in MULTI_DIM:
+            add(Case("multidim", (5, *ns), ns, dtype, dist="offset3"))
+    for ns in ((8, 16), (6, 129)):
+        for affine in ("w", "b"):
+            add(Case("multidim", (5, *ns), ns, "float32", dist="offset3", affine=affine))
+    add(Case("multidim", (1025, 8, 16), (8, 16), "float32", dist="offset3"))
+    add(Case("multidim", (65, 6, 129), (6, 129), "bfloat16", dist="offset3", affine="b"))
+
+
+def _rows(add: Add, op: Operation, suite: str) -> None:
+    """Row counts: empty, one, non-block multiples, many rows at small hidden (the backward's column
+    reductions of dweight and dbias, in half precision too)."""
+    for dtype in ("float32", "bfloat16"):
+        for m in ROWS:
+            add(_rows_hidden("rows", m, 33, dtype, dist="offset3"))
+        if suite == "forward":
+            add(_rows_hidden("rows", 65537, 8, dtype, dist="offset3"))
+    if suite == "forward":
+        return
+    for dtype in ("float32", "float16", "bfloat16"):
+        add(_rows_hidden("rows", 65537, 8, dtype, dist="offset3"))
+    add(_rows_hidden("rows", 1025, 33, "float16", dist="offset3"))
+    for affine in ("w", "b"):
+        add(_rows_hidden("rows", 1025, 33, "float32", dist="offset3", affine=affine))
+
+
+def _rank(add: Add, op: Operation, suite: str) -> None:
+    """Ranks 1 to 5 (rank 1: a single row)."""
+    if suite == "forward":
+        for dtype in ("float32", "float16"):
+            for lead in ((), (3,), (2, 3), (2, 2, 3), (2, 1, 2, 3)):
+                add(Case("rank", (*lead, 19), (19,), dtype, dist="offset3"))
+            add(Case("rank", (4, 3, 2, 5), (3, 2, 5), dtype, dist="offset3"))
+        return
+    for lead in ((), (2, 3), (2, 1, 2, 3)):
+        add(Case("rank", (*lead, 19), (19,), "float32", dist="offset3"))
+    add(Case("rank", (4, 3, 2, 5), (3, 2, 5), "float32", dist="offset3"))
+
+
+def _affine(add: Add, op: Operation, suite: str) -> None:
+    """Every weight/bias presence, in the input dtype."""
+    for dtype in DTYPES:
+        for affine in AFFINES:
+            add(_rows_hidden("affine", 7, 100, dtype, dist="uniform9", affine=affine))
+
+
+def _mixed(add: Add, op: Operation, suite: str) -> None:
+    """fp32 parameters with half inputs."""
+    for dtype in HALF:
+        for affine in ("wb", "w", "b"):
+            add(_rows_hidden("mixed", 7, 100, dtype, dist="offset3", affine=affine, param_dtype="float32"))
+
+
+def _eps(add: Add, op: Operation, suite: str) -> None:
+    """eps from 0 to 0.5, on rows with sigma ~ sqrt(eps) so eps visibly matters (rstd without eps shows
+    in the backward), tiny N with eps 0.5, constant rows. An operation with a default eps (RMSNorm's, the
+    computation dtype's epsilon) gets eps=None in every dtype, on rows whose mean square is near it, where
+    a kernel that takes x's dtype's epsilon (torch's documented default) shows."""
+    for dtype in ("float64", "float32", "bfloat16"):
+        for eps in EPS:
+            add(_rows_hidden("eps", 8, 64, dtype, dist="normal" if eps == 0 else "sigmasqrteps", eps=eps))
+        for n in (2, 3):
+            add(_rows_hidden("eps", 8, n, dtype, dist="sigmasqrteps", eps=0.5))
+        for eps in (1e-5, 0.1):
+            add(_rows_hidden("eps", 8, 64, dtype, dist="constant", eps=eps))
+    if suite == "backward":
+        add(_rows_hidden("eps", 8, 1000, "float32", dist="normal", eps=0.0))
+    if op.default_eps is not None:
+        for dtype in DTYPES:
+            add(_rows_hidden("eps", 8, 64, dtype, dist="sigma1e-3", eps=None, norm=op.name))
+            add(_rows_hidden("eps", 8, 64, dtype, dist="normal", eps=None, norm=op.name))
+
+
+def _dist(add: Add, op: Operation, suite: str) -> None:
+    """Input distributions: large means (the conditioning term), small sigma, outliers, constant and zero
+    rows, fp16 magnitudes near overflow; for an operation whose statistic is a sum of squares (not
+    centred), sum(x^2) past fp16's range in bfloat16 too (|x| ~ 300, hidden 4096: x^2 overflows fp16 at 256)."""
+    dists = (("normal", "uniform9", "uniform0to10", "offset3", "offset1e2", "offset1e3", "offset1e4", "sigma1e-2",
+              "sigma1e-3", "sigmasqrteps", "outlier", "constant", "zero") if suite == "forward" else
+             ("normal", "uniform0to10", "offset1e2", "offset1e3", "offset1e4", "sigma1e-2", "sigma1e-3", "outlier",
+              "constant", "zero"))
+    for dtype in DTYPES:
+        for dist in dists:
+            add(_rows_hidden("dist", 8, 1000, dtype, dist=dist))
+    add(_rows_hidden("dist", 4, 4096, "float16", dist="big300"))
+    add(_rows_hidden("dist", 8, 1000, "float32", dist="sigma1e-3", eps=1e-12))
+    if suite == "forward":
+        add(_rows_hidden("dist", 8, 1000, "float64", dist="sigmasqrteps", eps=1e-12))
+        add(_rows_hidden("dist", 8, 256, "float32", dist="nearconstant", eps=1e-12))
+    if not op.centered:
+        add(_rows_hidden("dist", 4, 4096, "bfloat16", dist="big300"))
+
+
+def _constant(add: Add, op: Operation, suite: str) -> None:
     """Constant rows at large offsets (exact answer xhat = 0, dx = rstd*(g - mean(g)); see
     ``_constant_at``), in fp32 and half, where a backward that does not centre x before it
     multiplies cancels (dx off by O(1) at 1e4); and at large N with few rows (non-integer
@@ -332,187 +479,28 @@ def _add_constant_rows(add: Callable[[Case], None]) -> None:
     add(_rows_hidden("constant", 2, 65536, "float32", dist="constant"))
 
 
-def _collector(norm: str) -> tuple[list[Case], Callable[[Case], None]]:
-    """A list of cases and the ``add`` that fills it, written once for both normalizations: each
-    family below is written as LayerNorm's, and for RMSNorm ``add`` turns a case into its RMSNorm
-    twin (``norm``; the bias dropped: "wb" -> "w", "b" -> "none"), keeping the first of any two
-    that become the same case."""
-    cases: list[Case] = []
-    seen: set[str] = set()
-    rms = norms.of(norm).name == "rms_norm"
-
-    def add(case: Case) -> None:
-        if rms and case.norm != "rms_norm":
-            case = dataclasses.replace(case, norm="rms_norm", affine={"wb": "w", "b": "none"}.get(case.affine, case.affine))
-        if case.id not in seen:
-            seen.add(case.id)
-            cases.append(case)
-
-    return cases, add
-
-
-def _add_rms_cases(add: Callable[[Case], None]) -> None:
-    """What only RMSNorm has: eps=None (its default, the computation dtype's epsilon) in every
-    dtype, on rows whose mean square is near that eps, where a kernel that takes x's dtype's
-    epsilon (torch's documented default) shows; and sum(x^2) past fp16's range (|x| ~ 300, hidden
-    4096: x^2 overflows fp16 at 256), in the backward too."""
-    for dtype in DTYPES:
-        add(_rows_hidden("eps", 8, 64, dtype, dist="sigma1e-3", eps=None, norm="rms_norm"))
-        add(_rows_hidden("eps", 8, 64, dtype, dist="normal", eps=None, norm="rms_norm"))
-    add(_rows_hidden("dist", 4, 4096, "bfloat16", dist="big300", norm="rms_norm"))
-
-
-def forward_cases(norm: str = "layer_norm") -> list[Case]:
-    """Every forward case family of NUMERICS.md for ``norm``, each id unique."""
-    cases, add = _collector(norm)
-    # hidden sizes 1..65536 with a nonzero row mean (padded lanes must not count)
-    for dtype in DTYPES:
-        for n in HIDDEN:
-            add(_rows_hidden("hidden", 3 if n >= 4096 else 5, n, dtype, dist="offset3"))
-    # N = 1 with a large |x|: y must be exactly bias
-    for dtype in DTYPES:
-        add(_rows_hidden("hidden", 9, 1, dtype, dist="offset1e3"))
-    # multi-dimensional normalized_shape
-    for dtype in DTYPES:
-        for ns in MULTI_DIM:
-            add(Case("multidim", (5, *ns), ns, dtype, dist="offset3"))
-    # row counts: empty, one, non-block multiples, many rows at small hidden
-    for dtype in ("float32", "bfloat16"):
-        for m in ROWS:
-            add(_rows_hidden("rows", m, 33, dtype, dist="offset3"))
-        add(_rows_hidden("rows", 65537, 8, dtype, dist="offset3"))
-    # ranks 1 to 5 (rank 1: a single row)
-    for dtype in ("float32", "float16"):
-        for lead in ((), (3,), (2, 3), (2, 2, 3), (2, 1, 2, 3)):
-            add(Case("rank", (*lead, 19), (19,), dtype, dist="offset3"))
-        add(Case("rank", (4, 3, 2, 5), (3, 2, 5), dtype, dist="offset3"))
-    # weight/bias presence, in the input dtype and as fp32 parameters with half inputs
-    for dtype in DTYPES:
-        for affine in AFFINES:
-            add(_rows_hidden("affine", 7, 100, dtype, dist="uniform9", affine=affine))
-    for dtype in HALF:
-        for affine in ("wb", "w", "b"):
-            add(_rows_hidden("mixed", 7, 100, dtype, dist="offset3", affine=affine, param_dtype="float32"))
-    # eps from 0 to 0.5, on rows with sigma ~ sqrt(eps) so eps visibly matters
-    for dtype in ("float64", "float32", "bfloat16"):
-        for eps in EPS:
-            add(_rows_hidden("eps", 8, 64, dtype, dist="normal" if eps == 0 else "sigmasqrteps", eps=eps))
-        for n in (2, 3):
-            add(_rows_hidden("eps", 8, n, dtype, dist="sigmasqrteps", eps=0.5))
-        for eps in (1e-5, 0.1):
-            add(_rows_hidden("eps", 8, 64, dtype, dist="constant", eps=eps))
-    # input distributions
-    for dtype in DTYPES:
-        for dist in ("normal", "uniform9", "uniform0to10", "offset3", "offset1e2", "offset1e3", "offset1e4",
-                     "sigma1e-2", "sigma1e-3", "sigmasqrteps", "outlier", "constant", "zero"):
-            add(_rows_hidden("dist", 8, 1000, dtype, dist=dist))
-    add(_rows_hidden("dist", 4, 4096, "float16", dist="big300"))
-    add(_rows_hidden("dist", 8, 1000, "float32", dist="sigma1e-3", eps=1e-12))
-    add(_rows_hidden("dist", 8, 1000, "float64", dist="sigmasqrteps", eps=1e-12))
-    add(_rows_hidden("dist", 8, 256, "float32", dist="nearconstant", eps=1e-12))
-    _add_constant_rows(add)
-    # strided layouts
+def _layout(add: Add, op: Operation, suite: str) -> None:
+    """Strided layouts of x (and dy); in the backward a stride-0 (broadcast) dy too."""
     for dtype in ("float32", "bfloat16"):
         for layout in LAYOUTS[1:]:
             add(_rows_hidden("layout", 16, 100, dtype, dist="offset3", layout=layout))
-    # a NaN and an Inf in two rows must stay in those rows
-    for dtype in ("float32", "float16"):
+        if suite == "backward":
+            add(_rows_hidden("layout", 16, 100, dtype, dist="offset3", dy_broadcast=True))
+    if suite == "backward":
+        add(_rows_hidden("layout", 16, 100, "float32", dist="offset3", layout="transposed", dy_broadcast=True))
+        add(Case("layout", (2, 8, 100), (100,), "float32", dist="offset3", dy_broadcast=True))
+
+
+def _nonfinite(add: Add, op: Operation, suite: str) -> None:
+    """A NaN and an Inf in two rows must stay in those rows (the backward: dx stays finite in the other
+    rows; dbias, a sum of dy, stays finite)."""
+    for dtype in ("float32", "float16") if suite == "forward" else ("float32",):
         add(_rows_hidden("nonfinite", 6, 64, dtype, dist="poisoned"))
-    if norms.of(norm).name == "rms_norm":
-        _add_rms_cases(add)
-    return cases
 
 
-#: the forward cases of both normalizations, LayerNorm's first (their ids are as before RMSNorm)
-FORWARD_CASES: list[Case] = forward_cases("layer_norm") + forward_cases("rms_norm")
-
-
-# -- the backward suite's cases ------------------------------------------------------------
-
-
-def backward_cases(norm: str = "layer_norm") -> list[Case]:
-    """Every case family of NUMERICS.md that applies to a backward pass, each id unique.
-
-    dy comes from :func:`make_dy` (nonzero row means). Targets: the dx algebra
-    (hidden, dist), the column reductions of dweight/dbias (rows: 0, non-block
-    multiples, 1025 and 65537, also in half precision and multi-dim), every
-    weight/bias presence (affine, mixed), eps handling in rstd (eps: sigma near
-    sqrt(eps)), N = 1 (dweight exactly 0), layouts of x and dy (strided, stride-0 dy).
-    For RMSNorm the same families (see :func:`_collector`), and :func:`_add_rms_cases`.
-    """
-    cases, add = _collector(norm)
-    # every weight/bias presence, in the input dtype and as fp32 parameters with half inputs
-    for dtype in DTYPES:
-        for affine in AFFINES:
-            add(_rows_hidden("affine", 7, 100, dtype, dist="uniform9", affine=affine))
-    for dtype in HALF:
-        for affine in ("wb", "w", "b"):
-            add(_rows_hidden("mixed", 7, 100, dtype, dist="offset3", affine=affine, param_dtype="float32"))
-    # the dx algebra over hidden sizes (non-powers of two, nonzero row mean); N = 1: dweight exactly 0
-    for dtype in DTYPES:
-        for n in (1, 2, 3, 17, 129, 1000) + ((8, 33, 1023, 3000) if dtype in ("float32", "bfloat16") else ()):
-            add(_rows_hidden("hidden", 5, n, dtype, dist="offset3"))
-        add(_rows_hidden("hidden", 9, 1, dtype, dist="offset1e3"))
-    add(_rows_hidden("hidden", 3, 4096, "float16", dist="offset3"))
-    add(_rows_hidden("hidden", 2, 32768, "float32", dist="offset3"))
-    add(_rows_hidden("hidden", 3, 8192, "bfloat16", dist="offset3"))
-    # multi-dimensional normalized_shape, weight None with bias among them (BobMcDear/attorch#18)
-    for dtype in ("float64", "float32", "bfloat16"):
-        for ns in MULTI_DIM:
-            add(Case("multidim", (5, *ns), ns, dtype, dist="offset3"))
-    for ns in ((8, 16), (6, 129)):
-        for affine in ("w", "b"):
-            add(Case("multidim", (5, *ns), ns, "float32", dist="offset3", affine=affine))
-    add(Case("multidim", (1025, 8, 16), (8, 16), "float32", dist="offset3"))
-    add(Case("multidim", (65, 6, 129), (6, 129), "bfloat16", dist="offset3", affine="b"))
-    # row counts for the column reductions: empty, one, non-block multiples, many rows in half precision
-    for dtype in ("float32", "bfloat16"):
-        for m in ROWS:
-            add(_rows_hidden("rows", m, 33, dtype, dist="offset3"))
-    for dtype in ("float32", "float16", "bfloat16"):
-        add(_rows_hidden("rows", 65537, 8, dtype, dist="offset3"))
-    add(_rows_hidden("rows", 1025, 33, "float16", dist="offset3"))
-    for affine in ("w", "b"):
-        add(_rows_hidden("rows", 1025, 33, "float32", dist="offset3", affine=affine))
-    # ranks 1 to 5
-    for lead in ((), (2, 3), (2, 1, 2, 3)):
-        add(Case("rank", (*lead, 19), (19,), "float32", dist="offset3"))
-    add(Case("rank", (4, 3, 2, 5), (3, 2, 5), "float32", dist="offset3"))
-    # eps: rows with sigma ~ sqrt(eps) (rstd without eps shows), eps = 0, tiny N with eps = 0.5, constant rows
-    for dtype in ("float64", "float32", "bfloat16"):
-        for eps in EPS:
-            add(_rows_hidden("eps", 8, 64, dtype, dist="normal" if eps == 0 else "sigmasqrteps", eps=eps))
-        for n in (2, 3):
-            add(_rows_hidden("eps", 8, n, dtype, dist="sigmasqrteps", eps=0.5))
-        for eps in (1e-5, 0.1):
-            add(_rows_hidden("eps", 8, 64, dtype, dist="constant", eps=eps))
-    add(_rows_hidden("eps", 8, 1000, "float32", dist="normal", eps=0.0))
-    # input distributions: large means (the conditioning term), small sigma, outliers, constant and zero rows
-    for dtype in DTYPES:
-        for dist in ("normal", "uniform0to10", "offset1e2", "offset1e3", "offset1e4", "sigma1e-2", "sigma1e-3",
-                     "outlier", "constant", "zero"):
-            add(_rows_hidden("dist", 8, 1000, dtype, dist=dist))
-    add(_rows_hidden("dist", 4, 4096, "float16", dist="big300"))
-    add(_rows_hidden("dist", 8, 1000, "float32", dist="sigma1e-3", eps=1e-12))
-    _add_constant_rows(add)
-    # strided x and dy, and a stride-0 (broadcast) dy
-    for dtype in ("float32", "bfloat16"):
-        for layout in LAYOUTS[1:]:
-            add(_rows_hidden("layout", 16, 100, dtype, dist="offset3", layout=layout))
-        add(_rows_hidden("layout", 16, 100, dtype, dist="offset3", dy_broadcast=True))
-    add(_rows_hidden("layout", 16, 100, "float32", dist="offset3", layout="transposed", dy_broadcast=True))
-    add(Case("layout", (2, 8, 100), (100,), "float32", dist="offset3", dy_broadcast=True))
-    # a NaN and an Inf in x: dx stays finite in the other rows; dbias (sum of dy) stays finite
-    add(_rows_hidden("nonfinite", 6, 64, "float32", dist="poisoned"))
-    if norms.of(norm).name == "rms_norm":
-        _add_rms_cases(add)
-    return cases
-
-
-def gradcheck_cases(norm: str = "layer_norm") -> list[Case]:
+def _gradcheck(add: Add, op: Operation, suite: str) -> None:
     """float64 cases for the finite-difference check (``normbench.check.gradcheck``): moderate
     sizes, every weight/bias presence, large means and sigma from 1e-3 to sqrt(eps)."""
-    cases, add = _collector(norm)
     for a in AFFINES:
         add(_rows_hidden("gradcheck", 6, 64, "float64", dist="normal", affine=a))
     for d in ("uniform0to10", "offset1e3", "sigma1e-3", "sigmasqrteps", "outlier"):
@@ -520,11 +508,6 @@ def gradcheck_cases(norm: str = "layer_norm") -> list[Case]:
     add(_rows_hidden("gradcheck", 8, 3, "float64", dist="sigmasqrteps", eps=0.5))
     add(_rows_hidden("gradcheck", 8, 64, "float64", dist="normal", eps=0.0))
     add(Case("gradcheck", (3, 6, 129), (6, 129), "float64", dist="offset3", affine="b"))
-    return cases
-
-
-BACKWARD_CASES: list[Case] = backward_cases("layer_norm") + backward_cases("rms_norm")
-GRADCHECK_CASES: list[Case] = gradcheck_cases("layer_norm") + gradcheck_cases("rms_norm")
 
 
 # -- the invariance suite's cases (the paper's §3.1, §5.1 and §5.2) ------------------------
@@ -540,9 +523,8 @@ def table1_case(dtype: str, eps: float = 1e-5, norm: str = "layer_norm") -> Case
     return Case("invariance", TABLE1_SHAPE, TABLE1_SHAPE[1:], dtype, eps=eps, norm=norm)
 
 
-def invariance_cases(norm: str = "layer_norm") -> list[Case]:
-    """Table 1's row for ``norm``: every dtype, a multi-dim layer, eps 0 and 0.1, fp32 parameters."""
-    cases, add = _collector(norm)
+def _invariance(add: Add, op: Operation, suite: str) -> None:
+    """Table 1's row: every dtype, a multi-dim layer, eps 0 and 0.1, fp32 parameters."""
     for dtype in DTYPES:
         add(table1_case(dtype))
     for dtype in DTYPES:
@@ -550,18 +532,15 @@ def invariance_cases(norm: str = "layer_norm") -> list[Case]:
     for eps in (0.0, 0.1):
         add(table1_case("float32", eps))
     add(Case("invariance", TABLE1_SHAPE, TABLE1_SHAPE[1:], "bfloat16", param_dtype="float32"))
-    return cases
 
 
-def geometry_cases(norm: str = "layer_norm") -> list[Case]:
+def _geometry(add: Add, op: Operation, suite: str) -> None:
     """§5.2's gradient properties: every dtype, a multi-dim layer, eps 0 and 0.1."""
-    cases, add = _collector(norm)
     for dtype in DTYPES:
         add(Case("geometry", TABLE1_SHAPE, TABLE1_SHAPE[1:], dtype))
     add(Case("geometry", (16, 8, 16), (8, 16), "float32"))
     for eps in (0.0, 0.1):
         add(Case("geometry", TABLE1_SHAPE, TABLE1_SHAPE[1:], "float32", eps=eps))
-    return cases
 
 
 #: §3.1: 4 sequences; the RNN's LayerNorm has 64 units, the LSTM's gates 4*32. No
@@ -569,9 +548,6 @@ def geometry_cases(norm: str = "layer_norm") -> list[Case]:
 #: 10x of the plain network's change, so "not invariant" could not be asserted far above it
 RNN_CASES: list[Case] = [Case("recurrent", (4, 64), (64,), dtype, eps=0.0) for dtype in ("float64", "float32", "float16")]
 LSTM_CASES: list[Case] = [Case("recurrent", (4, 128), (128,), dtype, eps=0.0) for dtype in ("float64", "float32")]
-#: Table 1's layer-norm row, and normbench's RMSNorm row (``rms-`` ids)
-INVARIANCE_CASES: list[Case] = invariance_cases() + invariance_cases("rms_norm")
-GEOMETRY_CASES: list[Case] = geometry_cases() + geometry_cases("rms_norm")
 
 
 # -- the throughput sweeps -----------------------------------------------------------------
@@ -587,27 +563,98 @@ CPU_SWEEP_SHAPES = ((16384, 256), (2048, 2048), (256, 16384))
 CPU_SWEEP_DTYPES = ("float32", "bfloat16")
 
 
-def gpu_sweep_cases(norm: str = "layer_norm") -> list[Case]:
+def _throughput_gpu(add: Add, op: Operation, suite: str) -> None:
     """rows >= 8192 and x >= 256 MiB, hidden 256 to 65536, bf16, fp16 and fp32."""
-    cases, add = _collector(norm)
     for dtype in GPU_SWEEP_DTYPES:
         for n in GPU_SWEEP_HIDDEN:
             rows = max(GPU_SWEEP_MIN_ROWS, GPU_SWEEP_X_BYTES // (n * host_dtype(dtype).itemsize))
             add(_rows_hidden("throughput_gpu", rows, n, dtype))
-    return cases
 
 
-def cpu_sweep_cases(norm: str = "layer_norm") -> list[Case]:
-    cases, add = _collector(norm)
+def _throughput_cpu(add: Add, op: Operation, suite: str) -> None:
+    """4M elements at hidden 256, 2048 and 16384, float32 and bfloat16."""
     for dtype in CPU_SWEEP_DTYPES:
         for m, n in CPU_SWEEP_SHAPES:
             add(_rows_hidden("throughput_cpu", m, n, dtype))
+
+
+# -- every suite's cases, by operation --------------------------------------------------
+
+#: family name -> its builder ``(add, operation, suite)``; an operation's entry names the families each suite runs
+FAMILIES: dict[str, Callable[[Add, Operation, str], None]] = {
+    "hidden": _hidden, "multidim": _multidim, "rows": _rows, "rank": _rank, "affine": _affine, "mixed": _mixed,
+    "eps": _eps, "dist": _dist, "constant": _constant, "layout": _layout, "nonfinite": _nonfinite,
+    "gradcheck": _gradcheck, "invariance": _invariance, "geometry": _geometry, "throughput_gpu": _throughput_gpu,
+    "throughput_cpu": _throughput_cpu,
+}
+
+
+def suite_cases(op: str | Operation, suite: str) -> list[Case]:
+    """The cases ``suite`` runs on operation ``op`` (a field of ``normbench.core.operations.Families``: "forward",
+    "backward", "gradcheck", "invariance", "geometry", "throughput_gpu", "throughput_cpu"): the families its entry
+    names for that suite, each id unique."""
+    op = operations.of(op)
+    cases, add = _collector(op)
+    for family in getattr(op.families, suite):
+        FAMILIES[family](add, op, suite)
     return cases
 
 
-#: both normalizations' sweeps, LayerNorm's first
-THROUGHPUT_GPU_CASES: list[Case] = gpu_sweep_cases() + gpu_sweep_cases("rms_norm")
-THROUGHPUT_CPU_CASES: list[Case] = cpu_sweep_cases() + cpu_sweep_cases("rms_norm")
+def forward_cases(norm: str = "layer_norm") -> list[Case]:
+    """Every forward case family of NUMERICS.md for ``norm``, each id unique."""
+    return suite_cases(norm, "forward")
+
+
+def backward_cases(norm: str = "layer_norm") -> list[Case]:
+    """Every case family of NUMERICS.md that applies to a backward pass, each id unique.
+
+    dy comes from :func:`make_dy` (nonzero row means). Targets: the dx algebra
+    (hidden, dist), the column reductions of dweight/dbias (rows: 0, non-block
+    multiples, 1025 and 65537, also in half precision and multi-dim), every
+    weight/bias presence (affine, mixed), eps handling in rstd (eps: sigma near
+    sqrt(eps)), N = 1 (dweight exactly 0), layouts of x and dy (strided, stride-0 dy).
+    """
+    return suite_cases(norm, "backward")
+
+
+def gradcheck_cases(norm: str = "layer_norm") -> list[Case]:
+    """float64 cases for the finite-difference check (:func:`_gradcheck`)."""
+    return suite_cases(norm, "gradcheck")
+
+
+def invariance_cases(norm: str = "layer_norm") -> list[Case]:
+    """Table 1's row for ``norm`` (:func:`_invariance`)."""
+    return suite_cases(norm, "invariance")
+
+
+def geometry_cases(norm: str = "layer_norm") -> list[Case]:
+    """§5.2's gradient properties for ``norm`` (:func:`_geometry`)."""
+    return suite_cases(norm, "geometry")
+
+
+def gpu_sweep_cases(norm: str = "layer_norm") -> list[Case]:
+    """The GPU sweep of ``norm`` (:func:`_throughput_gpu`)."""
+    return suite_cases(norm, "throughput_gpu")
+
+
+def cpu_sweep_cases(norm: str = "layer_norm") -> list[Case]:
+    """The CPU sweep of ``norm`` (:func:`_throughput_cpu`)."""
+    return suite_cases(norm, "throughput_cpu")
+
+
+#: every operation's cases, in the order of ``normbench.core.operations.OPERATIONS`` (LayerNorm's ids are as
+#: they were before any other operation)
+FORWARD_CASES: list[Case] = [c for op in OPERATIONS for c in suite_cases(op, "forward")]
+BACKWARD_CASES: list[Case] = [c for op in OPERATIONS for c in suite_cases(op, "backward")]
+GRADCHECK_CASES: list[Case] = [c for op in OPERATIONS for c in suite_cases(op, "gradcheck")]
+
+
+#: Table 1's layer-norm row, and normbench's RMSNorm row (``rms-`` ids): every operation whose entry names them
+INVARIANCE_CASES: list[Case] = [c for op in OPERATIONS for c in suite_cases(op, "invariance")]
+GEOMETRY_CASES: list[Case] = [c for op in OPERATIONS for c in suite_cases(op, "geometry")]
+#: every operation's sweeps, in the order of ``normbench.core.operations.OPERATIONS``
+THROUGHPUT_GPU_CASES: list[Case] = [c for op in OPERATIONS for c in gpu_sweep_cases(op)]
+THROUGHPUT_CPU_CASES: list[Case] = [c for op in OPERATIONS for c in cpu_sweep_cases(op)]
 
 
 def throughput_cases(device: str) -> list[Case]:

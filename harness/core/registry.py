@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from normbench.core import deviations, norms
+from normbench.core import deviations, operations
 from normbench.core.backend import Availability, Backend
 from normbench.core.dtypes import DTYPES
 from normbench.core.exceptions import BackendUnavailable, NormbenchError, PluginError, UnknownBackend
@@ -84,15 +84,15 @@ def class_problem(cls: type[Backend]) -> str:
     if isinstance(dtypes, str) or not dtypes or not set(dtypes) <= set(DTYPES):
         return (f"dtypes = {dtypes!r} is not a non-empty sequence of {', '.join(DTYPES)}. "
                 f"Fix: declare e.g. dtypes = ('float32', 'bfloat16')")
-    declared = getattr(cls, "normalizations", ("layer_norm",))
-    if isinstance(declared, str) or not declared or not set(declared) <= set(norms.NAMES):
-        return (f"normalizations = {declared!r} is not a non-empty sequence of {', '.join(norms.NAMES)}. "
-                f"Fix: declare e.g. normalizations = ('layer_norm', 'rms_norm')")
+    declared, said = cls.operations, cls.operations_attribute
+    if isinstance(declared, str) or not declared or not set(declared) <= set(operations.NAMES):
+        return (f"{said} = {declared!r} is not a non-empty sequence of {', '.join(operations.NAMES)}. "
+                f"Fix: declare e.g. operations = ('layer_norm', 'rms_norm')")
     for name in declared:
-        method = norms.of(name).call_forward
-        if getattr(cls, method, None) is getattr(Backend, method, None):
-            return (f"it declares {name} in normalizations but does not define {method}. "
-                    f"Fix: implement {method}, or leave {name!r} out of normalizations")
+        op = operations.of(name)
+        if not callable(getattr(cls, op.entry, None)):
+            return (f"it declares {name} in {said} but does not define its entry point {op.signature()}. "
+                    f"Fix: implement {op.entry}, or leave {name!r} out of {said}")
     return deviations.declaration_problem(cls)
 
 

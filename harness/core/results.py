@@ -74,12 +74,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from normbench.core import norms
+from normbench.core import operations
 from normbench.core.exceptions import NormbenchError
 from normbench.core.files import append_whole, write_atomic
 
 #: the normalizations a row may name
-NORM_NAMES = norms.NAMES
+NORM_NAMES = operations.NAMES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -532,7 +532,7 @@ MIGRATIONS: dict[tuple[str, int], Callable[[pd.DataFrame], pd.DataFrame]] = {
                                            nearest_histogram="", coherence_scale=None, coherence_offset=None,
                                            coherence_toward_zero=None, coherence_downward=None),
     # conformance 2 -> 3 and throughput 1 -> 2: the normalization, LayerNorm for every earlier case
-    (CONFORMANCE, 2): lambda df: df.assign(normalization=[norms.of_case_id(str(c)).name for c in df["case"]]),
+    (CONFORMANCE, 2): lambda df: df.assign(normalization=[operations.of_case_id(str(c)).name for c in df["case"]]),
     (THROUGHPUT, 1): lambda df: df.assign(normalization="layer_norm"),
 }
 
@@ -620,7 +620,7 @@ def new_row(schema: str = THROUGHPUT, **values: Any) -> dict[str, Any]:
     row = {c.name: _EMPTY[c.kind] for c in columns}
     row["schema_version"] = VERSIONS[schema]
     if "normalization" in row:  # unless given, the case id's (LayerNorm for a row without a case)
-        row["normalization"] = norms.of_case_id(str(values.get("case") or values.get("case_id") or "")).name
+        row["normalization"] = operations.of_case_id(str(values.get("case") or values.get("case_id") or "")).name
     row.update(values)
     return row
 

@@ -102,7 +102,7 @@ def _read(path: str) -> str:
 
 def _list_backends(args: argparse.Namespace) -> int:
     registry = get_registry()
-    rows = [["name", "provided by", "library", "available", "normalizations", "dtypes", "device", "backward"]]
+    rows = [["name", "provided by", "library", "available", "operations", "dtypes", "device", "backward"]]
     problems = [p.message for p in registry.problems] + list(args.problem)
 
     def loading(name: str, provider: str = "") -> None:
@@ -132,7 +132,7 @@ def _list_backends(args: argparse.Namespace) -> int:
                 device = registry.create(name).device
             except NormbenchError as exc:
                 status = f"no: {exc}"
-        rows.append([name, plugin.provider, cls.library_version() or "-", status, ",".join(cls.normalizations),
+        rows.append([name, plugin.provider, cls.library_version() or "-", status, ",".join(cls.operations),
                      ",".join(cls.dtypes), device,
                      "yes" if cls.has_backward else "no"])
     loading("")
@@ -493,7 +493,7 @@ def _one_backend(spec: str):
 def cmd_table1(args: argparse.Namespace) -> int:
     """Measure Table 1 (float64 oracles; the layer-norm and RMSNorm rows on --impl if given, each where it declares
     that normalization) and §3.1 (on --impl's LayerNorm if it has one); exit 1 on disagreement."""
-    from normbench.core import norms
+    from normbench.core import operations
     from normbench.paper import invariances, table1
     from normbench.paper.normalizations import BackendRowLayerNorm, OracleRowLayerNorm
 
@@ -512,13 +512,13 @@ def cmd_table1(args: argparse.Namespace) -> int:
                                  f"choose one of those")
         eps = 1e-5 if args.eps is None else args.eps
         # each row the backend declares runs on it; the other stays the float64 oracle's (and §3.1, LayerNorm's)
-        on_backend = [m for m, norm in table1.BACKEND_ROWS.items() if norms.missing_reason(backend, norm) is None]
+        on_backend = [m for m, norm in table1.BACKEND_ROWS.items() if operations.missing_reason(backend, norm) is None]
         for method in on_backend:
             rows[method] = table1.layer_norm_row(BackendRowLayerNorm(backend, dtype, table1.BACKEND_ROWS[method]), eps)
         if "layer" in on_backend:
             row_norm = rows["layer"].normalizer.row_norm
         else:
-            progress(f"{norms.missing_reason(backend, 'layer_norm')}: the layer-norm row and §3.1 stay the float64 "
+            progress(f"{operations.missing_reason(backend, 'layer_norm')}: the layer-norm row and §3.1 stay the float64 "
                      f"oracle's")
     measured = ", ".join(f"{invariances.METHOD_TITLES[m]}: {row.normalizer.label}" for m, row in rows.items()
                          if m in table1.BACKEND_ROWS)
@@ -555,7 +555,7 @@ def _save_table1(args: argparse.Namespace, document: dict) -> None:
 def parser() -> argparse.ArgumentParser:
     from normbench.core.cases import AFFINES, DISTRIBUTIONS, LAYOUTS
     from normbench.core.dtypes import DTYPES
-    from normbench.core.norms import NAMES as NORM_NAMES
+    from normbench.core.operations import NAMES as NORM_NAMES
 
     top = argparse.ArgumentParser(prog="normbench", description="LayerNorm conformance and throughput harness.")
     top.add_argument("--version", action="version", version=f"normbench {__version__}")

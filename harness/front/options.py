@@ -31,7 +31,7 @@ from pathlib import Path
 from normbench.check.conformance import BATCH_INVARIANT, DEFAULT_REQUIRED, DETERMINISTIC, PROPERTIES
 from normbench.core import run_folder
 from normbench.core.dtypes import DTYPES
-from normbench.core.norms import NAMES
+from normbench.core.operations import NAMES
 from normbench.core.registry import ALL
 from normbench.perf.roofline import DIRECTIONS
 from normbench.perf.sweep import sweep_shapes
@@ -349,7 +349,7 @@ def parse_dtypes(value: str) -> tuple[str, ...]:
 
 
 def parse_norms(value: str) -> tuple[str, ...]:
-    """Normalization names (:data:`normbench.core.norms.NAMES`), separated by commas."""
+    """Normalization names (:data:`normbench.core.operations.NAMES`), separated by commas."""
     return _parse_choices("normalization", "normalizations", value, NAMES)
 
 

@@ -72,8 +72,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from normbench import Backend
-from normbench.core.backend import device_label
+from normbench.core import operations
+from normbench.core.backend import Backend, device_label
 from normbench.core.dtypes import default_rms_eps, dtype_name
 
 #: results held for :meth:`JaxBackendBase.synchronize`; beyond this many, the oldest are
@@ -145,15 +145,19 @@ def without_bias(rms_forward: Callable) -> Callable:
     return forward
 
 
-class JaxBackendBase(Backend):
-    """A backend whose forward is a JAX function; see the module doc. Subclasses set
-    ``name`` and implement :meth:`make_forward`; they may add statistics (jit them with
-    :meth:`jit`, run them in :meth:`scope`, return them through :meth:`queued`)."""
+class JaxBackend(Backend):
+    """A backend whose forward is a JAX function; see the module doc. Subclasses set ``name`` and implement
+    :meth:`make_forward` (and, declaring ``"rms_norm"`` in ``operations``, :meth:`make_rms_forward`); they
+    may add statistics (jit them with :meth:`jit`, run them in :meth:`scope`, return them through
+    :meth:`queued`)."""
 
     requires: ClassVar[tuple[str, ...]] = ("jax",)
     devices: ClassVar[str] = "gpu if JAX sees one, else cpu"
     #: the jitted VJP recomputes the forward's residuals; prepare_backward separates them for timing
     backward_includes_forward: ClassVar[bool] = True
+    #: each operation's forward factory: the method returning the function JAX traces, in LayerNorm's
+    #: signature ``(x, weight, bias, eps, normalized_shape)`` (an operation without a bias gets bias None)
+    FORWARD_FACTORIES: ClassVar[dict[str, str]] = {"layer_norm": "make_forward", "rms_norm": "make_rms_forward"}
 
     def __init__(self) -> None:
         import jax
@@ -167,18 +171,19 @@ class JaxBackendBase(Backend):
         if self._x64 is None:
             self.dtypes = tuple(d for d in self.dtypes if d != "float64")
         self._pending: deque = deque()
-        forward = self.make_forward()
-        self._forward = self.jit(forward)
-        self._backward = self.jit(vjp_of(jax, forward))
-        self._step = self.jit(forward_and_vjp(jax, forward))
-        self._residuals = self.jit(residuals_of(jax, forward))
+        #: operation -> its jitted forward, backward, training step and residuals (the backward alone applies them)
+        self._compiled: dict[str, dict[str, Callable]] = {}
         self._apply_vjp = jax.jit(apply_vjp)
-        if "rms_norm" in self.normalizations:
-            rms = without_bias(self.make_rms_forward())
-            self._rms_forward = self.jit(rms)
-            self._rms_backward = self.jit(vjp_of(jax, rms))
-            self._rms_step = self.jit(forward_and_vjp(jax, rms))
-            self._rms_residuals = self.jit(residuals_of(jax, rms))
+        for op in self.operations:
+            forward = self._traced(op)
+            self._compiled[op] = {"forward": self.jit(forward), "backward": self.jit(vjp_of(jax, forward)),
+                                  "step": self.jit(forward_and_vjp(jax, forward)),
+                                  "residuals": self.jit(residuals_of(jax, forward))}
+
+    def _traced(self, op: str) -> Callable:
+        """The function JAX traces for ``op``, in LayerNorm's signature (RMSNorm's made so by :func:`without_bias`)."""
+        factory = getattr(self, self.FORWARD_FACTORIES[op])
+        return factory() if operations.of(op).has_bias else without_bias(factory())
 
     @abc.abstractmethod
     def make_forward(self) -> Callable:
@@ -187,7 +192,7 @@ class JaxBackendBase(Backend):
         after ``self.jax`` is set: import the framework here."""
 
     def make_rms_forward(self) -> Callable:
-        """The RMSNorm forward, for a backend that declares ``"rms_norm"`` in ``normalizations``:
+        """The RMSNorm forward, for a backend that declares ``"rms_norm"`` in ``operations``:
         ``forward(x, weight, eps, normalized_shape) -> y`` (weight may be None; eps is a number, never
         None: the base resolves None first). Called once, in ``__init__``, after :meth:`make_forward`."""
         raise NotImplementedError(f"{type(self).__name__} declares rms_norm but defines no make_rms_forward")
@@ -200,7 +205,7 @@ class JaxBackendBase(Backend):
 
     def scope(self, *arrays: Any) -> Any:
         """x64 on, for this thread only, when any array is float64 (JAX truncates it otherwise)."""
-        if any(a is not None and a.dtype == np.float64 for a in arrays):
+        if any(a is not None and getattr(a, "dtype", None) == np.float64 for a in arrays):
             return self._x64(True)
         return contextlib.nullcontext()
 
@@ -216,6 +221,35 @@ class JaxBackendBase(Backend):
         leaves = [a for a in self.jax.tree_util.tree_leaves(result) if hasattr(a, "is_ready")]
         return all(a.is_ready() for a in leaves)
 
+    @staticmethod
+    def rms_eps(x: Any, eps: float | None) -> float:
+        """eps as a number: None is :func:`normbench.core.dtypes.default_rms_eps` of x's dtype."""
+        return default_rms_eps(dtype_name(x.dtype)) if eps is None else float(eps)
+
+    def _traced_args(self, op: str, args: tuple) -> tuple[tuple, dict]:
+        """``args`` of ``op`` as the traced function's ``(x, weight, bias, eps)`` and its static keywords;
+        eps None resolved to the operation's default on the host."""
+        operation = operations.of(op)
+        value = dict(zip(operation.params, args))
+        x = value["x"]
+        eps = operation.oracle_eps(value["eps"], dtype_name(x.dtype))
+        return (x, value.get("weight"), value.get("bias"), eps), {"normalized_shape": tuple(value["normalized_shape"])}
+
+    def _gradients(self, op: str, grads: Any) -> tuple:
+        """The VJP's (dx, dweight, dbias) as the operation returns its gradients (RMSNorm: no dbias)."""
+        return tuple(grads)[:len(operations.of(op).gradients)]
+
+    def _forward(self, op: str, args: tuple) -> Any:
+        traced, static = self._traced_args(op, args)
+        with self.scope(*traced[:3]):
+            return self.queued(self._compiled[op]["forward"](*traced, **static))
+
+    def _backward(self, op: str, args: tuple, dy: Any) -> tuple:
+        traced, static = self._traced_args(op, args)
+        with self.scope(dy, *traced[:3]):
+            grads = self._compiled[op]["backward"](dy, *traced, **static)
+        return self.queued(self._gradients(op, grads))
+
     # -- the contract -----------------------------------------------------------------------
 
     def asarray(self, host):
@@ -228,86 +262,55 @@ class JaxBackendBase(Backend):
         return np.asarray(native)
 
     def layer_norm(self, x, normalized_shape, weight, bias, eps):
-        with self.scope(x, weight, bias):
-            return self.queued(self._forward(x, weight, bias, float(eps), normalized_shape=tuple(normalized_shape)))
+        return self._forward("layer_norm", (x, normalized_shape, weight, bias, eps))
 
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        with self.scope(dy, x, weight, bias):
-            grads = self._backward(dy, x, weight, bias, float(eps), normalized_shape=tuple(normalized_shape))
-        return self.queued(tuple(grads))
-
-    def prepare_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        """The forward's residuals now (jitted ``jax.vjp``); the callable applies the jitted VJP to dy."""
-        with self.scope(dy, x, weight, bias):
-            vjp = self._residuals(x, weight, bias, float(eps), normalized_shape=tuple(normalized_shape))
-
-        def backward():
-            with self.scope(dy, x, weight, bias):
-                return self.queued(tuple(self._apply_vjp(vjp, dy)))
-
-        return backward
-
-    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        with self.scope(dy, x, weight, bias):
-            y, grads = self._step(dy, x, weight, bias, float(eps), normalized_shape=tuple(normalized_shape))
-        return self.queued((y, tuple(grads)))
-
-    def warmup(self, x, normalized_shape, weight, bias, eps):
-        """Compile the forward, the statistics (if any) and the backward for arrays like these
-        (dy like x), and wait for them: later calls with the same shapes, dtypes, weight/bias
-        presence and normalized_shape do not compile (any eps)."""
-        with self.scope(x):
-            dy = self.jax.numpy.zeros_like(x)
-        self.layer_norm(x, normalized_shape, weight, bias, eps)
-        self.layer_norm_statistics(x, normalized_shape, weight, bias, eps)
-        if self.has_backward:
-            self.layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
-        self.synchronize()
-
-    # -- RMSNorm (with "rms_norm" in normalizations): the same plumbing, no bias -------------
-
-    @staticmethod
-    def rms_eps(x: Any, eps: float | None) -> float:
-        """eps as a number: None is :func:`normbench.core.dtypes.default_rms_eps` of x's dtype."""
-        return default_rms_eps(dtype_name(x.dtype)) if eps is None else float(eps)
+        return self._backward("layer_norm", (x, normalized_shape, weight, bias, eps), dy)
 
     def rms_norm(self, x, normalized_shape, weight, eps):
-        with self.scope(x, weight):
-            return self.queued(self._rms_forward(x, weight, None, self.rms_eps(x, eps),
-                                                 normalized_shape=tuple(normalized_shape)))
+        return self._forward("rms_norm", (x, normalized_shape, weight, eps))
 
     def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        with self.scope(dy, x, weight):
-            grads = self._rms_backward(dy, x, weight, None, self.rms_eps(x, eps),
-                                       normalized_shape=tuple(normalized_shape))
-        return self.queued(tuple(grads)[:2])
+        return self._backward("rms_norm", (x, normalized_shape, weight, eps), dy)
 
-    def prepare_rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
+    def prepare_backward(self, op, args, cotangents):
         """The forward's residuals now (jitted ``jax.vjp``); the callable applies the jitted VJP to dy."""
-        with self.scope(dy, x, weight):
-            vjp = self._rms_residuals(x, weight, None, self.rms_eps(x, eps), normalized_shape=tuple(normalized_shape))
+        traced, static = self._traced_args(op, args)
+        dy = cotangents[0]
+        with self.scope(dy, *traced[:3]):
+            vjp = self._compiled[op]["residuals"](*traced, **static)
 
         def backward():
-            with self.scope(dy, x, weight):
-                return self.queued(tuple(self._apply_vjp(vjp, dy))[:2])
+            with self.scope(dy, *traced[:3]):
+                return self.queued(self._gradients(op, self._apply_vjp(vjp, dy)))
 
         return backward
 
-    def rms_norm_forward_backward(self, dy, x, normalized_shape, weight, eps):
-        with self.scope(dy, x, weight):
-            y, grads = self._rms_step(dy, x, weight, None, self.rms_eps(x, eps),
-                                      normalized_shape=tuple(normalized_shape))
-        return self.queued((y, tuple(grads)[:2]))
+    def forward_backward(self, op, args, cotangents):
+        """One jitted step: the forward and its VJP applied to dy."""
+        traced, static = self._traced_args(op, args)
+        dy = cotangents[0]
+        with self.scope(dy, *traced[:3]):
+            y, grads = self._compiled[op]["step"](dy, *traced, **static)
+        return self.queued((y, self._gradients(op, grads)))
 
-    def warmup_rms_norm(self, x, normalized_shape, weight, eps):
-        """:meth:`warmup` for RMSNorm: compile its forward and backward for arrays like these (any eps)."""
+    def warmup(self, op, args):
+        """Compile the forward, the statistics (if any) and the backward of ``op`` for arguments like ``args``
+        (dy like x), and wait for them: later calls with the same shapes, dtypes, parameter presence and
+        normalized_shape do not compile (any eps)."""
+        operation = operations.of(op)
+        x = args[0]
         with self.scope(x):
             dy = self.jax.numpy.zeros_like(x)
-        self.rms_norm(x, normalized_shape, weight, eps)
+        operation.forward_with_statistics(self, args)
         if self.has_backward:
-            self.rms_norm_backward(dy, x, normalized_shape, weight, eps)
+            operation.backward(self, args, (dy,))
         self.synchronize()
 
     def synchronize(self) -> None:
         while self._pending:
             self.jax.block_until_ready(self._pending.popleft())
+
+
+#: normbench 0.2's name of :class:`JaxBackend`
+JaxBackendBase = JaxBackend

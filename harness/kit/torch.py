@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from normbench.core import operations
+from normbench.core.backend import Backend
 from normbench.kit.layout import decompose
 
 
@@ -55,36 +57,64 @@ def gradients(torch: Any, y: Any, leaves: list, dy: Any, retain_graph: bool = Fa
     return tuple(next(grads) if t is not None else None for t in leaves)
 
 
-class AutogradBackward:
-    """The backward of a torch-based backend through autograd, for LayerNorm and RMSNorm: what a PyTorch user
-    runs. A backend class lists it before :class:`normbench.Backend` and gives ``self.torch`` and the graph,
-    ``_graph(x, normalized_shape, weight, bias, eps)`` (and, with RMSNorm, ``_rms_graph(x, normalized_shape,
-    weight, eps)``), each ``(y, leaves)`` from :func:`autograd_graph` on its own forward; this gives the
-    backward, the training step, and the backward prepared for timing alone (the forward and the graph built
-    first, the callable only differentiates, graph retained). Used by the ``torch`` and ``triton`` backends and
-    by the torch-based example plugins."""
+class AutogradBackend(Backend):
+    """A torch-based backend whose backward is autograd's: what a PyTorch user runs. A subclass sets
+    ``self.torch`` (the torch module, in ``__init__``) and defines its operations' entry points; this base
+    gives their backward entry points (``layer_norm_backward``, ``rms_norm_backward``), the training step
+    and the backward prepared for timing alone (the forward and the graph built first, the callable only
+    differentiates, the graph retained), each through :meth:`graph`. The graph is the entry point's own
+    forward unless :meth:`autograd_forward` says otherwise (a Triton backend whose entry point launches
+    its kernel directly differentiates its autograd function instead). Used by the ``torch`` and
+    ``triton`` backends and by the torch-based example plugins."""
+
+    backward_includes_forward = True  # autograd: the graph comes from a forward (prepare_backward separates them)
+
+    def autograd_forward(self, op: str, args: tuple) -> Any:
+        """The forward of ``op`` that autograd differentiates, on ``args`` whose arrays require grad: by
+        default the operation's entry point."""
+        return getattr(self, op)(*args)
+
+    def graph(self, op: str, args: tuple) -> tuple[Any, list]:
+        """Run :meth:`autograd_forward` on leaves that require grad: ``(y, leaves)``, the graph ready for
+        :func:`gradients` (a None leaf for an absent weight or bias), leaves in the gradients' order."""
+        operation = operations.of(op)
+        args = list(args)
+        leaves = []
+        for name in operation.differentiable:
+            i = operation.params.index(name)
+            leaf = None if args[i] is None else args[i].detach().requires_grad_(True)
+            args[i] = leaf
+            leaves.append(leaf)
+        with self.torch.enable_grad():
+            y = self.autograd_forward(op, tuple(args))
+        return y, leaves
+
+    def prepare_backward(self, op, args, cotangents):
+        y, leaves = self.graph(op, args)
+        return lambda: gradients(self.torch, y, leaves, cotangents[0], retain_graph=True)
+
+    def forward_backward(self, op, args, cotangents):
+        y, leaves = self.graph(op, args)
+        return y.detach(), gradients(self.torch, y, leaves, cotangents[0])
 
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        return self.forward_backward(dy, x, normalized_shape, weight, bias, eps)[1]
-
-    def prepare_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
-        return lambda: gradients(self.torch, y, leaves, dy, retain_graph=True)
-
-    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
-        return y.detach(), gradients(self.torch, y, leaves, dy)
+        return self.forward_backward("layer_norm", (x, normalized_shape, weight, bias, eps), (dy,))[1]
 
     def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        return self.rms_norm_forward_backward(dy, x, normalized_shape, weight, eps)[1]
+        return self.forward_backward("rms_norm", (x, normalized_shape, weight, eps), (dy,))[1]
 
-    def prepare_rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
-        return lambda: gradients(self.torch, y, leaves, dy, retain_graph=True)[:2]
 
-    def rms_norm_forward_backward(self, dy, x, normalized_shape, weight, eps):
-        y, leaves = self._rms_graph(x, normalized_shape, weight, eps)
-        return y.detach(), gradients(self.torch, y, leaves, dy)[:2]
+class AutogradBackward(AutogradBackend):
+    """normbench 0.2's autograd mixin, kept for plugins that still use it: its subclasses give their graphs as
+    ``_graph(x, normalized_shape, weight, bias, eps)`` and ``_rms_graph(x, normalized_shape, weight, eps)``,
+    each ``(y, leaves)`` from :func:`autograd_graph`. New code subclasses :class:`AutogradBackend`."""
+
+    def graph(self, op, args):
+        own = {"layer_norm": "_graph", "rms_norm": "_rms_graph"}.get(op)
+        if own is not None and callable(getattr(self, own, None)):
+            y, leaves = getattr(self, own)(*args)
+            return y, leaves[:len(operations.of(op).differentiable)]
+        return super().graph(op, args)
 
 
 #: torch's own intra-op thread count, read before normbench first changed it

@@ -45,7 +45,7 @@ import numpy as np
 from normbench.check import error_model, oracle, sensitivity
 from normbench.check.conformance import ConformanceError, host_array
 from normbench.check.worst import worst_violation
-from normbench.core import norms
+from normbench.core import operations
 from normbench.core.backend import Backend
 from normbench.core.cases import Case, rng_for
 from normbench.core.dtypes import U64, host_dtype
@@ -81,20 +81,21 @@ def gradients(backend: Backend, dtype: str, a: np.ndarray, layer: Layer, dy: np.
               norm: str = "layer_norm") -> Gradients:
     """The backend's backward of ``norm`` at the summed inputs ``a`` (exact float64) rounded to ``dtype``
     (RMSNorm: no bias; ``dbias`` is zeros, and nothing checks it)."""
-    ns, norm = layer.normalized_shape, norms.of(norm)
+    ns, norm = layer.normalized_shape, operations.of(norm)
     bias = layer.bias if norm.has_bias else None
     rounded = np.asarray(a, np.float64).astype(host_dtype(dtype))
     p = sensitivity.rounding_perturbation(a, rounded)
     m, n = rounded.shape
     native = [None if v is None else backend.asarray(v) for v in (dy, rounded.reshape(m, *ns), layer.gain, bias)]
-    dx, dw, db = norm.backward(backend, native[0], native[1], ns, native[2], native[3], eps)
+    args = norm.arguments(x=native[1], normalized_shape=ns, weight=native[2], bias=native[3], eps=eps)
+    dx, dw, db = norm.gradient_tuple(norm.backward(backend, args, (native[0],)))
     backend.synchronize()
     if dw is None or (db is None and norm.has_bias):
-        raise ConformanceError(f"{backend.name}: {norm.call_backward} returned None for a gradient whose parameter "
+        raise ConformanceError(f"{backend.name}: {norm.backward_entry} returned None for a gradient whose parameter "
                                f"was given; return dweight{' and dbias' if norm.has_bias else ''} when "
                                f"{'weight and bias are' if norm.has_bias else 'weight is'} not None")
     dx, dw, db = (np.zeros(n) if g is None else
-                  np.asarray(host_array(f"{norm.call_backward}'s {what}", g, backend, shape, exact_shape=False), np.float64)
+                  np.asarray(host_array(f"{norm.backward_entry}'s {what}", g, backend, shape, exact_shape=False), np.float64)
                   for what, g, shape in (("dx", dx, (m, n)), ("dweight", dw, (n,)), ("dbias", db, (n,))))
     ref = oracle.forward(rounded, ns, layer.gain, bias, eps, norm.name)
     grads = oracle.backward(dy, ref)
@@ -159,7 +160,7 @@ def check_gain_gradient(backend: Backend, case: Case, seed: int) -> None:
         context = (f"{_context(backend, case, seed)}: x -> {delta:g}*x must not change the gain's gradient "
                    f"(paper §5.2; with eps/delta^2 on the unscaled side), but")
         _fail_if("dweight", scaled.dweight, plain.dweight, scaled.bound_dweight + plain.bound_dweight, context)
-        if norms.of(case.norm).has_bias:
+        if operations.of(case.norm).has_bias:
             _fail_if("dbias", scaled.dbias, plain.dbias, scaled.bound_dbias + plain.bound_dbias, context)
 
 
@@ -171,7 +172,7 @@ def check_gradient_identities(backend: Backend, case: Case, seed: int) -> None:
     run = gradients(backend, case.dtype, layer.summed_inputs(), layer, dy, case.eps, case.norm)
     ref, n = run.ref, run.dx.shape[1]
     context = _context(backend, case, seed)
-    name = "layer norm" if ref.centered else norms.of(case.norm).label
+    name = "layer norm" if ref.centered else operations.of(case.norm).label
     if ref.centered:
         shift_bound = run.kernel_dx.sum(axis=1, keepdims=True) + \
             error_model.k(n) * U64 * np.abs(run.dx).sum(axis=1, keepdims=True)

@@ -28,7 +28,7 @@ import numpy as np
 
 from normbench.check import error_model, oracle, sensitivity
 from normbench.check.conformance import host_array
-from normbench.core import norms
+from normbench.core import operations
 from normbench.core.backend import Backend
 from normbench.core.dtypes import U64, host_dtype
 from normbench.paper.layer import Layer
@@ -132,11 +132,11 @@ class OracleRowLayerNorm(RowLayerNorm):
 
     def __init__(self, norm: str = "layer_norm") -> None:
         self.norm = norm
-        self.label = "float64 oracle (eq. 3)" if norm == "layer_norm" else f"float64 oracle ({norms.of(norm).label})"
+        self.label = "float64 oracle (eq. 3)" if norm == "layer_norm" else f"float64 oracle ({operations.of(norm).label})"
 
     def apply(self, a, normalized_shape, gain, bias, eps, perturbation=None):
         a = np.asarray(a, np.float64)
-        bias = bias if norms.of(self.norm).has_bias else None
+        bias = bias if operations.of(self.norm).has_bias else None
         ref = oracle.forward(a, normalized_shape, gain, bias, eps, self.norm)
         bound = error_model.forward_bound(ref, "float64")
         if perturbation is not None:
@@ -152,20 +152,21 @@ class BackendRowLayerNorm(RowLayerNorm):
     def __init__(self, backend: Backend, dtype: str, norm: str = "layer_norm") -> None:
         self.backend, self.dtype, self.norm = backend, dtype, norm
         self.label = f"{backend.name} ({dtype})" if norm == "layer_norm" else \
-            f"{backend.name} ({dtype}, {norms.of(norm).label})"
+            f"{backend.name} ({dtype}, {operations.of(norm).label})"
 
     def run(self, x_host: np.ndarray, normalized_shape, gain, bias, eps) -> np.ndarray:
         """The backend's y for host arrays, as float64 (M, N) rows."""
-        be, norm = self.backend, norms.of(self.norm)
+        be, norm = self.backend, operations.of(self.norm)
         native = [None if v is None else be.asarray(v) for v in (x_host, gain, bias)]
-        y = norm.forward(be, native[0], tuple(normalized_shape), native[1], native[2], eps)
+        y = norm.forward(be, norm.arguments(x=native[0], normalized_shape=tuple(normalized_shape), weight=native[1],
+                                            bias=native[2], eps=eps))
         be.synchronize()
-        return oracle.rows_view(host_array(f"{norm.call_forward}'s y (x's shape)", y, be, x_host.shape),
+        return oracle.rows_view(host_array(f"{norm.entry}'s y (x's shape)", y, be, x_host.shape),
                                 normalized_shape)
 
     def apply(self, a, normalized_shape, gain, bias, eps, perturbation=None):
         a = np.asarray(a, np.float64)
-        bias = bias if norms.of(self.norm).has_bias else None
+        bias = bias if operations.of(self.norm).has_bias else None
         rounded = a.astype(host_dtype(self.dtype))
         p = sensitivity.rounding_perturbation(a, rounded)
         if perturbation is not None:

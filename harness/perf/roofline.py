@@ -1,17 +1,21 @@
-"""The byte model and the ceiling: what a LayerNorm must move, and how fast this device moves bytes.
+"""The byte model and the ceiling: what an operation must move, and how fast this device moves bytes.
 
-The byte model (PERFORMANCE.md, one model applied identically to every
-backend; e_x, e_y, e_w, e_b are element sizes, M rows, N hidden; a term for a
-missing weight or bias is 0; written for LayerNorm, and RMSNorm's (``norm="rms_norm"``)
-is the same with no bias and one statistic, rstd, instead of two):
+The byte model (PERFORMANCE.md, one model applied identically to every backend) counts the
+tensors each direction of an operation must read and write, as its entry lists them
+(``normbench.core.operations``: ``Operation.traffic``): an extent of M*N, N or M elements (M rows,
+N hidden) times an element size, e_x (x's dtype), e_w and e_b (the parameters', 0 for a missing
+weight or bias), or 4 (fp32 statistics). For LayerNorm:
 
 * forward, training: ``M*N*e_x + M*N*e_y + N*(e_w + e_b) + 2*M*4`` (fp32 mean, rstd written)
 * forward, inference: the same without ``2*M*4``
 * backward: ``2*M*N*e_x`` (x, dy) ``+ M*N*e_x`` (dx) ``+ N*e_w`` (weight)
   ``+ 2*M*4`` (mean, rstd read) ``+ N*(e_w + e_b)`` (dweight, dbias written)
 
-The throughput directions use it so: ``forward`` times ``Backend.layer_norm``,
-which returns y only, so it is the inference model; ``backward`` is the backward
+RMSNorm's is the same with no bias and one statistic, rstd, instead of two (:func:`formula` writes
+any operation's from its terms).
+
+The throughput directions use it so: ``forward`` times the operation's entry point
+(``Backend.layer_norm``), which returns y only, so it is the inference model; ``backward`` is the backward
 model; ``forward+backward`` is a training forward plus the backward. Traffic an
 implementation adds (re-reads, partial buffers) is never counted: it shows as a
 lower fraction of the ceiling.
@@ -37,7 +41,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from normbench.core import norms
+from normbench.core import operations
 from normbench.core.dtypes import host_dtype
 from normbench.core.exceptions import NormbenchError
 from normbench.core.machine import MIB, CacheSize, cpu_threads, last_level_cache
@@ -46,18 +50,28 @@ DIRECTIONS: tuple[str, ...] = ("forward", "backward", "forward+backward")
 #: the byte-model variant each direction uses (recorded in every results row)
 BYTE_MODELS: dict[str, str] = {"forward": "forward-inference", "backward": "backward",
                                "forward+backward": "forward-training+backward"}
-#: each byte-model variant as a formula (PERFORMANCE.md), shown beside the numbers in reports
-BYTE_MODEL_FORMULAS: dict[str, str] = {
-    "forward-inference": "M*N*e_x (read x) + M*N*e_y (write y) + N*(e_w + e_b) (read weight, bias)",
-    "backward": "2*M*N*e (read x, dy) + M*N*e (write dx) + N*e_w (read weight) + 2*M*4 (read fp32 mean, rstd) "
-                "+ N*(e_w + e_b) (write dweight, dbias)",
-    "forward-training+backward": "the training forward, M*N*e_x + M*N*e_y + N*(e_w + e_b) + 2*M*4 (write fp32 "
-                                 "mean, rstd), plus the backward",
-}
-#: what RMSNorm's byte model changes, shown beside the formulas
-RMS_BYTE_MODEL_NOTE = "RMSNorm: the same with no bias (e_b = 0) and one fp32 statistic, rstd (M*4 where LayerNorm has 2*M*4)"
-#: statistics are fp32 whatever the input dtype: 4 bytes each for mean and rstd
+#: the variants an operation's entry lists its traffic for; forward-training+backward is the sum of the last two
+VARIANTS: tuple[str, ...] = ("forward-inference", "forward-training", "backward")
+#: statistics are fp32 whatever the input dtype: 4 bytes each (LayerNorm's mean and rstd)
 STAT_BYTES = 4
+_ELEMENT_WORDS = {"x": "e_x", "weight": "e_w", "bias": "e_b", "fp32": "4"}
+
+
+def formula(norm: str | operations.Operation, variant: str) -> str:
+    """The byte model of ``norm``'s ``variant`` as a formula, its terms named (reports show it beside the numbers).
+
+    >>> formula("rms_norm", "forward-inference")
+    'M*N*e_x (read x) + N*e_w (read weight) + M*N*e_x (write y)'
+    """
+    op = operations.of(norm)
+    if variant == "forward-training+backward":
+        return f"the training forward, {formula(op, 'forward-training')}, plus the backward"
+    return " + ".join(f"{t.extent}*{_ELEMENT_WORDS[t.element]} ({'read' if t.access == 'read' else 'write'} {t.tensor})"
+                      for t in op.traffic[variant])
+
+
+#: LayerNorm's byte-model variants as formulas (PERFORMANCE.md)
+BYTE_MODEL_FORMULAS: dict[str, str] = {v: formula("layer_norm", v) for v in (*VARIANTS[::2], "forward-training+backward")}
 #: the ceiling's copy buffer is at least this many times the last-level cache
 CACHE_MULTIPLE = 4
 CEILING_REPEATS = 20
@@ -67,19 +81,25 @@ CEILING_REPEATS = 20
 COPIES_PER_RUN = 3
 
 
-def _sizes(dtype: str, param_dtype: str | None, weight: bool, bias: bool) -> tuple[int, int, int]:
-    e = host_dtype(dtype).itemsize
-    ep = host_dtype(param_dtype or dtype).itemsize
-    return e, ep if weight else 0, ep if bias else 0
+def model_bytes(norm: str | operations.Operation, variant: str, rows: int, hidden: int, dtype: str,
+                param_dtype: str | None = None, *, weight: bool = True, bias: bool = True) -> int:
+    """The bytes ``norm``'s ``variant`` (:data:`VARIANTS`) must move for M = ``rows``, N = ``hidden``, x in
+    ``dtype`` and the parameters in ``param_dtype`` (default: ``dtype``), where they are present.
+
+    >>> model_bytes("layer_norm", "backward", 2, 3, "float32")  # x, dy, dx: 3*24; weight, dweight, dbias: 36; mean, rstd: 16
+    124
+    """
+    op = operations.of(norm)
+    e, ep = host_dtype(dtype).itemsize, host_dtype(param_dtype or dtype).itemsize
+    element = {"x": e, "weight": ep if weight else 0, "bias": ep if bias and op.has_bias else 0, "fp32": STAT_BYTES}
+    extent = {"M*N": rows * hidden, "N": hidden, "M": rows}
+    return sum(extent[t.extent] * element[t.element] for t in op.traffic[variant])
 
 
 def statistics_per_row(norm: str = "layer_norm") -> int:
     """The fp32 statistics a training forward saves per row: mean and rstd (LayerNorm), rstd (RMSNorm)."""
-    return 2 if norms.of(norm).centered else 1
-
-
-def _no_bias(norm: str, bias: bool) -> bool:
-    return bias and norms.of(norm).has_bias
+    op = operations.of(norm)
+    return sum(1 for t in op.traffic["forward-training"] if t.element == "fp32" and t.access == "written")
 
 
 def forward_bytes(rows: int, hidden: int, dtype: str, param_dtype: str | None = None, *,
@@ -92,9 +112,8 @@ def forward_bytes(rows: int, hidden: int, dtype: str, param_dtype: str | None = 
     >>> forward_bytes(2, 3, "float32", training=True, norm="rms_norm")  # 48 + 3*4 (weight) + 2*4 (rstd)
     68
     """
-    e, ew, eb = _sizes(dtype, param_dtype, weight, _no_bias(norm, bias))
-    stats = statistics_per_row(norm) * rows * STAT_BYTES
-    return rows * hidden * 2 * e + hidden * (ew + eb) + (stats if training else 0)
+    variant = "forward-training" if training else "forward-inference"
+    return model_bytes(norm, variant, rows, hidden, dtype, param_dtype, weight=weight, bias=bias)
 
 
 def backward_bytes(rows: int, hidden: int, dtype: str, param_dtype: str | None = None, *,
@@ -105,9 +124,7 @@ def backward_bytes(rows: int, hidden: int, dtype: str, param_dtype: str | None =
     >>> backward_bytes(2, 3, "float32"), backward_bytes(2, 3, "float32", norm="rms_norm")
     (124, 104)
     """
-    e, ew, eb = _sizes(dtype, param_dtype, weight, _no_bias(norm, bias))
-    stats = statistics_per_row(norm) * rows * STAT_BYTES
-    return 3 * rows * hidden * e + hidden * ew + stats + hidden * (ew + eb)
+    return model_bytes(norm, "backward", rows, hidden, dtype, param_dtype, weight=weight, bias=bias)
 
 
 def direction_bytes(rows: int, hidden: int, dtype: str, direction: str, param_dtype: str | None = None, *,

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from normbench.check.conformance import ConformanceError
-from normbench.core import norms
+from normbench.core import operations
 from normbench.core.backend import Backend
 from normbench.core.cases import Case, shape_name
 from normbench.core.environment import device_name, now_utc
@@ -74,14 +74,18 @@ def prepare(backend: Backend, reference: Reference, direction: str) -> Prepared:
     case = reference.case
     wanted = reference.arrays if direction != "forward" else (*reference.arrays[:3], None)
     x, w, b, g = (None if a is None else backend.asarray(a.copy()) for a in wanted)
-    ns, eps, norm = case.normalized_shape, case.eps, norms.of(case.norm)
+    norm = operations.of(case.norm)
+    args = norm.arguments(x=x, normalized_shape=case.normalized_shape, weight=w, bias=b, eps=case.eps)
     if direction == "forward":
-        op = lambda: norm.forward(backend, x, ns, w, b, eps)
+        op = lambda: norm.forward(backend, args)
     elif direction == "backward":
-        op = (norm.prepare_backward(backend, g, x, ns, w, b, eps)
-              or (lambda: norm.backward(backend, g, x, ns, w, b, eps)))
+        prepared = norm.prepare_backward(backend, args, (g,))
+        op = ((lambda: norm.gradient_tuple(prepared())) if prepared is not None
+              else (lambda: norm.gradient_tuple(norm.backward(backend, args, (g,)))))
     else:
-        op = lambda: norm.forward_backward(backend, g, x, ns, w, b, eps)
+        def op():
+            y, grads = norm.forward_backward(backend, args, (g,))
+            return y, norm.gradient_tuple(grads)
     return Prepared((x, w, b, g), op)
 
 
@@ -170,7 +174,8 @@ class ThroughputRunner:
     def _warm_up(self, backend: Backend, case: Case, prepared: Prepared, sync: Callable[[Any], None]) -> None:
         """The backend's ``warmup`` hook (compilation, autotuning), then the op, untimed."""
         x, w, b, _ = prepared.native
-        norms.of(case.norm).warmup(backend, x, case.normalized_shape, w, b, case.eps)
+        norm = operations.of(case.norm)
+        norm.warmup(backend, norm.arguments(x=x, normalized_shape=case.normalized_shape, weight=w, bias=b, eps=case.eps))
         for _ in range(self.options.warmup):
             sync(prepared.op())
 

@@ -431,22 +431,23 @@ def count_direction(backend: Any, rows: int, hidden: int, dtype: str, direction:
     """
     import torch
 
-    from normbench.core import norms
+    from normbench.core import operations
 
-    normalization = norms.of(norm)
+    normalization = operations.of(norm)
     torch_dtype = getattr(torch, dtype)
     x = torch.empty((rows, hidden), dtype=torch_dtype)
     weight = torch.ones(hidden, dtype=torch_dtype)
     bias = torch.zeros(hidden, dtype=torch_dtype) if normalization.has_bias else None
+    args = normalization.arguments(x=x, normalized_shape=(hidden,), weight=weight, bias=bias, eps=eps)
     with record(sample) as forward:
-        normalization.forward(backend, x, (hidden,), weight, bias, eps)
+        normalization.forward(backend, args)
     if direction == "forward":
         return forward.launches
     if direction != "backward":
         raise NormbenchError(f"traffic is counted for forward and backward, not {direction!r}")
     dy = torch.empty((rows, hidden), dtype=torch_dtype)
     with record(sample) as both:
-        normalization.backward(backend, dy, x, (hidden,), weight, bias, eps)
+        normalization.backward(backend, args, (dy,))
     launches = list(both.launches)
     skip = 0
     while skip < min(len(forward.launches), len(launches)) and _same_launch(forward.launches[skip], launches[skip]):
@@ -558,9 +559,9 @@ def main(argv: list[str] | None = None) -> int:
     from normbench import get_registry
 
     backend = get_registry().create(args.impl)
-    from normbench.core import norms
+    from normbench.core import operations
 
-    missing = norms.missing_reason(backend, args.norm)
+    missing = operations.missing_reason(backend, args.norm)
     if missing:
         print(f"normbench traffic: {missing}", file=sys.stderr)
         return 2

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from normbench.core.dtypes import DTYPES
-from normbench.core.norms import NAMES, of, of_case_id
+from normbench.core.operations import NAMES, of, of_case_id
 from normbench.core.results import Histogram
 from normbench.report.properties import dtype_of
 from normbench.report.sources import ResultSet

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from normbench.core.dtypes import DTYPES
-from normbench.core.norms import NAMES, of, of_case_id, strip_id
+from normbench.core.operations import NAMES, of, of_case_id, strip_id
 from normbench.report.sources import ResultSet
 
 #: the table's columns: (title, the conformance column, the suite files whose tests count, what it covers)

@@ -9,9 +9,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from normbench.core import norms
+from normbench.core import operations
 from normbench.core.results import FAILING, NOT_RUN, OUTCOMES
-from normbench.perf.roofline import BYTE_MODEL_FORMULAS, BYTE_MODELS, DIRECTIONS, RMS_BYTE_MODEL_NOTE
+from normbench.perf.roofline import BYTE_MODELS, DIRECTIONS, formula
 from normbench.report.sources import ResultSet
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def _panel_table(part: pd.DataFrame, entries: list, families: dict[tuple[str, st
 def with_norm(text: str, normalization: str) -> str:
     """A label as LayerNorm's reports always wrote it, and RMSNorm's marked: ``float32`` and
     ``float32, RMSNorm``: the report's tables and charts are per normalization."""
-    return text if normalization in ("", "layer_norm") else f"{text}, {norms.of(normalization).label}"
+    return text if normalization in ("", "layer_norm") else f"{text}, {operations.of(normalization).label}"
 
 
 def throughput_panels(sets: list[ResultSet]) -> list[Panel]:
@@ -95,7 +95,7 @@ def throughput_panels(sets: list[ResultSet]) -> list[Panel]:
     order = {d: i for i, d in enumerate(DIRECTIONS)}
     entries, families = _deviation_entries(), _family_lookup()
     panels = []
-    norm_order = {n: i for i, n in enumerate(norms.NAMES)}
+    norm_order = {n: i for i, n in enumerate(operations.NAMES)}
     keys = sorted(set(zip(df.normalization, df.direction, df.dtype)),
                   key=lambda k: (norm_order.get(k[0], 9), order.get(k[1], 9), k[1], k[2]))
     for normalization, direction, dtype in keys:
@@ -131,7 +131,7 @@ def speedups(rs: ResultSet, baseline: str) -> dict[str, Any]:
         by_backend = {r.backend: t0 / r.median_s for r in group.itertuples()}
         rows.append({"direction": direction, "dtype": with_norm(dtype, normalization), "shape": shape,
                      "hidden": int(hidden), "cells": [by_backend.get(b) for b in backends],
-                     "order": norms.NAMES.index(normalization) if normalization in norms.NAMES else 9})
+                     "order": operations.NAMES.index(normalization) if normalization in operations.NAMES else 9})
     order = {d: i for i, d in enumerate(DIRECTIONS)}
     rows.sort(key=lambda r: (r.pop("order"), order.get(r["direction"], 9), r["dtype"], r["hidden"]))
     return {"note": "" if backends else f"only {baseline!r} has correct rows: nothing to compare",
@@ -217,7 +217,7 @@ def conformance_matrix(rs: ResultSet) -> dict[str, Any]:
     if df.empty:
         return {"backends": [], "total": [], "rows": []}
     families = _family_lookup()
-    df = df.assign(family=[with_norm(families.get((s, c)) or families.get(("", c), t), norms.of_case_id(c).name)
+    df = df.assign(family=[with_norm(families.get((s, c)) or families.get(("", c), t), operations.of_case_id(c).name)
                             for s, c, t in zip(df.suite, df.case, df.test)])
     backends = sorted(set(df.backend))
     counts = {key: Counter(g.outcome) for key, g in df.groupby(["suite", "family", "backend"])}
@@ -294,9 +294,13 @@ def byte_models(sets: list[ResultSet]) -> list[tuple[str, str, str]]:
     """(direction, byte-model variant, formula) for the directions measured or counted."""
     measured = ({d for rs in sets for d in set(rs.throughput.direction)}
                 | {d for rs in sets if rs.traffic is not None for d in set(rs.traffic.direction)}) or set(DIRECTIONS)
-    rms = any("rms_norm" in set(rs.throughput.normalization) for rs in sets if not rs.throughput.empty)
-    return [(d, BYTE_MODELS[d], BYTE_MODEL_FORMULAS[BYTE_MODELS[d]] + (f"; {RMS_BYTE_MODEL_NOTE}" if rms else ""))
-            for d in DIRECTIONS if d in measured]
+    shown = {n for rs in sets if not rs.throughput.empty for n in set(rs.throughput.normalization)}
+    ops = [op for op in operations.OPERATIONS if op.name in shown or op is operations.LAYER_NORM]
+
+    def formulas(variant: str) -> str:
+        return "; ".join(("" if op is operations.LAYER_NORM else f"{op.label}: ") + formula(op, variant) for op in ops)
+
+    return [(d, BYTE_MODELS[d], formulas(BYTE_MODELS[d])) for d in DIRECTIONS if d in measured]
 
 
 def _apart(part: pd.DataFrame, fast: str, slow: str) -> tuple[int, int]:
@@ -337,7 +341,7 @@ def at_a_glance(rs: ResultSet) -> list[dict[str, Any]]:
     conf = rs.conformance
     order = {d: i for i, d in enumerate(DIRECTIONS)}
     out = []
-    norm_order = {n: i for i, n in enumerate(norms.NAMES)}
+    norm_order = {n: i for i, n in enumerate(operations.NAMES)}
     groups = sorted(ok.groupby(["normalization", "direction", "dtype"]),
                     key=lambda k: (norm_order.get(k[0][0], 9), order.get(k[0][1], 9), k[0]))
     for (normalization, direction, dtype), part in groups:

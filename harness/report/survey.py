@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from normbench.core import norms, results
+from normbench.core import operations, results
 from normbench.core.environment import ENVIRONMENT, ENVIRONMENT_FIELDS, ENVIRONMENT_FILE, now_utc, read_environment
 from normbench.core.files import write_atomic
 from normbench.core.results import ResultsError, check_document
@@ -80,8 +80,8 @@ def read_findings(path: str | os.PathLike) -> list[dict[str, str]]:
             raise ResultsError(f"{where}: {', '.join(empty)} empty. Fix: every field of a finding says something")
         if row["verdict"] not in VERDICTS:
             raise ResultsError(f"{where}: verdict {row['verdict']!r}. Fix: one of {', '.join(VERDICTS)}")
-        if row["normalization"] not in norms.NAMES:
-            raise ResultsError(f"{where}: normalization {row['normalization']!r}. Fix: one of {', '.join(norms.NAMES)}")
+        if row["normalization"] not in operations.NAMES:
+            raise ResultsError(f"{where}: normalization {row['normalization']!r}. Fix: one of {', '.join(operations.NAMES)}")
         rows.append({f: row[f].strip() for f in FINDING_FIELDS})
     return rows
 

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import os
 
-from normbench import Backend
-from normbench.core.backend import device_label
+from normbench.kit import device_label
 from normbench.kit import torch as torch_arrays
 from normbench.kit.triton import INTERPRETER_DEVICE, ensure_mode
 
@@ -52,13 +51,12 @@ def _interpreter_max_elements() -> int | None:
     return limit if limit > 0 else None
 
 
-class TritonBackend(torch_arrays.AutogradBackward, Backend):
+class TritonBackend(torch_arrays.AutogradBackend):
     name = "triton"
     description = ("normbench's Triton kernels (impls/triton): LayerNorm and RMSNorm, fp32 statistics (two-pass "
                    "for LayerNorm), deterministic persistent backward; CUDA, or the Triton interpreter on CPU")
-    normalizations = ("layer_norm", "rms_norm")
+    operations = ("layer_norm", "rms_norm")
     strided = True
-    backward_includes_forward = True  # autograd: prepare_backward separates them for timing
     requires = ("triton", "torch")
     install_hint = "pip install 'normbench[triton]'"
     devices = "cuda, or the Triton interpreter on CPU"
@@ -105,14 +103,14 @@ class TritonBackend(torch_arrays.AutogradBackward, Backend):
         """torch's CPU threads: the interpreter's host work, and the tensors' copies."""
         return torch_arrays.set_threads(self.torch, threads)
 
-    def _graph(self, x, normalized_shape, weight, bias, eps):
-        """Through the autograd function, as a PyTorch user would run it (the backward: AutogradBackward)."""
-        return torch_arrays.autograd_graph(self.torch, self.autograd.layer_norm, x, normalized_shape, weight, bias, eps)
+    def autograd_forward(self, op, args):
+        """Through the autograd function, as a PyTorch user would run it (the backward: AutogradBackend)."""
+        return getattr(self.autograd, op)(*args)
 
-    def warmup(self, x, normalized_shape, weight, bias, eps):
-        """Compile (on CUDA) every kernel that arrays like these launch, forward and
+    def warmup(self, op, args):
+        """Compile (on CUDA) every kernel that arguments like these launch, forward and
         backward, and wait: Triton compiles per dtype, flags and block sizes."""
-        self.layer_norm_backward(self.torch.zeros_like(x), x, normalized_shape, weight, bias, eps)
+        getattr(self, f"{op}_backward")(self.torch.zeros_like(args[0]), *args)
         self.synchronize()
 
     # -- RMSNorm: the same kernels with CENTERED off (impls/triton/forward_kernels.py) ---------
@@ -120,15 +118,6 @@ class TritonBackend(torch_arrays.AutogradBackward, Backend):
     def rms_norm(self, x, normalized_shape, weight, eps):
         """eps None: ``normbench.core.dtypes.default_rms_eps`` of x's dtype, as torch does."""
         return self.launch.rms_forward(x, normalized_shape, weight, eps)[0]
-
-    def _rms_graph(self, x, normalized_shape, weight, eps):
-        rms_norm = lambda x_, shape, w_, _bias, eps_: self.autograd.rms_norm(x_, shape, w_, eps_)
-        return torch_arrays.autograd_graph(self.torch, rms_norm, x, normalized_shape, weight, None, eps)
-
-    def warmup_rms_norm(self, x, normalized_shape, weight, eps):
-        """:meth:`warmup` for RMSNorm: its forward and backward kernels, compiled, and wait."""
-        self.rms_norm_backward(self.torch.zeros_like(x), x, normalized_shape, weight, eps)
-        self.synchronize()
 
     def synchronize(self):
         if self._device.type == "cuda":

@@ -144,7 +144,7 @@ def rms_eps(eps: float | None, dtype: torch.dtype) -> float:
     ``torch.nn.functional.rms_norm`` uses: the accumulation dtype's machine epsilon)."""
     if eps is not None:
         return float(eps)
-    from normbench.core.dtypes import default_rms_eps
+    from normbench.kit import default_rms_eps
 
     return default_rms_eps(str(dtype).removeprefix("torch."))
 
