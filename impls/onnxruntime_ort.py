@@ -52,8 +52,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from normbench import Backend
-from normbench.kit import device_label
-from normbench.kit import default_rms_eps
+from normbench.kit import default_rms_eps, device_label
 
 #: LayerNormalization-17 types X, Scale and B with one type parameter
 _MIXED_LN = ("ONNX LayerNormalization-17 types X, Scale and B with one type parameter T, so parameters of "

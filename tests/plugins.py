@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
@@ -91,33 +90,6 @@ def counts(stdout: str) -> dict[str, int]:
     return {word: n for word, n in nouns.items() if word != "deselected"}
 
 
-#: a suite's test function -> its file; the paper's checks are in test_invariances.py
-SUITE_FILES = {"test_forward": "test_forward.py", "test_backward": "test_backward.py"}
-
-
-def junit_outcomes(junit_xml: Path) -> dict[str, tuple[str, str]]:
-    """Per test name in a JUnit XML file: its outcome ("passed", "failure", "error" or "skipped", a declared
-    known deviation included) and the message."""
-    results = {}
-    for case in ET.parse(junit_xml).iter("testcase"):
-        found = [(e.tag, e.get("message", "")) for e in case if e.tag in ("failure", "error", "skipped")]
-        results[case.get("name")] = found[0] if found else ("passed", "")
-    return results
-
-
-def run_suite_tests(backend: str, tests: list[str], junit: Path, *args: str, seed: int = 0,
-                    env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, dict]:
-    """pytest in a subprocess on these suite tests of ``backend`` (ids with ``{}`` for the backend's name, e.g.
-    ``test_forward[{}-float32-rows8-hidden1000-offset1e3]``), one seed: the process, and per test its outcome
-    and message (:func:`junit_outcomes`). How a plugin's tests prove a finding still fails under
-    ``--normbench-strict`` and is a declared known deviation without it."""
-    from normbench.suites import DIRECTORY as SUITES
-
-    ids = [f"{SUITES / SUITE_FILES.get(t.split('[')[0], 'test_invariances.py')}::{t.format(backend)}" for t in tests]
-    out = subprocess.run(pytest_command(*ids, f"--impl={backend}", "-rx", f"--normbench-seed={seed}",
-                                        f"--junitxml={junit}", *args),
-                         cwd=ROOT, env=env or subprocess_env(), capture_output=True, text=True, timeout=600)
-    return out, junit_outcomes(junit)
 
 
 def outcomes_by_backend(junit_xml: Path, backends: list[str]) -> dict[str, Counter]:

@@ -9,8 +9,6 @@ skipped where the plugin is not installed.
 
 import importlib.util
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -22,7 +20,7 @@ import numpy as np  # noqa: E402
 from normbench import get_registry
 from normbench.check import conformance  # noqa: E402
 from normbench.core import cases, deviations
-from tests.plugins import run_suite_tests  # noqa: E402
+from normbench.kit.testing import imported_frameworks, run_doctests, run_suite_tests  # noqa: E402
 
 #: seed 0 failures of the default variant, far out of bound, and the stable variant's verdict on them
 ONE_PASS = {
@@ -52,18 +50,15 @@ def test_both_backends_come_from_the_plugin_distribution():
 
 
 def test_the_docstring_example_runs():
-    import doctest
-
     import normbench_flax.backends
 
-    result = doctest.testmod(normbench_flax.backends)
+    result = run_doctests(normbench_flax.backends)
     assert result.attempted >= 4 and result.failed == 0
 
 
 def test_importing_the_plugin_imports_neither_flax_nor_jax():
-    check = "import normbench_flax.backends, sys; print(sorted(m for m in ('flax', 'jax') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+    """Importing the plugin, and ``normbench list`` (every installed backend's class), import none of them."""
+    assert imported_frameworks("normbench_flax.backends", ('flax', 'jax')) == []
 
 
 @pytest.mark.parametrize("dist, at_least", [("offset1e3", 10.0), ("offset1e4", 1000.0)])

@@ -11,8 +11,6 @@ import importlib.metadata
 import importlib.util
 import inspect
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -24,7 +22,7 @@ import numpy as np  # noqa: E402
 from normbench import get_registry  # noqa: E402
 from normbench.check import conformance  # noqa: E402
 from normbench.core import cases, deviations
-from tests.plugins import run_suite_tests  # noqa: E402
+from normbench.kit.testing import imported_frameworks, run_doctests, run_suite_tests  # noqa: E402
 
 BACKENDS = {"equinox": "EquinoxNorm", "haiku": "HaikuNorm", "haiku-fast": "HaikuFastLayerNorm"}
 #: seed 0 failures of haiku (both variants compute a half-precision x in its dtype), each at least this far out
@@ -73,19 +71,15 @@ def test_haiku_fast_is_named_by_what_differs_from_haikus_default():
 
 
 def test_the_docstring_examples_run():
-    import doctest
-
     import normbench_jaxnn.backends
 
-    result = doctest.testmod(normbench_jaxnn.backends)
+    result = run_doctests(normbench_jaxnn.backends)
     assert result.attempted >= 8 and result.failed == 0
 
 
 def test_importing_the_plugin_imports_no_jax_library():
-    check = ("import normbench_jaxnn.backends, sys; "
-             "print(sorted(m for m in ('jax', 'equinox', 'haiku') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+    """Importing the plugin, and ``normbench list`` (every installed backend's class), import none of them."""
+    assert imported_frameworks("normbench_jaxnn.backends", ('jax', 'equinox', 'haiku')) == []
 
 
 @pytest.mark.parametrize("name", list(BACKENDS))

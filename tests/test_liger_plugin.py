@@ -10,7 +10,6 @@ only. Skipped where the plugin or liger-kernel is not installed.
 import importlib.util
 import re
 import subprocess
-import sys
 
 import pytest
 
@@ -24,8 +23,13 @@ from normbench_liger import backends  # noqa: E402
 from normbench import get_registry  # noqa: E402
 from normbench.check import conformance  # noqa: E402
 from normbench.core import cases, deviations
+from normbench.kit.testing import (  # noqa: E402
+    imported_frameworks,
+    junit_outcomes,  # noqa: E402
+    run_doctests,
+)
 from normbench.suites import DIRECTORY as SUITES  # noqa: E402
-from tests.plugins import ROOT, junit_outcomes, pytest_command, subprocess_env  # noqa: E402
+from tests.plugins import ROOT, pytest_command, subprocess_env  # noqa: E402
 
 VERSION = backends.installed_version()
 #: the installed release still has the padded-lanes bug (#518)
@@ -56,17 +60,13 @@ def test_the_backend_comes_from_the_plugin_distribution():
 
 
 def test_the_docstring_example_runs():
-    import doctest
-
-    result = doctest.testmod(backends)
+    result = run_doctests(backends)
     assert result.attempted >= 4 and result.failed == 0
 
 
 def test_importing_the_plugin_imports_neither_torch_triton_nor_liger():
-    check = ("import normbench_liger.backends, sys; "
-             "print(sorted(m for m in ('torch', 'triton', 'liger_kernel') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+    """Importing the plugin, and ``normbench list`` (every installed backend's class), import none of them."""
+    assert imported_frameworks("normbench_liger.backends", ('torch', 'triton', 'liger_kernel')) == []
 
 
 def test_one_forward_of_each_agrees_with_numpy(liger):

@@ -9,14 +9,12 @@ import numpy as np
 import pytest
 
 from normbench import Backend
-from normbench.check import hypotheses
-from normbench.core.backend import hook
-from normbench.perf import roofline
-
-from normbench.check import conformance, oracle
+from normbench.check import conformance, hypotheses, oracle
 from normbench.core import cases, operations
+from normbench.core.backend import hook
 from normbench.core.exceptions import InvalidInput
 from normbench.impls.numpy_ref import NumpyBackend
+from normbench.perf import roofline
 
 
 def test_every_rmsnorm_case_is_named_as_one_and_has_no_bias():

@@ -91,8 +91,9 @@ def check_xhat_projection(backend: Backend, inputs: Inputs, dy: np.ndarray, run:
     with np.errstate(invalid="ignore", over="ignore"):
         sums = (ref.xhat * dx).sum(axis=1)
     bound = error_model.xhat_projection_bound(dy, ref, dx, case.dtype)
-    _row_check("sum(xhat*dx)", f"with eps = 0 {operations.of(case.norm).label} ignores scaling a row; is xhat*mean(dy*weight*xhat) "
-               "subtracted?", sums, bound, _finite_rows(ref, dy), backend, inputs, ref,
+    label = operations.of(case.norm).label
+    _row_check("sum(xhat*dx)", f"with eps = 0 {label} ignores scaling a row; is xhat*mean(dy*weight*xhat) subtracted?",
+               sums, bound, _finite_rows(ref, dy), backend, inputs, ref,
                lambda: _explain_dx(backend, inputs, dy, ref, dx))
 
 

@@ -384,8 +384,9 @@ def _legacy_spelling(attribute: str, function: Any) -> tuple[str, str] | None:
 
 
 def _deprecated(cls: type, old: str, new: str) -> None:
-    warnings.warn(f"{cls.__module__}.{cls.__qualname__}: {old} is normbench 0.2's spelling, deprecated; write "
-                  f"{new} (docs/writing-a-backend.md). It keeps working, with this warning, through the 0.x releases", DeprecationWarning, stacklevel=4)
+    warnings.warn(f"{cls.__module__}.{cls.__qualname__}: {old} is normbench 0.2's spelling, deprecated; write {new} "
+                  f"(docs/writing-a-backend.md). It keeps working, with this warning, through the 0.x releases",
+                  DeprecationWarning, stacklevel=4)
 
 
 @dataclass(frozen=True)

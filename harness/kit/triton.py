@@ -37,6 +37,29 @@ from dataclasses import dataclass
 ENV = "TRITON_INTERPRET"
 #: the device string of an interpreted backend, for ``normbench list --probe``
 INTERPRETER_DEVICE = "interpreter (CPU; not for timing)"
+#: an interpreted backend's ``timing_note``: why the throughput suite does not time it
+TIMING_NOTE = "Triton interpreter on CPU: timings are meaningless"
+#: an interpreted backend's ``runtime_note``: what the interpreter computes differently from a GPU (a failure that
+#: the interpreter explains says "explained by the runtime, not the kernel"; ``normbench run`` prints it)
+RUNTIME_NOTE = ("Triton interpreter on CPU: it computes bfloat16 arithmetic on raw bit patterns and converts "
+                "fp32 to bfloat16 by truncation (0.57 -> 0.56640625, where a GPU rounds to 0.5703125), so a bfloat16 "
+                "result can fail here for reasons that do not exist on a GPU")
+#: the environment variable that sets an interpreted backend's ``max_elements`` (0: no cap)
+MAX_ELEMENTS_ENV = "NORMBENCH_TRITON_MAX_ELEMENTS"
+
+
+def interpreter_max_elements(default: int) -> int | None:
+    """An interpreted backend's ``max_elements``: :data:`MAX_ELEMENTS_ENV` if set (0: no cap), else ``default``.
+    The interpreter runs a grid's programs one after another in NumPy: a GPU-sized case would take hours."""
+    value = os.environ.get(MAX_ELEMENTS_ENV, "").strip()
+    if not value:
+        return default
+    try:
+        limit = int(value)
+    except ValueError:
+        raise ValueError(f"{MAX_ELEMENTS_ENV}={value!r} is not an integer; use a number of elements, "
+                         f"or 0 for no cap") from None
+    return limit if limit > 0 else None
 
 
 @dataclass(frozen=True)

@@ -20,36 +20,12 @@ reads the class attributes. They load when the backend is created.
 
 from __future__ import annotations
 
-import os
-
 from normbench.kit import device_label
 from normbench.kit import torch as torch_arrays
-from normbench.kit.triton import INTERPRETER_DEVICE, ensure_mode
+from normbench.kit.triton import INTERPRETER_DEVICE, RUNTIME_NOTE, TIMING_NOTE, ensure_mode, interpreter_max_elements
 
-#: the environment variable that sets max_elements under the interpreter (0: no cap)
-MAX_ELEMENTS_ENV = "NORMBENCH_TRITON_MAX_ELEMENTS"
-#: why the throughput suite does not time the interpreter (``Backend.timing_note``)
-TIMING_NOTE = "Triton interpreter on CPU: timings are meaningless"
-#: what the interpreter computes differently from a GPU (``Backend.runtime_note``): a failure it
-#: explains says "explained by the runtime, not the kernel"; ``normbench run`` prints it
-RUNTIME_NOTE = ("Triton interpreter on CPU: it computes bfloat16 arithmetic on raw bit patterns and converts "
-                "fp32 to bfloat16 by truncation (0.57 -> 0.56640625, where a GPU rounds to 0.5703125), so a bfloat16 "
-                "result can fail here for reasons that do not exist on a GPU")
 #: the default cap under the interpreter (about 5 s for a forward of that size on one core)
 INTERPRETER_MAX_ELEMENTS = 1 << 20
-
-
-def _interpreter_max_elements() -> int | None:
-    value = os.environ.get(MAX_ELEMENTS_ENV, "").strip()
-    if not value:
-        return INTERPRETER_MAX_ELEMENTS
-    try:
-        limit = int(value)
-    except ValueError:
-        raise ValueError(f"{MAX_ELEMENTS_ENV}={value!r} is not an integer; use a number of elements, "
-                         f"or 0 for no cap") from None
-    return limit if limit > 0 else None
-
 
 class TritonBackend(torch_arrays.AutogradBackend):
     name = "triton"
@@ -71,7 +47,7 @@ class TritonBackend(torch_arrays.AutogradBackend):
         if self.mode.interpreter:
             self._device = torch.device("cpu")
             self.device = INTERPRETER_DEVICE
-            self.max_elements = _interpreter_max_elements()
+            self.max_elements = interpreter_max_elements(INTERPRETER_MAX_ELEMENTS)
             self.timing_note = TIMING_NOTE
             self.runtime_note = RUNTIME_NOTE
             return

@@ -20,7 +20,7 @@ otherwise promote a bfloat16 x with float32 parameters to a float32 output).
 Everything else is Flax's default. RMSNorm the same way: ``flax.linen.RMSNorm`` has
 ``torch.nn.functional.rms_norm``'s parameterization (``y = x * rsqrt(mean(x^2) + epsilon) *
 scale``, scale multiplied as it is, not ``1 + scale``; no bias), so ``epsilon=eps`` (normbench's
-``eps=None`` becomes :func:`normbench.core.dtypes.default_rms_eps` of x's dtype, what torch does;
+``eps=None`` becomes :func:`normbench.kit.default_rms_eps` of x's dtype, what torch does;
 Flax's own default, 1e-6, is not used), ``use_scale=weight is not None`` with weight as the
 module's ``scale``, the normalized dims as ``reduction_axes`` and ``feature_axes``,
 ``dtype=x.dtype``. The backward is ``jax.vjp`` of that forward, with respect to x, scale
@@ -30,7 +30,7 @@ gradients only.
 The JAX plumbing (the device, float64 under a thread-local ``jax.enable_x64``,
 ``jax.jit``, the ``jax.vjp`` backward, ``warmup`` and ``synchronize`` for JAX's
 compilation and asynchronous dispatch) is normbench's own, shared with its ``jax``
-backend: :class:`normbench.kit.jax.JaxBackendBase`. A backend here gives
+backend: :class:`normbench.kit.jax.JaxBackend`. A backend here gives
 the forward only (:meth:`FlaxLayerNorm.make_forward`).
 
 Nothing here imports jax or flax at module level: ``normbench list`` imports this
@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
-from normbench.kit.jax import JaxBackendBase
+from normbench.kit.jax import JaxBackend
 
 #: a value out of its bound (not a shape, dtype, determinism or crash)
 _VALUES = r"\): (y|dx|dweight|dbias)\["
@@ -54,7 +54,7 @@ def _layer_norm_only(regex: str) -> str:
     """``regex`` on a LayerNorm case's check failure only. RMSNorm's test ids match the same globs
     (``test_forward[flax-rms-float32-rows8-hidden1000-offset1e3]``), so a LayerNorm entry's message regex
     also reads the case: every check's message starts with ``<backend> <case id> (seed N): ``, and only
-    RMSNorm's case ids start with ``rms-`` (normbench.core.norms)."""
+    RMSNorm's case ids start with ``rms-``."""
     return r"^\S+ (?!rms-)\S+ (?s:.*)(" + regex + ")"
 
 
@@ -99,7 +99,7 @@ RMS_HALF_PRECISION_DX = {
 }
 
 
-class FlaxLayerNorm(JaxBackendBase):
+class FlaxLayerNorm(JaxBackend):
     """``flax.linen.LayerNorm`` with Flax's defaults (``use_fast_variance=True``), and
     ``flax.linen.RMSNorm`` with its defaults.
 
@@ -117,7 +117,7 @@ class FlaxLayerNorm(JaxBackendBase):
     name = "flax"
     description = ("flax.linen.LayerNorm with its defaults (use_fast_variance=True) and flax.linen.RMSNorm "
                    "(epsilon=eps, scale=weight as is, use_scale=weight given); backward via jax.vjp")
-    normalizations = ("layer_norm", "rms_norm")
+    operations = ("layer_norm", "rms_norm")
     requires = ("flax", "jax")
     install_hint = "pip install normbench-flax (it brings flax and jax)"
     #: Flax's own default; the subclass below turns it off
@@ -161,5 +161,5 @@ class FlaxStableLayerNorm(FlaxLayerNorm):
     description = "flax.linen.LayerNorm(use_fast_variance=False), two-pass variance; backward via jax.vjp"
     use_fast_variance = False
     #: flax.linen.RMSNorm ignores use_fast_variance (no mean): its RMSNorm is the flax backend's
-    normalizations = ("layer_norm",)
+    operations = ("layer_norm",)
     known_deviations: ClassVar[dict[str, str]] = dict(HALF_PRECISION_DX)

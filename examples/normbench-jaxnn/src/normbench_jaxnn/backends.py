@@ -20,7 +20,7 @@
   x's dtype), and y's dtype is JAX's promotion of x's and the parameters' dtypes.
   ``haiku.RMSNorm`` is ``x * scale * rsqrt(mean(x^2) + eps)``: the scale as it is (not ``1 + scale``),
   so normbench's weight is its scale, unconverted; ``create_scale`` from whether weight is given;
-  normbench's ``eps=None`` becomes :func:`normbench.core.dtypes.default_rms_eps` of x's dtype (torch's
+  normbench's ``eps=None`` becomes :func:`normbench.kit.default_rms_eps` of x's dtype (torch's
   semantics, resolved by the base), not Haiku's default 1e-5.
 * ``haiku-fast``: ``haiku.LayerNorm(use_fast_variance=True)``, the one argument that differs from
   ``haiku``: ``var = E[x^2] - E[x]^2``, not clamped at 0. LayerNorm only: ``haiku.RMSNorm`` has no
@@ -31,7 +31,7 @@ library exposes its statistics: the suites check y and the gradients.
 
 The JAX plumbing (the device, float64 under a thread-local ``jax.enable_x64``, ``jax.jit`` with eps
 traced, the ``jax.vjp`` backward, ``warmup`` and ``synchronize``) is normbench's own
-:class:`normbench.kit.jax.JaxBackendBase`, exactly as in ``examples/normbench-flax``: a
+:class:`normbench.kit.jax.JaxBackend`, exactly as in ``examples/normbench-flax``: a
 backend here gives only the forwards.
 
 Nothing here imports jax, equinox or haiku at module level: ``normbench list`` imports this module to
@@ -45,7 +45,7 @@ import warnings
 from collections.abc import Callable
 from typing import ClassVar
 
-from normbench.kit.jax import JaxBackendBase
+from normbench.kit.jax import JaxBackend
 
 
 @contextlib.contextmanager
@@ -143,7 +143,7 @@ def _vmapped(jax, function: Callable, lead: int) -> Callable:
     return function
 
 
-class EquinoxNorm(JaxBackendBase):
+class EquinoxNorm(JaxBackend):
     """``equinox.nn.LayerNorm`` and ``equinox.nn.RMSNorm``, vmapped over x's leading dims.
 
     Example (what ``normbench test --impl=equinox`` does for each case)::
@@ -164,7 +164,7 @@ class EquinoxNorm(JaxBackendBase):
     description = ("equinox.nn.LayerNorm / RMSNorm (eps=eps, weight/bias set with eqx.tree_at, use_weight/use_bias "
                    "from their presence), jax.vmap over the leading dims; computes in promote(x, float32), "
                    "y in x's dtype; backward via jax.vjp")
-    normalizations = ("layer_norm", "rms_norm")
+    operations = ("layer_norm", "rms_norm")
     requires = ("equinox", "jax")
     install_hint = "pip install ./examples/normbench-jaxnn (it brings equinox, dm-haiku and jax)"
     known_deviations: ClassVar[dict[str, str]] = {}
@@ -209,7 +209,7 @@ def _param_shape(x_ndim: int, normalized_shape: tuple[int, ...]) -> tuple[int, .
     return (1,) * (x_ndim - len(normalized_shape)) + tuple(normalized_shape)
 
 
-class HaikuNorm(JaxBackendBase):
+class HaikuNorm(JaxBackend):
     """``haiku.LayerNorm`` with Haiku's defaults (``use_fast_variance=False``), and ``haiku.RMSNorm``.
 
     Example (what ``normbench test --impl=haiku`` does for each case)::
@@ -230,7 +230,7 @@ class HaikuNorm(JaxBackendBase):
     description = ("haiku.LayerNorm with its defaults (use_fast_variance=False) and haiku.RMSNorm (scale as is): "
                    "axis=param_axis=the normalized dims, eps=eps, create_scale/create_offset from weight/bias "
                    "presence, passed as params; computes in x's dtype; backward via jax.vjp")
-    normalizations = ("layer_norm", "rms_norm")
+    operations = ("layer_norm", "rms_norm")
     requires = ("haiku", "jax")
     install_hint = "pip install ./examples/normbench-jaxnn (it brings dm-haiku, equinox and jax)"
     #: Haiku's own default; the subclass below turns it on
@@ -290,5 +290,5 @@ class HaikuFastLayerNorm(HaikuNorm):
                    "otherwise as haiku; backward via jax.vjp")
     use_fast_variance = True
     #: haiku.RMSNorm has no use_fast_variance
-    normalizations = ("layer_norm",)
+    operations = ("layer_norm",)
     known_deviations: ClassVar[dict[str, str]] = {**HAIKU_MIXED, **HAIKU_FAST_HALF, **HAIKU_ONE_PASS}

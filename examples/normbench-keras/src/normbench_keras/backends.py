@@ -15,7 +15,7 @@ Keras runs on another framework, gives the command that runs it
   list of those k dims ``[ndim - k, ..., ndim - 1]`` (the form of Keras's docs, ``axis=[1, 2, 3]``).
 * ``eps``: ``epsilon=eps``. Keras's own defaults are not used: LayerNormalization's 1e-3, and
   RMSNormalization's 1e-6 (``ops.rms_normalization``'s None would be ``keras.config.epsilon()``, 1e-7).
-  RMSNorm's ``eps=None`` is :func:`normbench.core.dtypes.default_rms_eps` of x's dtype (what torch does).
+  RMSNorm's ``eps=None`` is :func:`normbench.kit.default_rms_eps` of x's dtype (what torch does).
 * LayerNorm's ``weight`` / ``bias``: ``scale=weight is not None``, ``center=bias is not None``; they are
   the layer's ``gamma`` / ``beta`` variables. The layer is called as a model calls it, ``layer(x)``
   (``Layer.__call__``: input conversion, the mixed policy's autocast), with normbench's arrays as the
@@ -66,11 +66,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from normbench import Backend
-from normbench.core.backend import Availability, device_label
-from normbench.core.dtypes import default_rms_eps
-from normbench.kit.jax import JaxBackendBase
-from normbench.kit.torch import AutogradBackward
+from normbench import Availability, Backend
+from normbench.kit import default_rms_eps, device_label
+from normbench.kit.jax import JaxBackend
+from normbench.kit.torch import AutogradBackend
 
 #: Keras's default backend when neither KERAS_BACKEND nor keras.json names one (keras/src/backend/config.py)
 KERAS_DEFAULT_BACKEND = "tensorflow"
@@ -159,7 +158,7 @@ class _KerasBackend:
     name: ClassVar[str]
     requires: ClassVar[tuple[str, ...]]
     install_hint: ClassVar[str]
-    normalizations: ClassVar[tuple[str, ...]] = ("layer_norm", "rms_norm")
+    operations: ClassVar[tuple[str, ...]] = ("layer_norm", "rms_norm")
 
     @classmethod
     def availability(cls) -> Availability:
@@ -198,7 +197,7 @@ class _KerasBackend:
                 f"{keras.backend.backend()!r} (set at its import); run: "
                 f"KERAS_BACKEND={self.keras_backend} normbench test --impl={self.name}")
         if not hasattr(keras.layers, "RMSNormalization"):  # keras before RMSNormalization: LayerNorm only
-            self.normalizations = ("layer_norm",)
+            self.operations = ("layer_norm",)
         self.keras = keras
         return keras
 
@@ -228,9 +227,9 @@ MIXED_RMS_SCALE = {
 }
 
 
-class KerasJax(_KerasBackend, JaxBackendBase):
+class KerasJax(_KerasBackend, JaxBackend):
     """The layers on Keras's JAX backend: ``layer(x)`` in a ``keras.StatelessScope`` traced inside normbench's ``jax.jit``
-    (:class:`normbench.kit.jax.JaxBackendBase`), the backward by ``jax.vjp``. The layer is
+    (:class:`normbench.kit.jax.JaxBackend`), the backward by ``jax.vjp``. The layer is
     created and built at trace time, with the traced eps as its ``epsilon``.
 
     Example (``KERAS_BACKEND=jax``)::
@@ -333,7 +332,7 @@ class _EagerKerasBackend(_KerasBackend, Backend):
         return call_layer(self.keras, layer, [scale], x)
 
 
-class KerasTorch(AutogradBackward, _EagerKerasBackend):
+class KerasTorch(AutogradBackend, _EagerKerasBackend):
     """The layers on Keras's PyTorch backend, called eagerly (``layer(x)`` in a ``keras.StatelessScope``), the backward
     by ``torch.autograd.grad`` on that call (normbench's :mod:`normbench.kit.torch` plumbing;
     arrays keep the host layout, strides included)."""
@@ -347,7 +346,6 @@ class KerasTorch(AutogradBackward, _EagerKerasBackend):
     install_hint = "pip install normbench-keras 'torch>=2.1' and run with KERAS_BACKEND=torch"
     devices = "Keras's torch device: cuda if available, else cpu"
     strided = True
-    backward_includes_forward = True
     known_deviations: ClassVar[dict[str, str]] = {**FLOAT64_IN_FLOAT32, **TORCH_FP32_BACKWARD, **MIXED_RMS_SCALE}
 
     def __init__(self) -> None:
@@ -376,16 +374,13 @@ class KerasTorch(AutogradBackward, _EagerKerasBackend):
         with self.torch.no_grad():
             return self._call_layer_norm(x, normalized_shape, weight, bias, eps)
 
-    def _graph(self, x, normalized_shape, weight, bias, eps):
-        return self._arrays.autograd_graph(self.torch, self._call_layer_norm, x, normalized_shape, weight, bias, eps)
-
     def rms_norm(self, x, normalized_shape, weight, eps):
         with self.torch.no_grad():
             return self._call_rms_norm(x, normalized_shape, weight, eps)
 
-    def _rms_graph(self, x, normalized_shape, weight, eps):
-        call = lambda x_, ns, w, _bias, e: self._call_rms_norm(x_, ns, w, e)
-        return self._arrays.autograd_graph(self.torch, call, x, normalized_shape, weight, None, eps)
+    def autograd_forward(self, op, args):
+        """The layer's call with autograd on (the entry points run it under no_grad)."""
+        return {"layer_norm": self._call_layer_norm, "rms_norm": self._call_rms_norm}[op](*args)
 
     def synchronize(self):
         if self._device.type == "cuda":
@@ -437,19 +432,21 @@ class KerasTensorFlow(_EagerKerasBackend):
         grads = iter(tape.gradient(y, watched, output_gradients=dy))
         return y, tuple(next(grads) if leaf is not None else None for leaf in leaves)
 
-    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        call = lambda x_, w, b: self._call_layer_norm(x_, normalized_shape, w, b, eps)
-        return self._tape(call, dy, [x, weight, bias])
+    def forward_backward(self, op, args, cotangents):
+        """One tape over the layer's call: its output and the gradients of x and the parameters."""
+        if op == "layer_norm":
+            x, normalized_shape, weight, bias, eps = args
+            call = lambda x_, w, b: self._call_layer_norm(x_, normalized_shape, w, b, eps)
+            return self._tape(call, cotangents[0], [x, weight, bias])
+        x, normalized_shape, weight, eps = args
+        call = lambda x_, w: self._call_rms_norm(x_, normalized_shape, w, eps)
+        return self._tape(call, cotangents[0], [x, weight])
 
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        return self.forward_backward(dy, x, normalized_shape, weight, bias, eps)[1]
+        return self.forward_backward("layer_norm", (x, normalized_shape, weight, bias, eps), (dy,))[1]
 
     def rms_norm(self, x, normalized_shape, weight, eps):
         return self._call_rms_norm(x, normalized_shape, weight, eps)
 
-    def rms_norm_forward_backward(self, dy, x, normalized_shape, weight, eps):
-        call = lambda x_, w: self._call_rms_norm(x_, normalized_shape, w, eps)
-        return self._tape(call, dy, [x, weight])
-
     def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        return self.rms_norm_forward_backward(dy, x, normalized_shape, weight, eps)[1]
+        return self.forward_backward("rms_norm", (x, normalized_shape, weight, eps), (dy,))[1]

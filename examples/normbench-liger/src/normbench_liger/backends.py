@@ -22,7 +22,7 @@ the backend runs against old and new releases alike):
   ``in_place=True`` (the backward writes dx into dy's buffer). Without weight: ``weight=None`` where
   the release has ``LigerRMSNorm(elementwise_affine=False)`` (0.6 and newer), else ``ones`` in x's
   dtype (what the module holds). normbench's ``eps=None`` becomes
-  :func:`normbench.core.dtypes.default_rms_eps` of x's dtype (torch's), not Liger's module default 1e-6.
+  :func:`normbench.kit.default_rms_eps` of x's dtype (torch's), not Liger's module default 1e-6.
 
 Both normalize over the last dim only (Liger's API takes ``hidden_size``, weight of shape
 ``(hidden,)``); a normalized_shape of several trailing dims is passed as one dim of their product
@@ -53,22 +53,19 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import math
-import os
 import re
 from collections.abc import Mapping
 from typing import ClassVar
 
-from normbench import Backend
-from normbench.core.backend import device_label
-from normbench.impls.triton import backend as triton_backend
+from normbench.kit import default_rms_eps, device_label
 from normbench.kit import torch as torch_arrays
-from normbench.kit.triton import INTERPRETER_DEVICE, ensure_mode
+from normbench.kit import triton as triton_kit
 
 DISTRIBUTION = "liger-kernel"
 
 
 #: the runtime note under the interpreter: normbench's triton backend's, and what this backend adapts
-RUNTIME_NOTE = (triton_backend.RUNTIME_NOTE + "; it also multiplies two bfloat16 tensors as raw uint16 bit patterns "
+RUNTIME_NOTE = (triton_kit.RUNTIME_NOTE + "; it also multiplies two bfloat16 tensors as raw uint16 bit patterns "
                 "(garbage, where a GPU computes in fp32); and for Liger's kernels this backend passes float arguments "
                 "(eps) as fp32 scalars and maps libdevice.rsqrt to tl.math.rsqrt, as compiled Triton does (the "
                 "interpreter has neither)")
@@ -187,7 +184,7 @@ def known_deviations_for(version: str) -> dict[str, str]:
     return {**(OLD if old else NEW), **COMMON}
 
 
-class LigerBackend(torch_arrays.AutogradBackward, Backend):
+class LigerBackend(torch_arrays.AutogradBackend):
     """Liger-Kernel's LayerNorm and RMSNorm as their modules compute them (see the module doc).
 
     Example (what ``normbench test --impl=liger`` does for each case)::
@@ -210,9 +207,8 @@ class LigerBackend(torch_arrays.AutogradBackward, Backend):
                    "as the module holds), RMSNorm with the module defaults offset=0 (weight as is), "
                    "casting_mode='llama', in_place=True; backward via torch autograd; CUDA, or the Triton "
                    "interpreter on CPU")
-    normalizations = ("layer_norm", "rms_norm")
+    operations = ("layer_norm", "rms_norm")
     strided = True  # torch tensors keep normbench's layouts; Liger makes them contiguous itself
-    backward_includes_forward = True  # autograd
     requires = ("liger_kernel", "triton", "torch")
     install_hint = "pip install ./examples/normbench-liger (it brings liger-kernel, triton and torch)"
     devices = "cuda, or the Triton interpreter on CPU"
@@ -224,15 +220,15 @@ class LigerBackend(torch_arrays.AutogradBackward, Backend):
         return installed_version()
 
     def __init__(self) -> None:
-        self.mode = ensure_mode()  # before triton (and so liger) is imported
+        self.mode = triton_kit.ensure_mode()  # before triton (and so liger) is imported
         import torch
 
         self.torch = torch
         if self.mode.interpreter:
             self._device = torch.device("cpu")
-            self.device = INTERPRETER_DEVICE
-            self.max_elements = _interpreter_max_elements()
-            self.timing_note = triton_backend.TIMING_NOTE
+            self.device = triton_kit.INTERPRETER_DEVICE
+            self.max_elements = triton_kit.interpreter_max_elements(INTERPRETER_MAX_ELEMENTS)
+            self.timing_note = triton_kit.TIMING_NOTE
             self.runtime_note = RUNTIME_NOTE
             _adapt_interpreter()
         else:
@@ -286,8 +282,6 @@ class LigerBackend(torch_arrays.AutogradBackward, Backend):
     def _liger_rms_norm(self, x, normalized_shape, weight, eps):
         """What ``LigerRMSNorm.forward`` computes with the module's defaults, with this weight."""
         if eps is None:
-            from normbench.core.dtypes import default_rms_eps
-
             eps = default_rms_eps(str(x.dtype).removeprefix("torch."))
         n = math.prod(normalized_shape)
         if weight is not None:
@@ -304,11 +298,13 @@ class LigerBackend(torch_arrays.AutogradBackward, Backend):
         with self.torch.no_grad():
             return self._liger_layer_norm(x, normalized_shape, weight, bias, eps)
 
-    def _graph(self, x, normalized_shape, weight, bias, eps):
-        return torch_arrays.autograd_graph(self.torch, self._liger_layer_norm, x, normalized_shape, weight, bias, eps)
+    def autograd_forward(self, op, args):
+        """Liger's own autograd functions (the entry points run them under no_grad)."""
+        return {"layer_norm": self._liger_layer_norm, "rms_norm": self._liger_rms_norm}[op](*args)
 
-    def warmup(self, x, normalized_shape, weight, bias, eps):
-        self.layer_norm_backward(self.torch.zeros_like(x), x, normalized_shape, weight, bias, eps)
+    def warmup(self, op, args):
+        """Compile (on CUDA) the forward and backward kernels that arguments like these launch, and wait."""
+        getattr(self, f"{op}_backward")(self.torch.zeros_like(args[0]), *args)
         self.synchronize()
 
     # -- RMSNorm ---------------------------------------------------------------------------
@@ -317,27 +313,6 @@ class LigerBackend(torch_arrays.AutogradBackward, Backend):
         with self.torch.no_grad():
             return self._liger_rms_norm(x, normalized_shape, weight, eps)
 
-    def _rms_graph(self, x, normalized_shape, weight, eps):
-        rms_norm = lambda x_, shape, w_, _bias, eps_: self._liger_rms_norm(x_, shape, w_, eps_)
-        return torch_arrays.autograd_graph(self.torch, rms_norm, x, normalized_shape, weight, None, eps)
-
-    def warmup_rms_norm(self, x, normalized_shape, weight, eps):
-        self.rms_norm_backward(self.torch.zeros_like(x), x, normalized_shape, weight, eps)
-        self.synchronize()
-
-
-def _interpreter_max_elements() -> int | None:
-    """The cap under the interpreter: ``NORMBENCH_TRITON_MAX_ELEMENTS`` (0: none), as for normbench's ``triton``
-    backend, else :data:`INTERPRETER_MAX_ELEMENTS`."""
-    value = os.environ.get(triton_backend.MAX_ELEMENTS_ENV, "").strip()
-    if not value:
-        return INTERPRETER_MAX_ELEMENTS
-    try:
-        limit = int(value)
-    except ValueError:
-        raise ValueError(f"{triton_backend.MAX_ELEMENTS_ENV}={value!r} is not an integer; use a number of elements, "
-                         f"or 0 for no cap") from None
-    return limit if limit > 0 else None
 
 
 def _liger_layer_norm():

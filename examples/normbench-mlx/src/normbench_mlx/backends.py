@@ -4,7 +4,7 @@ backend ``mlx``, on MLX's CPU device (Linux: ``pip install 'mlx[cpu]'``; on a Ma
 Mapping, one to one:
 
 * ``mx.fast.layer_norm(x, weight, bias, eps)`` and ``mx.fast.rms_norm(x, weight, eps)``, with ``eps`` as given
-  (RMSNorm's ``eps=None``, normbench's default, becomes :func:`normbench.core.dtypes.default_rms_eps` of x's dtype,
+  (RMSNorm's ``eps=None``, normbench's default, becomes :func:`normbench.kit.default_rms_eps` of x's dtype,
   what torch does: MLX has no default) and weight / bias passed, or None, as given, in their own dtype.
   MLX's RMSNorm is ``x * rsqrt(mean(x^2) + eps) * weight``: torch's parameterization, no conversion.
 * **The normalized dims.** MLX normalizes over the last axis only, and its weight and bias are 1-D of the
@@ -42,7 +42,7 @@ from typing import ClassVar
 import numpy as np
 
 from normbench import Backend
-from normbench.core.dtypes import default_rms_eps, dtype_name
+from normbench.kit import default_rms_eps, dtype_name
 
 #: a value out of its bound, an identity of the backward, or one of the paper's invariance checks
 _CHECKS = (r"\): (y|dx|dweight|dbias)\[|: sum\(dx\) = |sum\(xhat\*dx\)|invariant to|must scale dL/dW|"
@@ -132,7 +132,7 @@ class MlxFast(Backend):
     description = ("mlx.core.fast.layer_norm / rms_norm on MLX's CPU device (eps as given, RMSNorm's None -> "
                    "torch's default; weight/bias as given; several normalized dims flattened into MLX's one last "
                    "axis; y cast to x's dtype where float32 params promote it); backward via mx.vjp")
-    normalizations = ("layer_norm", "rms_norm")
+    operations = ("layer_norm", "rms_norm")
     requires = ("mlx",)
     install_hint = "pip install normbench-mlx (on Linux it brings 'mlx[cpu]')"
     devices = "cpu (Linux: mlx[cpu]); MLX's default device on a Mac"
@@ -213,8 +213,13 @@ class MlxFast(Backend):
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
         return self._run("layer_norm", dy, x, normalized_shape, weight, bias, eps)[1]
 
-    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        return self._run("layer_norm", dy, x, normalized_shape, weight, bias, eps)
+    def forward_backward(self, op, args, cotangents):
+        """One ``mx.vjp``: the output and the gradients of x and the parameters."""
+        if op == "layer_norm":
+            return self._run("layer_norm", cotangents[0], *args)
+        x, normalized_shape, weight, eps = args
+        y, grads = self._run("rms_norm", cotangents[0], x, normalized_shape, weight, None, self._eps(x, eps))
+        return y, grads[:2]
 
     # -- RMSNorm -----------------------------------------------------------------------------
 
@@ -230,6 +235,3 @@ class MlxFast(Backend):
     def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
         return self._run("rms_norm", dy, x, normalized_shape, weight, None, self._eps(x, eps))[1][:2]
 
-    def rms_norm_forward_backward(self, dy, x, normalized_shape, weight, eps):
-        y, grads = self._run("rms_norm", dy, x, normalized_shape, weight, None, self._eps(x, eps))
-        return y, grads[:2]

@@ -16,7 +16,7 @@
   ``paddle.incubate.nn.functional.fast_rms_norm`` and ``fused_rms_norm_ext``. ``paddle.incubate.nn.functional.
   fused_rms_norm`` has a CPU forward kernel (``fused_rms_norm_quant``) for float32 only, and no CPU backward
   (``fused_rms_norm_quant_grad`` is not registered): hence ``dtypes = ("float32",)`` and ``has_backward =
-  False``. Mapping: ``epsilon=eps`` (normbench's ``eps=None`` becomes :func:`normbench.core.dtypes.default_rms_eps`,
+  False``. Mapping: ``epsilon=eps`` (normbench's ``eps=None`` becomes :func:`normbench.kit.default_rms_eps`,
   float32's machine epsilon: Paddle has no default), ``begin_norm_axis = x.ndim - len(normalized_shape)``,
   ``norm_bias=None``, the weight flattened to 1-D (the kernel requires it), and, where normbench gives no
   weight, ``paddle.ones`` (the API requires a Tensor: ``norm_weight ... must be Tensor, but got None``;
@@ -46,7 +46,7 @@ from typing import ClassVar
 import numpy as np
 
 from normbench import Backend, Limits
-from normbench.core.dtypes import default_rms_eps
+from normbench.kit import default_rms_eps
 
 _CPU_KERNELS = ("paddle/phi/kernels/cpu/layer_norm_kernel.cc registers float32 and float64 only (the runtime error on "
                 "float16: 'Paddle support following DataTypes: float64, float32')")
@@ -156,7 +156,7 @@ class PaddleLayerNorm(_PaddleCpu):
     description = ("paddle.nn.functional.layer_norm on the CPU, eager (epsilon=eps, normalized_shape as given, weight/"
                    "bias as given or None, flattened to 1-D as Paddle's kernel takes them); backward via paddle.grad; "
                    "float32/float64 only (no CPU half kernels)")
-    normalizations = ("layer_norm",)
+    operations = ("layer_norm",)
     dtypes = ("float64", "float32")  # _CPU_KERNELS
     limits = Limits(eps=(0.0, 1e-3), min_rank=2,
                     source="Paddle's shape inference of layer_norm enforces 0 <= epsilon <= 0.001 and begin_norm_axis = "
@@ -177,16 +177,16 @@ class PaddleLayerNorm(_PaddleCpu):
         return self._forward(leaves[0], normalized_shape, leaves[1], leaves[2], eps), leaves
 
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        return self.forward_backward(dy, x, normalized_shape, weight, bias, eps)[1]
+        return self.forward_backward("layer_norm", (x, normalized_shape, weight, bias, eps), (dy,))[1]
 
-    def prepare_backward(self, dy, x, normalized_shape, weight, bias, eps):
+    def prepare_backward(self, op, args, cotangents):
         """The forward and its graph now; the callable runs ``paddle.grad`` on it (graph retained)."""
-        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
-        return lambda: self._grads(y, leaves, dy, retain_graph=True)
+        y, leaves = self._graph(*args)
+        return lambda: self._grads(y, leaves, cotangents[0], retain_graph=True)
 
-    def forward_backward(self, dy, x, normalized_shape, weight, bias, eps):
-        y, leaves = self._graph(x, normalized_shape, weight, bias, eps)
-        grads = self._grads(y, leaves, dy)
+    def forward_backward(self, op, args, cotangents):
+        y, leaves = self._graph(*args)
+        grads = self._grads(y, leaves, cotangents[0])
         return y.detach(), grads
 
 
@@ -207,13 +207,10 @@ class PaddleFusedRmsNorm(_PaddleCpu):
     description = ("paddle.incubate.nn.functional.fused_rms_norm on the CPU, forward only, float32 only (the CPU "
                    "kernels Paddle has); epsilon=eps (None: float32's machine epsilon), weight flattened, "
                    "paddle.ones where none is given (the API requires one), norm_bias=None")
-    normalizations = ("rms_norm",)
+    operations = ("rms_norm",)
     dtypes = ("float32",)  # fused_rms_norm_quant's CPU kernel: "Paddle support following DataTypes: float32"
     has_backward = False  # fused_rms_norm_quant_grad has no CPU kernel
     known_deviations: ClassVar[dict[str, str]] = {}
-
-    def layer_norm(self, x, normalized_shape, weight, bias, eps):
-        raise NotImplementedError("paddle-fused-rms implements rms_norm only (normalizations = ('rms_norm',))")
 
     def rms_norm(self, x, normalized_shape, weight, eps):
         paddle = self.paddle

@@ -43,9 +43,8 @@ import types
 from collections.abc import Callable
 from typing import ClassVar
 
-from normbench import Backend
-from normbench.core.backend import device_label
-from normbench.kit.torch import AutogradBackward, autograd_graph, from_host, set_threads, to_host
+from normbench.kit import device_label
+from normbench.kit.torch import AutogradBackend, from_host, set_threads, to_host
 
 
 def _layer_norm(x, normalized_shape, weight, bias, eps):
@@ -66,16 +65,15 @@ def _own_copy(fn: Callable) -> Callable:
     return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
-class TorchCompileBackend(AutogradBackward, Backend):
+class TorchCompileBackend(AutogradBackend):
     name = "torch-compile"
     description = ("torch.compile(dynamic=True, fullgraph=True) of F.layer_norm and F.rms_norm (TorchInductor, "
                    "C++ on CPU), one compiled callable per signature; backward via autograd (AOTAutograd)")
-    normalizations = ("layer_norm", "rms_norm")
+    operations = ("layer_norm", "rms_norm")
     strided = True
     requires = ("torch",)
     install_hint = "pip install 'normbench[torch]' (and a C++ compiler for Inductor's CPU kernels)"
     devices = "cpu"
-    backward_includes_forward = True  # autograd: the graph comes from a forward (prepare_backward separates them)
     #: torch.compile's ``dynamic`` (see the module doc)
     dynamic: ClassVar[bool | None] = True
     #: measured on seed 0 with torch 2.13.0+cpu (the reasons carry the numbers); the first match explains a failure
@@ -130,14 +128,10 @@ class TorchCompileBackend(AutogradBackward, Backend):
             return self._fn("layer_norm", x, normalized_shape, weight, bias, eps, False)(
                 x, tuple(normalized_shape), weight, bias, eps)
 
-    def _graph(self, x, normalized_shape, weight, bias, eps):
-        fn = self._fn("layer_norm", x, normalized_shape, weight, bias, eps, True)
-        return autograd_graph(self.torch, fn, x, tuple(normalized_shape), weight, bias, eps)
-
-    def warmup(self, x, normalized_shape, weight, bias, eps):
+    def warmup(self, op, args):
         """Compiles the forward and the forward+backward of this signature (and size class)."""
-        self.layer_norm(x, normalized_shape, weight, bias, eps)
-        self.forward_backward(self.torch.zeros_like(x), x, normalized_shape, weight, bias, eps)
+        getattr(self, op)(*args)
+        self.forward_backward(op, args, (self.torch.zeros_like(args[0]),))
 
     # -- RMSNorm ----------------------------------------------------------------------------
 
@@ -146,13 +140,14 @@ class TorchCompileBackend(AutogradBackward, Backend):
             return self._fn("rms_norm", x, normalized_shape, weight, None, eps, False)(
                 x, list(normalized_shape), weight, None, eps)
 
-    def _rms_graph(self, x, normalized_shape, weight, eps):
-        fn = self._fn("rms_norm", x, normalized_shape, weight, None, eps, True)
-        return autograd_graph(self.torch, fn, x, list(normalized_shape), weight, None, eps)
+    # -- autograd: the compiled callable of the signature, with grad (AutogradBackend differentiates it) ----------
 
-    def warmup_rms_norm(self, x, normalized_shape, weight, eps):
-        self.rms_norm(x, normalized_shape, weight, eps)
-        self.rms_norm_forward_backward(self.torch.zeros_like(x), x, normalized_shape, weight, eps)
+    def autograd_forward(self, op, args):
+        if op == "layer_norm":
+            x, normalized_shape, weight, bias, eps = args
+            return self._fn(op, x, normalized_shape, weight, bias, eps, True)(x, tuple(normalized_shape), weight, bias, eps)
+        x, normalized_shape, weight, eps = args
+        return self._fn(op, x, normalized_shape, weight, None, eps, True)(x, list(normalized_shape), weight, None, eps)
 
     def synchronize(self):
         pass
