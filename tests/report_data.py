@@ -1,4 +1,4 @@
-"""Synthetic run folders for the report tests: written through normbench.core.results like a real run.
+"""Synthetic run folders for the report tests: written through normbench.core.storage like a real run.
 
 Speeds come from a simple formula (nothing here claims to be a measurement);
 ``hostile`` names a backend, a host and messages with markup, to prove that
@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from normbench.core import results
+from normbench.check import outcomes
+from normbench.core import storage
 from normbench.perf.roofline import BYTE_MODELS, direction_bytes
+from normbench.perf.throughput import THROUGHPUT
 
 HOSTILE = "<script>alert(1)</script>"
 HIDDENS = (256, 2048, 16384)
@@ -32,11 +34,11 @@ def throughput_rows(run_id: str, backends: dict[str, float], ceiling: float = 20
             for name, fraction in backends.items():
                 gbps = ceiling * fraction * (1 + hidden / 65536)
                 median = nbytes / gbps / 1e9
-                rows.append(results.new_row(backend=name, backend_version="1.0", median_s=median, min_s=median,
+                rows.append(storage.new_row(THROUGHPUT, backend=name, backend_version="1.0", median_s=median, min_s=median,
                                             q1_s=median, q3_s=median, iqr_s=0.0, rel_spread=0.0, gbps=gbps,
                                             pct_of_ceiling=100 * gbps / ceiling, verdict="ok", **common))
             for name in errors:
-                rows.append(results.new_row(backend=name, verdict="error", message=f"RuntimeError: {HOSTILE}",
+                rows.append(storage.new_row(THROUGHPUT, backend=name, verdict="error", message=f"RuntimeError: {HOSTILE}",
                                             **common))
     return rows
 
@@ -50,7 +52,7 @@ def conformance_rows(run_id: str, backends: list[str]) -> list[dict]:
                 ("float16-rows5-hidden32-offset3", "failed", f"y[4, 5] = 1.5, float64 reference 1.6 > bound {HOSTILE}"),
                 ("float64-rows5-hidden1-offset3", "xfailed", "known: fp16 accumulation"),
                 ("float64-rows5-hidden2-offset3", "skipped", "float64 not supported")):
-            rows.append(results.new_row(results.CONFORMANCE, run_id=run_id, backend=name, suite="test_forward.py",
+            rows.append(storage.new_row(outcomes.CONFORMANCE, run_id=run_id, backend=name, suite="test_forward.py",
                                         test="test_forward", case=case, outcome=outcome, message=message,
                                         nodeid=f"suites/test_forward.py::test_forward[{name}-{case}]"))
     return rows
@@ -69,10 +71,10 @@ def write_run(folder: Path, run_id: str, backends: dict[str, float], *, host: st
     """A run folder like ``normbench run`` writes (any part may be left out)."""
     folder.mkdir(parents=True, exist_ok=True)
     if throughput:
-        results.save(folder, results.frame(throughput_rows(run_id, backends, host=host, errors=errors)))
+        storage.save(folder, storage.frame(throughput_rows(run_id, backends, host=host, errors=errors), THROUGHPUT), THROUGHPUT)
     if conformance:
         rows = conformance_rows(run_id, list(backends) + list(errors))
-        results.save(folder, results.frame(rows, results.CONFORMANCE), results.CONFORMANCE)
+        storage.save(folder, storage.frame(rows, outcomes.CONFORMANCE), outcomes.CONFORMANCE)
     if env:
         (folder / "environment.json").write_text(json.dumps(environment(run_id, host)))
     return folder

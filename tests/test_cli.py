@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-from normbench.core import results
+from normbench.check import outcomes
+from normbench.core import storage
+from normbench.perf.throughput import THROUGHPUT
 from tests.plugins import ROOT
 
 
@@ -100,7 +102,7 @@ def test_run_prints_a_summary(tmp_path):
     assert out.returncode == 0, out.stdout[-2000:]
     assert "normbench conformance summary" in out.stdout
     assert any(line.split()[:1] == ["numpy"] and line.rstrip().endswith("PASS") for line in out.stdout.splitlines())
-    conformance = results.load(tmp_path / "r1", results.CONFORMANCE)
+    conformance = storage.load(tmp_path / "r1", outcomes.CONFORMANCE)
     assert set(conformance.outcome) == {"passed"} and set(conformance.backend) == {"numpy"}
     assert {"test_forward", "test_backward"} <= set(conformance.test) and conformance.case.str.len().min() > 0
 
@@ -120,8 +122,8 @@ def test_run_runs_both_suites_into_one_results_folder(tmp_path):
     assert {p.name for p in folder.iterdir()} == {"environment.json", "throughput.csv", "throughput.json",
                                                   "conformance.csv", "conformance.json", "report.html",
                                                   ".normbench.lock"}  # the run folder's lock (run_folder.py)
-    assert results.load(folder).verdict.tolist() == ["ok"]
+    assert storage.load(folder, THROUGHPUT).verdict.tolist() == ["ok"]
     assert "<polyline" in (folder / "report.html").read_text() and f"report: {folder / 'report.html'}" in out.stdout
-    assert "test_forward" in set(results.load(folder, results.CONFORMANCE).test)
+    assert "test_forward" in set(storage.load(folder, outcomes.CONFORMANCE).test)
     env = json.loads((folder / "environment.json").read_text())
     assert env["command"].startswith("normbench run --impl=numpy") and "cpu" in env["ceilings"]

@@ -26,10 +26,10 @@ import numpy as np
 import pytest
 
 from normbench import get_registry
-from normbench.check import conformance
-from normbench.core import results
+from normbench.check import conformance, outcomes
+from normbench.check.outcomes import Histogram
+from normbench.core import storage
 from normbench.core.registry import Selection
-from normbench.core.results import Histogram
 from normbench.front.runner import outcome_rows, run_pytest
 from normbench.report import errors
 from normbench.report.render import render_html
@@ -119,11 +119,11 @@ def test_a_truncating_kernel_is_half_an_ulp_toward_zero_and_fails(rows):
 
 
 def test_the_columns_round_trip_and_a_malformed_histogram_is_refused(rows, tmp_path):
-    df = results.frame(rows, results.CONFORMANCE)
-    results.save(tmp_path, df, results.CONFORMANCE)
+    df = storage.frame(rows, outcomes.CONFORMANCE)
+    storage.save(tmp_path, df, outcomes.CONFORMANCE)
     columns = list(conformance.ERROR_STRUCTURE)
     for path in (tmp_path / "conformance.csv", tmp_path / "conformance.json"):
-        again = results.load(path, results.CONFORMANCE)
+        again = storage.load(path, outcomes.CONFORMANCE)
         assert again[columns].equals(df[columns]), path
     text = (tmp_path / "conformance.csv").read_text().splitlines()
     line = next(i for i, t in enumerate(text) if ",numpy," in t and "b=33x" in t)
@@ -132,8 +132,8 @@ def test_the_columns_round_trip_and_a_malformed_histogram_is_refused(rows, tmp_p
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "conformance.csv").write_text("\n".join(text) + "\n")
-    with pytest.raises(results.ResultsError) as info:
-        results.load(bad / "conformance.csv", results.CONFORMANCE)
+    with pytest.raises(storage.ResultsError) as info:
+        storage.load(bad / "conformance.csv", outcomes.CONFORMANCE)
     said = str(info.value)
     assert f"conformance.csv, line {line + 1}: field error_histogram is" in said
     assert "c has 32 counts, b says 33 bins" in said
@@ -141,12 +141,12 @@ def test_the_columns_round_trip_and_a_malformed_histogram_is_refused(rows, tmp_p
                        ("b=3x0.5;u=-1;o=0;c=0,0,0", "u must be a count"),
                        ("b=3x0;u=0;o=0;c=0,0,0", "bin width"), ("hello", "not b=BINSxWIDTH")):
         broken = [dict(rows[0], nearest_histogram=value)]
-        with pytest.raises(results.ResultsError, match=f"field nearest_histogram is .*{why}"):
-            results.save(tmp_path / "broken", results.frame(broken, results.CONFORMANCE), results.CONFORMANCE)
+        with pytest.raises(storage.ResultsError, match=f"field nearest_histogram is .*{why}"):
+            storage.save(tmp_path / "broken", storage.frame(broken, outcomes.CONFORMANCE), outcomes.CONFORMANCE)
 
 
 def test_the_report_draws_the_histograms_and_the_statistics(rows, tmp_path):
-    results.save(tmp_path, results.frame(rows, results.CONFORMANCE), results.CONFORMANCE)
+    storage.save(tmp_path, storage.frame(rows, outcomes.CONFORMANCE), outcomes.CONFORMANCE)
     html = render_html(load_result_sets([tmp_path]))
     section = html[html.index("<h3>Error in ulps, and its structure</h3>"):]
     section = section[:section.index("<h3>", 10)] if "<h3>" in section[10:] else section
@@ -172,12 +172,12 @@ def test_the_report_draws_the_histograms_and_the_statistics(rows, tmp_path):
 
 
 def test_version_1_runs_show_the_not_measured_note(rows, tmp_path):
-    v1 = [c.name for c in results.CONFORMANCE_COLUMNS if c.name not in
+    v1 = [c.name for c in outcomes.CONFORMANCE_COLUMNS if c.name not in
           ("deterministic", "batch_invariant", "property_notes", *conformance.ERROR_STRUCTURE)]
     old = [{**{k: v for k, v in r.items() if k in v1}, "schema_version": 1} for r in rows[:3]]
-    (tmp_path / "conformance.json").write_text(json.dumps({"schema": results.CONFORMANCE, "schema_version": 1,
+    (tmp_path / "conformance.json").write_text(json.dumps({"schema": outcomes.CONFORMANCE.name, "schema_version": 1,
                                                            "rows": old}))
-    df = results.load(tmp_path, results.CONFORMANCE)
+    df = storage.load(tmp_path, outcomes.CONFORMANCE)
     assert set(df.error_histogram) == {""} and df.coherence_toward_zero.isna().all()
     html = render_html(load_result_sets([tmp_path]))
     assert "Not measured: this run's conformance results record no error histogram" in html

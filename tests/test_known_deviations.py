@@ -14,7 +14,8 @@ import sys
 
 import pytest
 
-from normbench.core import results
+from normbench.check import outcomes
+from normbench.core import storage
 from normbench.front.runner import Outcome, summary
 from normbench.suites import DIRECTORY as SUITES
 from tests.plugins import ROOT
@@ -155,7 +156,7 @@ def test_normbench_run_counts_lists_and_saves_them(plugins, tmp_path):
     row = next(line for line in table.splitlines() if line.startswith("declared "))
     assert row.split()[1:4] == ["1", "0", "1"] and row.endswith("PASS, with known deviations")
     assert "known deviation in 1 of 1 tests" in table and "declared deviation did not occur" in table
-    saved = results.load(tmp_path / "r1", results.CONFORMANCE).set_index("case")
+    saved = storage.load(tmp_path / "r1", outcomes.CONFORMANCE).set_index("case")
     assert saved.loc[OFFSET1E3, "outcome"] == "xfailed" and saved.loc[NORMAL, "outcome"] == "passed"
     assert saved.loc[OFFSET1E3, "message"].startswith('known deviation (declared.known_deviations["*-offset1e3')
 

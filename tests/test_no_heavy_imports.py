@@ -15,7 +15,7 @@ PROGRAMS = {
     "backend classes": "import normbench\nr = normbench.get_registry()\n"
                        "for n in r.names:\n    r.load_class(n); r.availability(n)",
     "normbench list": "from normbench.front.cli import main\nmain(['list'])",
-    "throughput modules": "import normbench.perf.timing, normbench.perf.roofline, normbench.core.results, "
+    "throughput modules": "import normbench.perf.timing, normbench.perf.roofline, normbench.core.storage, "
                           "normbench.perf.throughput, normbench.front.pytest_throughput, normbench.perf.sweep, "
                           "normbench.report.text, normbench.core.environment",
     "report modules": "import normbench.report, normbench.report.sources, normbench.report.shape, normbench.report.svg, "

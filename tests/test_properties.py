@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 
 from normbench import get_registry
-from normbench.check import conformance
-from normbench.core import cases, results
+from normbench.check import conformance, outcomes
+from normbench.core import cases, storage
 from normbench.core.registry import Selection
 from normbench.front import options
 from normbench.front.runner import outcome_rows, run_pytest
@@ -162,45 +162,45 @@ def test_the_option_parses_its_values():
 
 
 def _v2_rows() -> list[dict]:
-    return [results.new_row(results.CONFORMANCE, run_id="r", backend="torch", suite="test_forward.py",
+    return [storage.new_row(outcomes.CONFORMANCE, run_id="r", backend="torch", suite="test_forward.py",
                             test="test_rows_independent", case="float32-rows65-hidden33-offset3", outcome="passed",
                             nodeid="suites/test_forward.py::test_rows_independent[torch-float32-rows65-hidden33-offset3]",
                             batch_invariant="no", property_notes="batch-invariant: row 0 computed alone differs"),
-            results.new_row(results.CONFORMANCE, run_id="r", backend="torch", suite="test_forward.py",
+            storage.new_row(outcomes.CONFORMANCE, run_id="r", backend="torch", suite="test_forward.py",
                             test="test_forward", case="float32-rows8-hidden1000-normal", outcome="passed",
                             nodeid="suites/test_forward.py::test_forward[torch-float32-rows8-hidden1000-normal]",
                             deterministic="yes")]
 
 
 def test_the_results_schema_round_trips_the_properties(tmp_path):
-    df = results.frame(_v2_rows(), results.CONFORMANCE)
-    results.save(tmp_path, df, results.CONFORMANCE)
-    assert json.loads((tmp_path / "conformance.json").read_text())["schema_version"] == results.CONFORMANCE_VERSION
+    df = storage.frame(_v2_rows(), outcomes.CONFORMANCE)
+    storage.save(tmp_path, df, outcomes.CONFORMANCE)
+    assert json.loads((tmp_path / "conformance.json").read_text())["schema_version"] == outcomes.CONFORMANCE_VERSION
     for path in (tmp_path, tmp_path / "conformance.csv", tmp_path / "conformance.json"):
-        again = results.load(path, results.CONFORMANCE)
+        again = storage.load(path, outcomes.CONFORMANCE)
         assert again[["deterministic", "batch_invariant", "property_notes"]].to_dict("records") == [
             {"deterministic": "", "batch_invariant": "no", "property_notes": "batch-invariant: row 0 computed alone differs"},
             {"deterministic": "yes", "batch_invariant": "", "property_notes": ""}]
     bad = _v2_rows()
     bad[0]["batch_invariant"] = "maybe"
-    with pytest.raises(results.ResultsError, match="field batch_invariant is \"maybe\", not one of yes, no, empty"):
-        results.save(tmp_path / "bad", results.frame(bad, results.CONFORMANCE), results.CONFORMANCE)
+    with pytest.raises(storage.ResultsError, match="field batch_invariant is \"maybe\", not one of yes, no, empty"):
+        storage.save(tmp_path / "bad", storage.frame(bad, outcomes.CONFORMANCE), outcomes.CONFORMANCE)
 
 
 def test_version_1_conformance_files_load_with_properties_not_measured(tmp_path):
-    v1 = [c.name for c in results.CONFORMANCE_COLUMNS if c.name not in ("deterministic", "batch_invariant",
+    v1 = [c.name for c in outcomes.CONFORMANCE_COLUMNS if c.name not in ("deterministic", "batch_invariant",
                                                                          "property_notes")]
     rows = [{**{k: v for k, v in r.items() if k in v1}, "schema_version": 1} for r in _v2_rows()]
     (tmp_path / "json").mkdir()
     (tmp_path / "json" / "conformance.json").write_text(json.dumps(
-        {"schema": results.CONFORMANCE, "schema_version": 1, "rows": rows}))
+        {"schema": outcomes.CONFORMANCE.name, "schema_version": 1, "rows": rows}))
     (tmp_path / "csv").mkdir()
     lines = [",".join(v1)] + [",".join(str(r[c]) for c in v1) for r in rows]
     (tmp_path / "csv" / "conformance.csv").write_text("\n".join(lines) + "\n")
     for folder in ("json", "csv"):
-        df = results.load(tmp_path / folder, results.CONFORMANCE)
-        assert list(df.columns) == [c.name for c in results.CONFORMANCE_COLUMNS]
-        assert set(df.schema_version) == {results.CONFORMANCE_VERSION} and set(df.deterministic) == {""}
+        df = storage.load(tmp_path / folder, outcomes.CONFORMANCE)
+        assert list(df.columns) == [c.name for c in outcomes.CONFORMANCE_COLUMNS]
+        assert set(df.schema_version) == {outcomes.CONFORMANCE_VERSION} and set(df.deterministic) == {""}
         assert set(df.message) == {""} and set(df.normalization) == {"layer_norm"}
         assert list(df.outcome) == ["passed", "passed"]
     html = render_html(load_result_sets([tmp_path / "json"]))
@@ -208,8 +208,8 @@ def test_version_1_conformance_files_load_with_properties_not_measured(tmp_path)
 
 
 def test_the_report_shows_the_properties_per_backend_and_dtype(runs, tmp_path):
-    _, outcomes, _ = runs[None]
-    results.save(tmp_path, results.frame(outcome_rows(outcomes, "r"), results.CONFORMANCE), results.CONFORMANCE)
+    _, found, _ = runs[None]
+    storage.save(tmp_path, storage.frame(outcome_rows(found, "r"), outcomes.CONFORMANCE), outcomes.CONFORMANCE)
     html = render_html(load_result_sets([tmp_path]))
     table = html[html.index('<table class="properties">'):]
     table = table[:table.index("</table>")]

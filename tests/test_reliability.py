@@ -10,8 +10,10 @@ import time
 
 import pytest
 
-from normbench.core import results
+from normbench.check import outcomes
+from normbench.core import storage
 from normbench.core.environment import read_environment
+from normbench.perf.throughput import THROUGHPUT
 from tests.plugins import ROOT
 
 #: enough conformance tests that a run is still going when the test stops it
@@ -54,7 +56,7 @@ def test_sigterm_keeps_what_ran_and_marks_the_run_interrupted(tmp_path):
     status = read_environment(tmp_path / "r1")["status"]
     assert status["state"] == "interrupted" and status["reason"] == "SIGTERM", (status, said)
     assert seen <= status["done"] < status["total"], (seen, status, said)
-    rows = results.load(tmp_path / "r1", results.CONFORMANCE)
+    rows = storage.load(tmp_path / "r1", outcomes.CONFORMANCE)
     assert len(rows) == status["total"] and (rows.outcome != "not run").sum() == status["done"], (status, said)
     assert set(rows.outcome) == {"passed", "not run"}, (rows.outcome.value_counts(), said)
     assert set(rows[rows.outcome == "not run"].message) == {"not run: the run was interrupted (SIGTERM)"}
@@ -66,7 +68,7 @@ def test_sigkill_keeps_every_finished_test_and_the_report_says_the_run_did_not_f
     seen = wait_for_rows(tmp_path / "r1", 40, run)
     os.killpg(run.pid, signal.SIGKILL)  # the run and its workers, as the OOM killer or a closed terminal would
     run.communicate(timeout=60)
-    rows = results.load(tmp_path / "r1", results.CONFORMANCE)
+    rows = storage.load(tmp_path / "r1", outcomes.CONFORMANCE)
     assert len(rows) >= seen and set(rows.outcome) == {"passed"}
     assert read_environment(tmp_path / "r1")["status"]["state"] == "running"
     report = normbench("report", str(tmp_path / "r1"))
@@ -126,14 +128,14 @@ def test_the_throughput_suite_claims_its_folder_before_measuring(tmp_path, worke
                                "-q", "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
     first = sweep()
-    assert first.returncode == 0 and len(results.load(tmp_path / "r1")) == 1, first.stdout[-3000:]
+    assert first.returncode == 0 and len(storage.load(tmp_path / "r1", THROUGHPUT)) == 1, first.stdout[-3000:]
     second = sweep()
     assert second.returncode == 4 and "already holds the results of a run" in second.stdout
-    assert "1 passed" not in second.stdout and len(results.load(tmp_path / "r1")) == 1
+    assert "1 passed" not in second.stdout and len(storage.load(tmp_path / "r1", THROUGHPUT)) == 1
 
 
 def test_a_failed_conformance_write_is_said_once_and_the_run_goes_on(capsys):
-    from normbench.core.results import ResultsError
+    from normbench.core.storage import ResultsError
     from normbench.front.cli import _Sink
     from normbench.front.runner import Outcome
 
@@ -168,7 +170,7 @@ def test_collecting_the_throughput_suite_creates_no_run_folder(tmp_path):
 
 
 def test_a_failed_throughput_write_is_said_once_and_the_cases_go_on(pytester, monkeypatch, tmp_path):
-    from normbench.core import results
+    from normbench.core import storage
     from normbench.front.pytest_throughput import RECORDER
 
     class FullDisk:
@@ -176,12 +178,12 @@ def test_a_failed_throughput_write_is_said_once_and_the_cases_go_on(pytester, mo
             pass
 
         def add(self, row):
-            raise results.ResultsError("cannot write row 1 to throughput.csv: No space left on device")
+            raise storage.ResultsError("cannot write row 1 to throughput.csv: No space left on device")
 
         def close(self):
-            raise results.ResultsError("cannot write row 1 to throughput.csv: No space left on device")
+            raise storage.ResultsError("cannot write row 1 to throughput.csv: No space left on device")
 
-    monkeypatch.setattr(results, "ResultsWriter", FullDisk)
+    monkeypatch.setattr(storage, "ResultsWriter", FullDisk)
     config = pytester.parseconfigure(f"--normbench-out={tmp_path}", "--normbench-run-id=r1")
     recorder = config.stash[RECORDER]
     said = []

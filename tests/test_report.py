@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from normbench.core.results import ResultsError
+from normbench.core.storage import ResultsError
 from normbench.report import load_result_sets, render_html, write_report
 from tests.plugins import ROOT
 from tests.report_data import HOSTILE, write_run

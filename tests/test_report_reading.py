@@ -1,3 +1,4 @@
+
 """The report reads right (issue 18, item 7): the whole conformance matrix on the page, chart
 lines of slow backends apart under a far ceiling, known deviations among the rows that are not
 a speed, and no winner named from noise."""
@@ -9,9 +10,11 @@ import re
 
 import pytest
 
-from normbench.core import deviations, results
+from normbench.check import outcomes
+from normbench.core import deviations, storage
 from normbench.core.cases import CASE_LISTS
 from normbench.core.operations import of_case_id
+from normbench.perf.throughput import THROUGHPUT
 from normbench.report import render_html, shape, svg
 from normbench.report.shape import SUITE_CASES, Line, Panel
 from normbench.report.sources import ResultSet
@@ -20,8 +23,8 @@ BACKENDS = ("flax-stable", "jax", "numpy", "torch", "triton")
 
 
 def result_set(throughput: list[dict] = (), conformance: list[dict] = ()) -> ResultSet:
-    return ResultSet("r", "test", results.frame(list(throughput)),
-                     results.frame(list(conformance), results.CONFORMANCE))
+    return ResultSet("r", "test", storage.frame(list(throughput), THROUGHPUT),
+                     storage.frame(list(conformance), outcomes.CONFORMANCE))
 
 
 def section(html: str, start: str, end: str) -> str:
@@ -40,7 +43,7 @@ def full_conformance() -> list[dict]:
         for case in cases.values():
             for backend in BACKENDS:
                 test = suite.removesuffix(".py")
-                rows.append(results.new_row(results.CONFORMANCE, run_id="r", backend=backend, suite=suite,
+                rows.append(storage.new_row(outcomes.CONFORMANCE, run_id="r", backend=backend, suite=suite,
                                             test=test, case=case.id, outcome="passed",
                                             nodeid=f"suites/{suite}::{test}[{backend}-{case.id}]"))
     return rows
@@ -93,7 +96,7 @@ def test_cpu_lines_far_below_the_ceiling_are_apart_and_the_ceiling_is_shown():
     assert min(gaps) >= 0.1 * (y1 - y0), gaps
     shown = [label for _, label in chart.ceilings] + [label for _, label in chart.off_scale]
     assert any("ceiling 21.5 GB/s" in label for label in shown)
-    html = render_html([result_set(throughput=[results.new_row(
+    html = render_html([result_set(throughput=[storage.new_row(THROUGHPUT,
         run_id="r", device="cpu", backend=b, direction="forward", dtype="float32", rows=m, hidden=h,
         shape=f"{m}x{h}", gbps=g, ceiling_gbps=21.5, pct_of_ceiling=100 * g / 21.5, median_s=1.0, q1_s=0.9,
         q3_s=1.1, verdict="ok") for b, g in (("numpy", 0.1), ("torch", 0.3)) for m, h in ((4096, 1024), (256, 16384))])])
@@ -125,7 +128,7 @@ def test_a_not_a_speed_row_that_is_a_known_deviation_says_so(monkeypatch):
     case = "bfloat16-rows16384-hidden256-normal"
 
     def row(backend, what):
-        return results.new_row(run_id="r", device="cpu", backend=backend, direction="backward", dtype="bfloat16",
+        return storage.new_row(THROUGHPUT, run_id="r", device="cpu", backend=backend, direction="backward", dtype="bfloat16",
                                rows=16384, hidden=256, shape="16384x256", case_id=case, verdict="wrong-before",
                                message=f"{backend} {case} (seed 0): {what}[3] = 1.5, float64 reference 1.6")
 
@@ -147,7 +150,7 @@ def test_the_shipped_deviations_are_the_ones_matched():
 
 def timed(backend: str, median: float, q1: float, q3: float, hiddens=(256, 2048, 16384)) -> list[dict]:
     """Rows moving 1 GB per call in ``median`` seconds, with these quartiles, on three shapes."""
-    return [results.new_row(run_id="r", device="cpu", backend=backend, direction="forward", dtype="float32",
+    return [storage.new_row(THROUGHPUT, run_id="r", device="cpu", backend=backend, direction="forward", dtype="float32",
                             rows=(1 << 22) // h, hidden=h, shape=f"{(1 << 22) // h}x{h}", bytes=10**9,
                             median_s=median, q1_s=q1, q3_s=q3, rel_spread=(q3 - q1) / median,
                             wide_spread=(q3 - q1) / median > 0.1, gbps=1 / median, ceiling_gbps=20.0,

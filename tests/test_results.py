@@ -6,16 +6,19 @@ import math
 import pandas as pd
 import pytest
 
-from normbench.core import results
-from normbench.core.results import CONFORMANCE, THROUGHPUT, ResultsError, ResultsWriter, load, merge, new_row
+from normbench.check import outcomes
+from normbench.check.outcomes import CONFORMANCE
+from normbench.core import storage
+from normbench.core.storage import ResultsError, ResultsWriter, load, merge, new_row
 from normbench.front.runner import Outcome, outcome_rows
+from normbench.perf.throughput import THROUGHPUT
 
 
 def rows(run_id="r1", n=3):
     out = []
     for i in range(n):
         ok = i != 1
-        out.append(new_row(run_id=run_id, time=f"2026-11-01T12:00:0{i}+00:00", host="h", device="cpu",
+        out.append(new_row(THROUGHPUT, run_id=run_id, time=f"2026-11-01T12:00:0{i}+00:00", host="h", device="cpu",
                            device_name="Xeon", backend="numpy", backend_version="2.4", direction="forward",
                            dtype="float32", param_dtype="float32", rows=2048, hidden=2048 + i, shape=f"2048x{2048 + i}",
                            case_id=f"c{i}", seed=0, byte_model="forward-inference", bytes=33570816 + i, cache="cold",
@@ -28,46 +31,46 @@ def rows(run_id="r1", n=3):
 
 
 def test_every_column_is_documented_and_a_row_has_them_all():
-    row = new_row(backend="numpy")
-    assert list(row) == [c.name for c in results.THROUGHPUT_COLUMNS] and row["schema_version"] == results.THROUGHPUT_VERSION
-    assert all(c.doc and c.kind in ("str", "int", "float", "bool") for c in results.THROUGHPUT_COLUMNS)
+    row = new_row(THROUGHPUT, backend="numpy")
+    assert list(row) == [c.name for c in THROUGHPUT.columns] and row["schema_version"] == THROUGHPUT.version
+    assert all(c.doc and c.kind in ("str", "int", "float", "bool") for c in THROUGHPUT.columns)
     with pytest.raises(ValueError, match="not columns of normbench.throughput: speed"):
-        new_row(speed=3)
+        new_row(THROUGHPUT, speed=3)
 
 
 @pytest.mark.parametrize("suffix", [".json", ".csv"])
 def test_results_round_trip_through_disk_unchanged(tmp_path, suffix):
-    df = results.frame(rows())
-    csv_path, json_path = results.save(tmp_path, df)
-    again = load(json_path if suffix == ".json" else csv_path)
+    df = storage.frame(rows(), THROUGHPUT)
+    csv_path, json_path = storage.save(tmp_path, df, THROUGHPUT)
+    again = load(json_path if suffix == ".json" else csv_path, THROUGHPUT)
     pd.testing.assert_frame_equal(again, df)
     assert again.loc[1, "message"] == rows()[1]["message"] and math.isnan(again.loc[1, "gbps"])
 
 
 def test_rows_are_written_as_they_come_so_an_interrupted_run_keeps_them(tmp_path):
-    writer = ResultsWriter(tmp_path, "r1")
+    writer = ResultsWriter(tmp_path, "r1", THROUGHPUT)
     for row in rows()[:2]:
         writer.add(row)
     # a crash here loses nothing already measured: the CSV journal holds both rows, the folder reads them
-    pd.testing.assert_frame_equal(load(tmp_path / "throughput.csv"), results.frame(rows()[:2]))
-    pd.testing.assert_frame_equal(load(tmp_path), results.frame(rows()[:2]))
+    pd.testing.assert_frame_equal(load(tmp_path / "throughput.csv", THROUGHPUT), storage.frame(rows()[:2], THROUGHPUT))
+    pd.testing.assert_frame_equal(load(tmp_path, THROUGHPUT), storage.frame(rows()[:2], THROUGHPUT))
     writer.close()  # and the JSON snapshot is complete once the writer is closed
-    pd.testing.assert_frame_equal(load(tmp_path / "throughput.json"), results.frame(rows()[:2]))
-    with ResultsWriter(tmp_path, "r1") as again:  # a second writer of the same run appends
+    pd.testing.assert_frame_equal(load(tmp_path / "throughput.json", THROUGHPUT), storage.frame(rows()[:2], THROUGHPUT))
+    with ResultsWriter(tmp_path, "r1", THROUGHPUT) as again:  # a second writer of the same run appends
         again.add(rows()[2])
-    pd.testing.assert_frame_equal(load(tmp_path), results.frame(rows()))
-    pd.testing.assert_frame_equal(load(tmp_path / "throughput.json"), results.frame(rows()))
+    pd.testing.assert_frame_equal(load(tmp_path, THROUGHPUT), storage.frame(rows(), THROUGHPUT))
+    pd.testing.assert_frame_equal(load(tmp_path / "throughput.json", THROUGHPUT), storage.frame(rows(), THROUGHPUT))
 
 
 def test_runs_from_several_machines_merge(tmp_path):
-    results.save(tmp_path / "a", results.frame(rows("a")))
-    results.save(tmp_path / "b", results.frame(rows("b")))
-    merged = merge([tmp_path / "a", tmp_path / "b" / "throughput.csv", results.frame(rows("a"))])
+    storage.save(tmp_path / "a", storage.frame(rows("a"), THROUGHPUT), THROUGHPUT)
+    storage.save(tmp_path / "b", storage.frame(rows("b"), THROUGHPUT), THROUGHPUT)
+    merged = merge([tmp_path / "a", tmp_path / "b" / "throughput.csv", storage.frame(rows("a"), THROUGHPUT)], THROUGHPUT)
     assert len(merged) == 6 and sorted(set(merged.run_id)) == ["a", "b"]  # the repeated frame is a duplicate
 
 
 def _json_with_version(tmp_path, version):
-    results.save(tmp_path, results.frame(rows()))
+    storage.save(tmp_path, storage.frame(rows(), THROUGHPUT), THROUGHPUT)
     path = tmp_path / "throughput.json"
     doc = json.loads(path.read_text())
     doc["schema_version"] = version
@@ -79,26 +82,26 @@ def _json_with_version(tmp_path, version):
 
 def test_a_newer_schema_version_is_refused_with_the_fix(tmp_path):
     with pytest.raises(ResultsError, match="schema version 3, newer than this normbench reads .2.. Fix: upgrade"):
-        load(_json_with_version(tmp_path, 3))
+        load(_json_with_version(tmp_path, 3), THROUGHPUT)
 
 
 def test_an_older_version_is_migrated_or_refused(tmp_path, monkeypatch):
     path = _json_with_version(tmp_path, 0)
     with pytest.raises(ResultsError, match="schema version 0, which this normbench cannot migrate to version 2"):
-        load(path)
-    monkeypatch.setitem(results.MIGRATIONS, (THROUGHPUT, 0), lambda df: df.assign(host="migrated"))
-    assert set(load(path).host) == {"migrated"}
+        load(path, THROUGHPUT)
+    monkeypatch.setitem(THROUGHPUT.migrations, 0, lambda df: df.assign(host="migrated"))
+    assert set(load(path, THROUGHPUT).host) == {"migrated"}
 
 
 def test_files_that_are_not_normbench_results_say_so(tmp_path):
     (tmp_path / "other.json").write_text('{"schema": "something.else", "rows": []}')
     with pytest.raises(ResultsError, match="is not a normbench.throughput results file .its schema is 'something.else'"):
-        load(tmp_path / "other.json")
+        load(tmp_path / "other.json", THROUGHPUT)
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ResultsError, match="has no schema_version column"):
-        load(tmp_path / "other.csv")
+        load(tmp_path / "other.csv", THROUGHPUT)
     with pytest.raises(ResultsError, match="no results at"):
-        load(tmp_path / "missing")
+        load(tmp_path / "missing", THROUGHPUT)
 
 
 def test_conformance_outcomes_are_saved_per_backend_test_and_case(tmp_path):
@@ -106,15 +109,15 @@ def test_conformance_outcomes_are_saved_per_backend_test_and_case(tmp_path):
                         "mutant-eps-fixed", "test_forward", "failed", "y[0, 0] = 1 > bound", "float32-rows5-hidden1-offset3"),
                 Outcome("suites/test_forward.py::test_forward[numpy-float16-rows5-hidden1-offset3]", "numpy",
                         "test_forward", "skipped", "no float16", "float16-rows5-hidden1-offset3")]
-    df = results.frame(outcome_rows(outcomes, "r1"), CONFORMANCE)
-    results.save(tmp_path, df, CONFORMANCE)
+    df = storage.frame(outcome_rows(outcomes, "r1"), CONFORMANCE)
+    storage.save(tmp_path, df, CONFORMANCE)
     again = load(tmp_path, CONFORMANCE)
     pd.testing.assert_frame_equal(again, df)
     assert again.loc[0, ["backend", "suite", "test", "case", "outcome"]].tolist() == [
         "mutant-eps-fixed", "test_forward.py", "test_forward", "float32-rows5-hidden1-offset3", "failed"]
 
 
-@pytest.mark.parametrize("columns", [results.THROUGHPUT_COLUMNS, results.CONFORMANCE_COLUMNS])
+@pytest.mark.parametrize("columns", [THROUGHPUT.columns, outcomes.CONFORMANCE_COLUMNS])
 def test_the_schema_tables_in_reports_readme_are_current(columns):
     from tests.plugins import ROOT
 

@@ -13,9 +13,11 @@ import sys
 import pandas as pd
 import pytest
 
-from normbench.core import environment, files, results
-from normbench.core.results import CONFORMANCE, THROUGHPUT, ResultsError, ResultsWriter, load
+from normbench.check.outcomes import CONFORMANCE
+from normbench.core import environment, files, storage
 from normbench.core.run_folder import claim
+from normbench.core.storage import ResultsError, ResultsWriter, load
+from normbench.perf.throughput import THROUGHPUT
 from normbench.report import load_result_sets, render_html, write_report
 from tests.plugins import ROOT
 from tests.report_data import write_run
@@ -49,10 +51,10 @@ def leftovers(folder):
 
 
 def test_a_full_disk_mid_row_keeps_the_rows_before_it_whole_and_says_so_once(tmp_path, full_disk):
-    writer = ResultsWriter(tmp_path, "r1")
+    writer = ResultsWriter(tmp_path, "r1", THROUGHPUT)
     for row in rows(n=6):
         writer.add(row)
-    line = len(results._csv_text(results._validated_rows(rows(n=1), THROUGHPUT, "", ""), results.THROUGHPUT_COLUMNS,
+    line = len(storage._csv_text(storage._validated_rows(rows(n=1), THROUGHPUT, "", ""), THROUGHPUT.columns,
                                  header=False))
     full_disk(line // 2)  # the 7th row's line half fits
     with pytest.raises(ResultsError) as caught:
@@ -67,15 +69,15 @@ def test_a_full_disk_mid_row_keeps_the_rows_before_it_whole_and_says_so_once(tmp
         assert str(later.value) == message
     text = (tmp_path / "throughput.csv").read_text()
     assert text.endswith("\n") and leftovers(tmp_path) == []
-    df = load(tmp_path)
-    assert len(df) == 6 and results.notes(df) == []
+    df = load(tmp_path, THROUGHPUT)
+    assert len(df) == 6 and storage.notes(df) == []
 
 
 def test_a_json_snapshot_that_does_not_fit_leaves_no_temporary_file(tmp_path, full_disk):
-    writer = ResultsWriter(tmp_path, "r1")
+    writer = ResultsWriter(tmp_path, "r1", THROUGHPUT)
     writer.add(rows()[0])
     writer.flush()
-    line = results._csv_text(results._validated_rows([rows()[1]], THROUGHPUT, "", ""), results.THROUGHPUT_COLUMNS,
+    line = storage._csv_text(storage._validated_rows([rows()[1]], THROUGHPUT, "", ""), THROUGHPUT.columns,
                              header=False)
     full_disk(len(line.encode()))  # the next row's line fits, the JSON snapshot after it does not: its temporary
     writer.add(rows()[1])  # file is created, and stays empty
@@ -83,8 +85,8 @@ def test_a_json_snapshot_that_does_not_fit_leaves_no_temporary_file(tmp_path, fu
                                            r"written so far are safely in .*throughput\.csv\. Fix: free disk space"):
         writer.close()
     assert leftovers(tmp_path) == []
-    assert len(load(tmp_path / "throughput.csv")) == 2 and len(load(tmp_path / "throughput.json")) == 1
-    assert len(load(tmp_path)) == 2  # the folder: the journal, with a note
+    assert len(load(tmp_path / "throughput.csv", THROUGHPUT)) == 2 and len(load(tmp_path / "throughput.json", THROUGHPUT)) == 1
+    assert len(load(tmp_path, THROUGHPUT)) == 2  # the folder: the journal, with a note
 
 
 def test_write_atomic_leaves_the_old_file_and_no_temporary_one_when_the_disk_is_full(tmp_path, full_disk):
@@ -109,17 +111,17 @@ def test_append_whole_cuts_a_torn_record_back(tmp_path, full_disk):
 def test_writing_into_a_folder_that_cannot_be_written_is_one_message(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(ResultsError, match=r"cannot write .*file/r1/throughput.csv: .*Fix: check the disk"):
-        ResultsWriter(tmp_path / "file" / "r1", "r1")
+        ResultsWriter(tmp_path / "file" / "r1", "r1", THROUGHPUT)
     with pytest.raises(ResultsError, match=r"cannot write 3 throughput rows into .*file/r1: "):
-        results.save(tmp_path / "file" / "r1", results.frame(rows()))
+        storage.save(tmp_path / "file" / "r1", storage.frame(rows(), THROUGHPUT), THROUGHPUT)
 
 
 def test_the_json_is_not_rewritten_after_every_row(tmp_path, monkeypatch):
     """Thousands of conformance rows: the JSON snapshot is written a bounded number of times, not per row."""
     writes = []
-    real = results.write_atomic
-    monkeypatch.setattr(results, "write_atomic", lambda path, data: writes.append(path) or real(path, data))
-    row = results.new_row(CONFORMANCE, run_id="r1", backend="numpy", suite="test_forward.py", test="test_forward",
+    real = storage.write_atomic
+    monkeypatch.setattr(storage, "write_atomic", lambda path, data: writes.append(path) or real(path, data))
+    row = storage.new_row(CONFORMANCE, run_id="r1", backend="numpy", suite="test_forward.py", test="test_forward",
                           case="c", nodeid="suites/test_forward.py::test_forward[numpy-c]", outcome="passed")
     with ResultsWriter(tmp_path, "r1", CONFORMANCE) as writer:
         for _ in range(2000):
@@ -131,69 +133,69 @@ def test_the_json_is_not_rewritten_after_every_row(tmp_path, monkeypatch):
 
 
 def test_the_journal_holding_more_rows_than_the_json_is_read_and_said(tmp_path):
-    results.save(tmp_path, results.frame(rows()[:2]))
+    storage.save(tmp_path, storage.frame(rows()[:2], THROUGHPUT), THROUGHPUT)
     with open(tmp_path / "throughput.csv", "a") as f:  # the journal got a row the snapshot did not
-        f.write(results._csv_text(results._validated_rows([rows()[2]], THROUGHPUT, "", ""), results.THROUGHPUT_COLUMNS,
+        f.write(storage._csv_text(storage._validated_rows([rows()[2]], THROUGHPUT, "", ""), THROUGHPUT.columns,
                                   header=False))
-    df = load(tmp_path)
-    pd.testing.assert_frame_equal(df, results.frame(rows()))
-    (note,) = results.notes(df)
+    df = load(tmp_path, THROUGHPUT)
+    pd.testing.assert_frame_equal(df, storage.frame(rows(), THROUGHPUT))
+    (note,) = storage.notes(df)
     assert "throughput.json holds 2 rows and the journal throughput.csv 3" in note
     html = render_html(load_result_sets([tmp_path]))
     assert "the run stopped before its last JSON snapshot; the CSV&#39;s rows were read" in html
 
 
 def test_a_json_with_more_rows_or_other_values_than_the_csv_is_refused(tmp_path):
-    results.save(tmp_path / "a", results.frame(rows()))
-    results.save(tmp_path / "tmp", results.frame(rows()[:2]))
+    storage.save(tmp_path / "a", storage.frame(rows(), THROUGHPUT), THROUGHPUT)
+    storage.save(tmp_path / "tmp", storage.frame(rows()[:2], THROUGHPUT), THROUGHPUT)
     os.replace(tmp_path / "tmp" / "throughput.csv", tmp_path / "a" / "throughput.csv")
     with pytest.raises(ResultsError, match=r"throughput.json and throughput.csv disagree \(throughput.json holds 3 "
                                            r"rows, more than the 2 of the journal throughput.csv\); neither is "
                                            r"preferred. Fix: read one of them by name"):
-        load(tmp_path / "a")
+        load(tmp_path / "a", THROUGHPUT)
     changed = [dict(r) for r in rows()]
     changed[1]["median_s"] = 9.0
-    results.save(tmp_path / "b", results.frame(rows()))
-    results.save(tmp_path / "tmp", results.frame(changed))
+    storage.save(tmp_path / "b", storage.frame(rows(), THROUGHPUT), THROUGHPUT)
+    storage.save(tmp_path / "tmp", storage.frame(changed, THROUGHPUT), THROUGHPUT)
     os.replace(tmp_path / "tmp" / "throughput.json", tmp_path / "b" / "throughput.json")
     with pytest.raises(ResultsError, match=r"disagree \(they differ at row 2, field median_s\)"):
-        load(tmp_path / "b")
+        load(tmp_path / "b", THROUGHPUT)
 
 
 @pytest.mark.parametrize("cut", ["mid-field", "inside a quoted message"])
 def test_a_journal_cut_mid_row_loses_the_cut_row_only_and_says_so(tmp_path, cut):
-    results.save(tmp_path, results.frame(rows()))
+    storage.save(tmp_path, storage.frame(rows(), THROUGHPUT), THROUGHPUT)
     path = tmp_path / "throughput.csv"
     text = path.read_text()
     last = text.rindex("\n", 0, len(text) - 1) + 1
     end = text.index("bound 1e-3") if cut == "inside a quoted message" else last + 20  # after a quoted newline
     path.write_text(text[:end])
     (tmp_path / "throughput.json").unlink(missing_ok=True)
-    df = load(tmp_path)
+    df = load(tmp_path, THROUGHPUT)
     kept = 2 if cut == "mid-field" else 1
-    pd.testing.assert_frame_equal(df, results.frame(rows()[:kept]))
-    (note,) = results.notes(df)
+    pd.testing.assert_frame_equal(df, storage.frame(rows()[:kept], THROUGHPUT))
+    (note,) = storage.notes(df)
     assert note.endswith(f"its last line is incomplete (the run stopped while writing it) and was left out; {kept} "
                          f"complete rows read")
 
 
 def test_a_short_line_inside_the_journal_is_refused(tmp_path):
-    results.save(tmp_path, results.frame(rows()))
+    storage.save(tmp_path, storage.frame(rows(), THROUGHPUT), THROUGHPUT)
     path = tmp_path / "throughput.csv"
     lines = path.read_text().split("\n")
     lines[1] = ",".join(lines[1].split(",")[:5])
     path.write_text("\n".join(lines))
-    with pytest.raises(ResultsError, match=rf"throughput.csv, line 2 has 5 fields, the header {len(results.THROUGHPUT_COLUMNS)}"):
-        load(path)
+    with pytest.raises(ResultsError, match=rf"throughput.csv, line 2 has 5 fields, the header {len(THROUGHPUT.columns)}"):
+        load(path, THROUGHPUT)
 
 
 def test_a_blank_line_after_the_header_is_refused_naming_it(tmp_path):
-    results.save(tmp_path, results.frame(rows()))
+    storage.save(tmp_path, storage.frame(rows(), THROUGHPUT), THROUGHPUT)
     path = tmp_path / "throughput.csv"
     lines = path.read_text().split("\n")
     path.write_text("\n".join([lines[0], "", *lines[1:]]))
     with pytest.raises(ResultsError, match=r"throughput.csv, line 2 has 0 fields"):
-        load(path)
+        load(path, THROUGHPUT)
 
 
 # -- item 6: empty results are valid -------------------------------------------------------------
@@ -202,10 +204,10 @@ def test_a_blank_line_after_the_header_is_refused_naming_it(tmp_path):
 @pytest.mark.parametrize("schema", [THROUGHPUT, CONFORMANCE])
 def test_a_run_that_wrote_no_rows_loads_as_an_empty_frame_and_renders(tmp_path, schema):
     ResultsWriter(tmp_path, "r1", schema).close()
-    name = results.FILES[schema]
+    name = schema.stem
     for source in (tmp_path, tmp_path / f"{name}.json", tmp_path / f"{name}.csv"):
         df = load(source, schema)
-        pd.testing.assert_frame_equal(df, results.frame([], schema))
+        pd.testing.assert_frame_equal(df, storage.frame([], schema))
     html = render_html(load_result_sets([tmp_path]))
     assert f"The {name} results hold no rows: the run wrote none" in html
 
@@ -214,7 +216,7 @@ def test_a_run_that_wrote_no_rows_loads_as_an_empty_frame_and_renders(tmp_path, 
 
 
 def _throughput_json(tmp_path, change) -> str:
-    results.save(tmp_path, results.frame(rows()))
+    storage.save(tmp_path, storage.frame(rows(), THROUGHPUT), THROUGHPUT)
     path = tmp_path / "throughput.json"
     document = json.loads(path.read_text())
     text = change(document)
@@ -262,7 +264,7 @@ def test_a_malformed_results_file_is_refused_naming_the_row_and_field(tmp_path, 
     change, message = MALFORMED[name]
     path = _throughput_json(tmp_path, change)
     with pytest.raises(ResultsError, match=message + ".*Fix: ") as caught:
-        load(path)
+        load(path, THROUGHPUT)
     assert str(caught.value).startswith((path, f"cannot read {path}"))
 
 
@@ -272,8 +274,8 @@ def test_a_malformed_results_file_is_refused_naming_the_row_and_field(tmp_path, 
     ("wide_spread", "maybe", r"line 2: field wide_spread is 'maybe', not true or false"),
 ])
 def test_a_malformed_csv_is_refused_naming_the_line_and_field(tmp_path, field, value, message):
-    df = results.frame(rows())
-    results.save(tmp_path, df)
+    df = storage.frame(rows(), THROUGHPUT)
+    storage.save(tmp_path, df, THROUGHPUT)
     lines = (tmp_path / "throughput.csv").read_text().split("\n")
     header = lines[0].split(",")
     row = 1 if field != "hidden" else 2
@@ -282,13 +284,13 @@ def test_a_malformed_csv_is_refused_naming_the_line_and_field(tmp_path, field, v
     lines[row] = ",".join(cells)
     (tmp_path / "throughput.csv").write_text("\n".join(lines))
     with pytest.raises(ResultsError, match=message):
-        load(tmp_path / "throughput.csv")
+        load(tmp_path / "throughput.csv", THROUGHPUT)
 
 
 def test_a_csv_header_lacking_columns_is_refused_even_without_rows(tmp_path):
     (tmp_path / "throughput.csv").write_text("schema_version,run_id\n")
     with pytest.raises(ResultsError, match=r"its header lacks the columns time, host"):
-        load(tmp_path / "throughput.csv")
+        load(tmp_path / "throughput.csv", THROUGHPUT)
 
 
 def _environment(tmp_path, **changes):
@@ -422,14 +424,14 @@ def test_the_report_says_first_how_a_run_ended(tmp_path):
 
 def test_a_row_normbench_measures_with_an_infinite_spread_is_written_empty_not_refused(tmp_path):
     row = {**rows()[1], "median_s": 0.0, "rel_spread": float("inf")}  # a coarse timer: median 0, IQR/median inf
-    with ResultsWriter(tmp_path, "r1") as writer:
+    with ResultsWriter(tmp_path, "r1", THROUGHPUT) as writer:
         writer.add(row)
-    df = load(tmp_path)
+    df = load(tmp_path, THROUGHPUT)
     assert len(df) == 1 and df.rel_spread.isna().all() and df.median_s[0] == 0.0
 
 
 def test_an_older_folder_with_an_infinite_spread_in_its_csv_still_loads(tmp_path):
-    results.save(tmp_path, results.frame(rows()))
+    storage.save(tmp_path, storage.frame(rows(), THROUGHPUT), THROUGHPUT)
     path = tmp_path / "throughput.csv"
     path.write_text(path.read_text().replace(",0.3,", ",inf,", 1))  # what pandas wrote for IQR / a median of 0
     json_path = tmp_path / "throughput.json"
@@ -437,5 +439,5 @@ def test_an_older_folder_with_an_infinite_spread_in_its_csv_still_loads(tmp_path
     document["rows"][0]["rel_spread"] = None  # and the JSON's null
     json_path.write_text(json.dumps(document))
     for source in (tmp_path / "throughput.csv", tmp_path):  # the same rows in both: the folder loads
-        df = load(source)
+        df = load(source, THROUGHPUT)
         assert len(df) == 3 and df.rel_spread.isna().tolist() == [True, False, False]

@@ -13,8 +13,8 @@ import pytest
 
 from normbench.core import run_folder
 from normbench.core.environment import new_run_id
-from normbench.core.results import RESULT_FILES
 from normbench.core.run_folder import CLAIM_VARIABLE, LOCK_FILE, RunFolderError, claim, holder
+from normbench.core.storage import RESULT_FILES
 from tests.plugins import ROOT
 
 

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from normbench.core import results
+from normbench.check import outcomes
+from normbench.core import storage
 from normbench.front import cli
 from normbench.front.runner import suite_nodeid
+from normbench.perf.throughput import THROUGHPUT
 from normbench.suites import DIRECTORY
 from tests.plugins import ROOT
 
@@ -109,7 +111,7 @@ def test_the_header_names_backends_suites_seeds_folder_and_the_work(every_backen
     assert "  suites:      conformance" in lines
     assert f"    numpy ({importlib.metadata.version('numpy')}, cpu)" in lines
     assert f"    untimed ({importlib.metadata.version('numpy')}, cpu); not timed: {NOTE}" in lines
-    ran = len(results.load(folder, results.CONFORMANCE))
+    ran = len(storage.load(folder, outcomes.CONFORMANCE))
     assert f"  conformance: {ran} tests; one worker process" in lines and ran > 0
 
 
@@ -152,7 +154,7 @@ def test_a_backend_with_a_timing_note_is_skipped_by_the_throughput_suite_and_sum
     lines = header(out.stdout)
     assert f"    untimed ({importlib.metadata.version('numpy')}, cpu); not timed: {NOTE}" in lines
     assert "  throughput:  2 cases on numpy, wrong, one at a time (untimed: not timed, see above)" in lines
-    rows = results.load(folder)
+    rows = storage.load(folder, THROUGHPUT)
     assert set(rows.backend) == {"numpy", "wrong"}  # no row, not even an error, for the untimed backend
     assert set(rows.device) == {"cpu"}
     summary = out.stdout[out.stdout.index("normbench throughput summary"):]
@@ -192,7 +194,7 @@ def test_conformance_nodeids_are_relative_to_the_suites_whatever_the_rootdir(tmp
     out = normbench("run", "--impl=numpy", "--suites=conformance", "-n", "0", f"--out={tmp_path}", "--run-id=r1",
                     "--no-report", "-k", "test_forward and family_multidim and not rms", f"--rootdir={ROOT.parent}")
     assert out.returncode == 0, out.stdout[-3000:]
-    nodeids = results.load(tmp_path / "r1", results.CONFORMANCE).nodeid
+    nodeids = storage.load(tmp_path / "r1", outcomes.CONFORMANCE).nodeid
     assert len(nodeids) and all(n.startswith("suites/test_forward.py::test_forward[numpy-") for n in nodeids)
 
 

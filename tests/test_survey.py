@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from normbench.core import results
+from normbench.check import outcomes
+from normbench.core import storage
 from normbench.core.environment import ENVIRONMENT_FILE, environment
-from normbench.core.results import ResultsError
+from normbench.core.storage import ResultsError
 from normbench.front.cli import main
 from normbench.report import survey
 
@@ -21,11 +22,11 @@ def run_folder(root: Path, run_id: str, backends: dict[str, str], outcome: str =
                finished: bool = True) -> Path:
     """A run folder with one forward test per backend (``backends``: name -> library version)."""
     folder = root / run_id
-    rows = [results.new_row(results.CONFORMANCE, run_id=run_id, backend=name, suite="test_forward.py",
+    rows = [storage.new_row(outcomes.CONFORMANCE, run_id=run_id, backend=name, suite="test_forward.py",
                             test="test_forward", case="float32-rows7-hidden100-uniform9", normalization="layer_norm",
                             nodeid=f"suites/test_forward.py::test_forward[{name}-float32-rows7-hidden100-uniform9]",
                             outcome=outcome) for name in backends]
-    results.write_csv(folder / "conformance.csv", rows, results.CONFORMANCE)
+    storage.write_csv(folder / "conformance.csv", rows, outcomes.CONFORMANCE)
     env = environment(run_id, ["normbench", "run", f"--impl={','.join(backends)}"])
     env["backends"] = {name: {"version": version, "device": "cpu"} for name, version in backends.items()}
     env["status"] = {"state": "finished" if finished else "interrupted", "reason": None if finished else "SIGTERM",
@@ -46,7 +47,7 @@ def test_runs_merge_into_one_matrix_with_the_findings(tmp_path):
     out = tmp_path / "survey-cpu"
     assert main(["survey", "--out", str(out), str(new), str(old), "--findings",
                  str(findings_file(tmp_path, DEFECT.replace("liger,", "liger@0.5.2,", 1)))]) == 0
-    df = results.load(out, results.CONFORMANCE)
+    df = storage.load(out, outcomes.CONFORMANCE)
     # one backend at two library versions: one column each; a name only one run has stays as it is
     assert sorted(set(df.backend)) == ["liger@0.5.2", "liger@0.8.5", "numpy"]
     assert set(df.run_id) == {"liger-new", "liger-old"}  # each row keeps the run it came from
@@ -78,9 +79,9 @@ def test_the_same_test_twice_is_an_error_but_runs_may_split_the_seeds(tmp_path):
     with pytest.raises(ResultsError, match=r"backend numpy 2.4.6 has the test suites/test_forward.py::test_forward\["
                                            r"numpy-float32-rows7-hidden100-uniform9\] in two of the runs"):
         survey.merge([a, b], "s", "normbench survey")
-    df = results.load(b, results.CONFORMANCE)  # the same backend and version, another seed: one column
+    df = storage.load(b, outcomes.CONFORMANCE)  # the same backend and version, another seed: one column
     df["nodeid"] = df.nodeid.str.replace("]", "-seed1]")
-    results.write_csv(b / "conformance.csv", results.records(df), results.CONFORMANCE)
+    storage.write_csv(b / "conformance.csv", storage.records(df), outcomes.CONFORMANCE)
     env = json.loads((b / ENVIRONMENT_FILE).read_text())
     (b / ENVIRONMENT_FILE).write_text(json.dumps({**env, "command": "normbench run --impl=numpy --seed=1..2"}))
     merged, environment = survey.merge([a, b], "s", "normbench survey")
@@ -128,7 +129,7 @@ def test_the_published_survey_matches_its_findings_page():
     if not (folder / survey.FINDINGS_FILE).exists():
         pytest.skip("reports/survey-cpu is not published yet")
     findings = survey.read_findings(folder / survey.FINDINGS_FILE)
-    df = results.load(folder, results.CONFORMANCE)
+    df = storage.load(folder, outcomes.CONFORMANCE)
     env = json.loads((folder / ENVIRONMENT_FILE).read_text())
     page = (folder / survey.FINDINGS_MARKDOWN).read_text()
     assert page == survey.page_markdown(df, env, findings)
@@ -142,10 +143,10 @@ def test_the_merged_rows_are_compressed_and_read_back_by_name_or_folder(tmp_path
     survey.write_survey(out, [a], [], "normbench survey")
     assert sorted(p.name for p in out.iterdir()) == ["conformance.csv.gz", "environment.json", "findings.csv",
                                                      "findings.md"]
-    assert len(results.load(out / "conformance.csv.gz", results.CONFORMANCE)) == 1
+    assert len(storage.load(out / "conformance.csv.gz", outcomes.CONFORMANCE)) == 1
     (out / "conformance.csv.gz").write_bytes((out / "conformance.csv.gz").read_bytes()[:20])
     with pytest.raises(ResultsError, match="cannot read .*conformance.csv.gz"):
-        results.load(out, results.CONFORMANCE)
+        storage.load(out, outcomes.CONFORMANCE)
 
 
 def test_runs_and_findings_may_be_given_by_their_folders(tmp_path):

@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from normbench.core import results
+from normbench.core import storage
+from normbench.perf.throughput import THROUGHPUT as THROUGHPUT_SCHEMA
 from normbench.suites import DIRECTORY
 from tests.plugins import ROOT, pytest_command
 
@@ -60,7 +61,7 @@ def test_a_case_is_measured_written_and_handed_to_pytest_benchmark(plugins, tmp_
               f"--benchmark-json={tmp_path / 'bench.json'}", "-q")
     assert out.returncode == 0, out.stdout[-3000:]
     assert "[1/1] numpy forward float32 256x16384: " in out.stdout and "% of " in out.stdout
-    row = results.load(tmp_path / "r1").iloc[0]
+    row = storage.load(tmp_path / "r1", THROUGHPUT_SCHEMA).iloc[0]
     assert row.verdict == "ok" and row.n >= 3 and row.gbps > 0 and row.run_id == "r1"
     env = json.loads((tmp_path / "r1" / "environment.json").read_text())
     assert env["ceilings"]["cpu"]["buffer_bytes"] == 64 << 20 and env["libraries"]["numpy"]
@@ -72,7 +73,7 @@ def test_a_case_is_measured_written_and_handed_to_pytest_benchmark(plugins, tmp_
 def test_a_wrong_backend_fails_and_is_recorded_as_an_error_not_a_speed(plugins, tmp_path):
     out = run(plugins, THROUGHPUT, "--impl=zeros", *ONE_CASE, f"--normbench-out={tmp_path}", "--normbench-run-id=r1")
     assert out.returncode == 1 and "wrong-before: zeros float32-rows256-hidden16384-normal (seed 0): y[" in out.stdout
-    row = results.load(tmp_path / "r1").iloc[0]
+    row = storage.load(tmp_path / "r1", THROUGHPUT_SCHEMA).iloc[0]
     assert row.verdict == "wrong-before" and row.gbps != row.gbps  # NaN: no speed
 
 

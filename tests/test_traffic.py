@@ -124,7 +124,7 @@ def test_a_traffic_row_has_the_schema_and_the_byte_model():
     rows = traffic.traffic_rows(backend, "triton", [(128, 256, "bfloat16")], H100)
     assert [r["direction"] for r in rows] == ["forward", "backward"]
     for row in rows:
-        assert tuple(row) == traffic.TRAFFIC_COLUMNS
+        assert tuple(row) == traffic.ROW_FIELDS
         assert row["ratio"] == round(row["unique_bytes"] / row["model_bytes"], 5)
         assert row["sm_count"] == 132 and row["normalization"] == "layernorm"
     # forward: x read, y written once; weight and bias read once (unique) by every program (requested)
@@ -138,7 +138,7 @@ def test_an_rms_norm_traffic_row_has_its_own_byte_model():
     backend = get_registry().create("triton")
     rows = traffic.traffic_rows(backend, "triton", [(128, 256, "bfloat16")], H100, norm="rms_norm")
     for row in rows:
-        assert tuple(row) == traffic.TRAFFIC_COLUMNS and row["normalization"] == "rmsnorm"
+        assert tuple(row) == traffic.ROW_FIELDS and row["normalization"] == "rmsnorm"
         assert row["ratio"] == round(row["unique_bytes"] / row["model_bytes"], 5)
     fwd, bwd = rows
     assert fwd["model_bytes"] == 2 * 128 * 256 * 2 + 256 * 2  # x, y, weight

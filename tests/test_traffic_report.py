@@ -9,8 +9,12 @@ import shutil
 
 import pytest
 
-from normbench.core import results
-from normbench.core.results import KERNEL_STATS, TRAFFIC, ResultsError
+from normbench.core import storage
+from normbench.core.storage import ResultsError
+from normbench.perf import kernel_stats as kernel_stats_schema
+from normbench.perf import traffic as traffic_schema
+from normbench.perf.kernel_stats import KERNEL_STATS
+from normbench.perf.traffic import TRAFFIC
 from normbench.report import load_result_sets, render_html, write_report
 from tests.plugins import ROOT
 
@@ -31,22 +35,22 @@ def write_rows(path, header, rows) -> None:
 
 
 def test_the_published_files_load_through_their_schemas():
-    traffic = results.load(PUBLISHED / "traffic.csv", TRAFFIC)
+    traffic = storage.load(PUBLISHED / "traffic.csv", TRAFFIC)
     assert len(traffic) == 54 and set(traffic.direction) == {"forward", "backward"}
-    assert list(traffic.columns) == [c.name for c in results.TRAFFIC_COLUMNS]
+    assert list(traffic.columns) == [c.name for c in traffic_schema.TRAFFIC_COLUMNS]
     for name in ("backend", "normalization", "direction", "dtype", "rows", "hidden", "model_bytes", "unique_bytes",
                  "requested_bytes", "ratio"):
         assert name in traffic.columns
     assert str(traffic.ratio.dtype) == "float64" and str(traffic.unique_bytes.dtype) == "int64"
     assert (traffic.ratio - traffic.unique_bytes / traffic.model_bytes).abs().max() < 6e-6
-    stats = results.load(PUBLISHED, KERNEL_STATS)  # the folder: every kernels-*.csv
+    stats = storage.load(PUBLISHED, KERNEL_STATS)  # the folder: every kernels-*.csv
     assert len(stats) == 2 * 81 and set(stats.arch) == {"sm_90", "sm_80"}
-    assert results.load(PUBLISHED, TRAFFIC).equals(traffic)
+    assert storage.load(PUBLISHED, TRAFFIC).equals(traffic)
 
 
 def test_every_column_is_documented_in_reports_readme():
     readme = (ROOT / "reports" / "README.md").read_text()
-    for columns in (results.TRAFFIC_COLUMNS, results.KERNEL_STATS_COLUMNS):
+    for columns in (traffic_schema.TRAFFIC_COLUMNS, kernel_stats_schema.KERNEL_STATS_COLUMNS):
         for c in columns:
             assert c.doc and f"| `{c.name}` | {c.kind} | {c.doc} |" in readme, f"reports/README.md: the row of {c.name}"
 
@@ -65,7 +69,7 @@ def test_a_malformed_traffic_row_is_refused_naming_the_file_line_and_field(tmp_p
     rows[0].update(change)
     write_rows(tmp_path / "traffic.csv", header, rows)
     with pytest.raises(ResultsError, match=said):
-        results.load(tmp_path / "traffic.csv", TRAFFIC)
+        storage.load(tmp_path / "traffic.csv", TRAFFIC)
 
 
 def test_a_missing_column_is_named(tmp_path):
@@ -73,12 +77,12 @@ def test_a_missing_column_is_named(tmp_path):
     header.remove("unique_bytes")
     write_rows(tmp_path / "traffic.csv", header, [{k: r[k] for k in header} for r in rows])
     with pytest.raises(ResultsError, match=r"traffic\.csv: its header lacks the columns unique_bytes"):
-        results.load(tmp_path, TRAFFIC)
+        storage.load(tmp_path, TRAFFIC)
     header, rows = published_rows("kernels-sm90.csv")
     header.remove("schema_version")
     write_rows(tmp_path / "kernels-sm90.csv", header, [{k: r[k] for k in header} for r in rows])
     with pytest.raises(ResultsError, match=r"kernels-sm90\.csv has no schema_version column"):
-        results.load(tmp_path, KERNEL_STATS)
+        storage.load(tmp_path, KERNEL_STATS)
 
 
 @pytest.mark.parametrize("change, said", [
@@ -95,7 +99,7 @@ def test_a_malformed_kernel_stats_row_is_refused(tmp_path, change, said):
     rows[0].update(change)
     write_rows(tmp_path / "kernels-sm90.csv", header, rows)
     with pytest.raises(ResultsError, match=said):
-        results.load(tmp_path, KERNEL_STATS)
+        storage.load(tmp_path, KERNEL_STATS)
 
 
 def test_the_writer_goes_through_the_schema(tmp_path):
@@ -105,7 +109,7 @@ def test_the_writer_goes_through_the_schema(tmp_path):
 
     _, rows = published_rows("traffic.csv")
     rows = [{k: v for k, v in r.items() if k != "schema_version"} for r in rows]
-    assert tuple(rows[0]) == traffic.TRAFFIC_COLUMNS
+    assert tuple(rows[0]) == traffic.ROW_FIELDS
     traffic.write_csv(rows, tmp_path / "traffic.csv")
     assert (tmp_path / "traffic.csv").read_bytes() == (PUBLISHED / "traffic.csv").read_bytes()
     _, stats = published_rows("kernels-sm80.csv")

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from normbench.check import coherence, error_model, hypotheses, oracle
+from normbench.check.outcomes import HISTOGRAM_BINS, HISTOGRAM_WIDTH, Histogram
 from normbench.check.worst import Worst, worst_violation
 from normbench.core import operations
 from normbench.core.backend import Backend
 from normbench.core.cases import Case, Inputs
 from normbench.core.dtypes import dtype_name, host_dtype
-from normbench.core.results import HISTOGRAM_BINS, HISTOGRAM_WIDTH, Histogram
 
 
 class ConformanceError(AssertionError):

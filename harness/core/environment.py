@@ -37,7 +37,7 @@ from normbench import __version__
 from normbench.core import provenance
 from normbench.core.files import write_atomic
 from normbench.core.machine import cpu_model, cpu_threads, last_level_cache
-from normbench.core.results import (
+from normbench.core.storage import (
     Field,
     ResultsError,
     boolean,
@@ -213,7 +213,7 @@ def _write(path: Path, document: dict[str, Any]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         return write_atomic(path, json.dumps(document, indent=1, default=str) + "\n")
     except OSError as exc:
-        from normbench.core.results import _fix_disk
+        from normbench.core.storage import _fix_disk
 
         raise ResultsError(f"cannot write {path}: {exc.strerror or exc}. Fix: {_fix_disk(exc)}") from None
 

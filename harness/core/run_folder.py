@@ -11,7 +11,7 @@
    stale lock). A second writer is told the pid, host and start time of the holder. Where
    ``fcntl`` does not exist, the lock file is created with ``O_CREAT | O_EXCL`` instead, holds
    the pid, and is removed at release (a crashed run leaves it: the message says to remove it);
-3. the folder's contents: a folder already holding results (:data:`normbench.core.results.RESULT_FILES`:
+3. the folder's contents: a folder already holding results (:data:`normbench.core.storage.RESULT_FILES`:
    ``throughput.csv/.json``, ``conformance.csv/.json``; or published counts: ``traffic.csv``,
    ``kernels-*.csv``) is refused, for conformance and
    throughput alike: a run folder is written by one run. A missing or empty folder, or one
@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from normbench.core.results import KERNEL_STATS_PATTERN, RESULT_FILES, TRAFFIC_FILE, ResultsError
+from normbench.core.storage import COUNTS_FILES, COUNTS_PATTERNS, RESULT_FILES, ResultsError
 
 try:
     import fcntl
@@ -259,8 +259,8 @@ def claim(out_dir: str | os.PathLike, run_id: str) -> RunFolder:
         raise _cannot(folder, exc) from None
     fd = _lock(folder)
     run = RunFolder(folder, run_id, _fd=fd)
-    found = [name for name in (*RESULT_FILES, TRAFFIC_FILE) if (folder / name).exists()]
-    found += sorted(path.name for path in folder.glob(KERNEL_STATS_PATTERN))
+    found = [name for name in (*RESULT_FILES, *COUNTS_FILES) if (folder / name).exists()]
+    found += sorted(path.name for pattern in COUNTS_PATTERNS for path in folder.glob(pattern))
     if found:
         run.release()
         raise RunFolderError(f"{folder} already holds the results of a run ({', '.join(found)}); a run folder is "

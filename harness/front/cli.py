@@ -350,7 +350,8 @@ def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
 
 def _run(args: argparse.Namespace, extra: Sequence[str], folder, run_id: str, selection) -> int:
-    from normbench.core import results
+    from normbench.check.outcomes import CONFORMANCE, NOT_RUN
+    from normbench.core import storage
     from normbench.core.environment import backends_record, environment, mark_status, write_environment
     from normbench.core.interrupts import last_signal
     from normbench.front.runner import Collector, run_pytest, summary
@@ -362,7 +363,7 @@ def _run(args: argparse.Namespace, extra: Sequence[str], folder, run_id: str, se
     codes, report, collectors, sinks = [], [], [], []
     if "conformance" in args.suites:
         print("\nnormbench: conformance suites", flush=True)
-        sink = _Sink(results.ResultsWriter(folder, run_id, results.CONFORMANCE), run_id)
+        sink = _Sink(storage.ResultsWriter(folder, run_id, CONFORMANCE), run_id)
         collector = Collector(sink=sink)
         try:
             code, outcomes = run_pytest(_conformance_args(args, extra, isolated=len(selection.backends)),
@@ -381,7 +382,7 @@ def _run(args: argparse.Namespace, extra: Sequence[str], folder, run_id: str, se
         codes.append(code)
         report.append(_throughput_report(folder))
     interrupted = next((c.interrupted for c in collectors if c.interrupted), "")
-    done = sum(1 for c in collectors for o in c.outcomes if o.outcome != results.NOT_RUN)
+    done = sum(1 for c in collectors for o in c.outcomes if o.outcome != NOT_RUN)
     total = sum(len(c.outcomes) for c in collectors)
     mark_status(folder, "interrupted" if interrupted else "finished", interrupted or last_signal() or None, done, total)
     skipped = _skipped_lines(selection)
@@ -417,7 +418,7 @@ class _Sink:
         self._try(self.writer.close)
 
     def _try(self, write, *args) -> None:
-        from normbench.core.results import ResultsError
+        from normbench.core.storage import ResultsError
 
         try:
             write(*args)
@@ -452,7 +453,7 @@ def _signals_end_the_run():
 
 def _run_report(folder, baseline: str) -> None:
     """Write ``report.html`` into the run folder; a run whose results cannot render still ends normally."""
-    from normbench.core.results import ResultsError
+    from normbench.core.storage import ResultsError
     from normbench.report import write_report
 
     try:
@@ -464,12 +465,13 @@ def _run_report(folder, baseline: str) -> None:
 def _throughput_report(folder) -> str:
     import json
 
-    from normbench.core import results
+    from normbench.core import storage
+    from normbench.perf.throughput import THROUGHPUT
     from normbench.report.text import ceiling_lines, throughput_table
 
     try:
-        df = results.load(folder)
-    except results.ResultsError:
+        df = storage.load(folder, THROUGHPUT)
+    except storage.ResultsError:
         return "normbench throughput summary\nno throughput case ran"
     env = json.loads((folder / "environment.json").read_text())
     lines = ceiling_lines(env.get("ceilings", {}).values())

@@ -24,7 +24,7 @@ no ``.``/``x``/``s`` letters (and ``normbench run`` turns off pytest's ``[ nn%]`
 with ``-o console_output_style=classic``), so the lines stay clean.
 
 Rows go to ``<--normbench-out>/<run-id>/`` as they are measured
-(:mod:`normbench.core.results`), with ``environment.json``.
+(:data:`normbench.perf.throughput.THROUGHPUT`, stored by :mod:`normbench.core.storage`), with ``environment.json``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from normbench.core.results import ResultsError
+from normbench.core.storage import ResultsError
 from normbench.front import options
 from normbench.front.runner import SELECTION
 from normbench.perf.sweep import Filters
@@ -295,7 +295,8 @@ class Recorder:
 
     def _write(self, row: dict, ceilings_changed: bool) -> None:
         from normbench.core.environment import backends_record, environment, write_environment
-        from normbench.core.results import ResultsWriter
+        from normbench.core.storage import ResultsWriter
+        from normbench.perf.throughput import THROUGHPUT
 
         self.rows.append(row)  # the summary shows every row, written or not
         if self.error is not None:
@@ -303,7 +304,7 @@ class Recorder:
         try:
             if self._writer is None:
                 self.claim()
-                self._writer = ResultsWriter(self.folder, _run_id(self.config))
+                self._writer = ResultsWriter(self.folder, _run_id(self.config), THROUGHPUT)
             self._writer.add(row)
             if ceilings_changed or len(self.rows) == 1:
                 env = environment(_run_id(self.config), sys.argv)

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from normbench.check.outcomes import CRASHED, FAILING, NOT_RUN, TIMEOUT
 from normbench.core import deviations
 from normbench.core.registry import Selection
-from normbench.core.results import CRASHED, FAILING, NOT_RUN, TIMEOUT
 from normbench.suites import DIRECTORY as SUITES_DIRECTORY
 
 #: the backends of a pytest session (``--normbench-impl``); the plugin makes it, unless
@@ -321,11 +321,12 @@ def property_lines(outcomes: list[Outcome]) -> list[str]:
 
 
 def outcome_rows(outcomes: list[Outcome], run_id: str) -> list[dict]:
-    """Outcomes as rows of the conformance results schema (:mod:`normbench.core.results`), with the properties
+    """Outcomes as rows of the conformance results schema (:data:`normbench.check.outcomes.CONFORMANCE`), with the properties
     each test measured (``deterministic``, ``batch_invariant``: yes, no or empty; what differed in
     ``property_notes``) and, for a forward test, its error's histograms and coherence ratios."""
     from normbench.check.conformance import PROPERTIES
-    from normbench.core.results import CONFORMANCE, new_row
+    from normbench.check.outcomes import CONFORMANCE
+    from normbench.core.storage import new_row
 
     def notes(o: Outcome) -> str:
         return " | ".join(f"{name}: {verdict.removeprefix('no: ')}" for name, verdict in o.properties

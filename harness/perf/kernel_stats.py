@@ -42,16 +42,14 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from normbench.core import results
+from normbench.core import storage
 from normbench.core.exceptions import NormbenchError
+from normbench.core.storage import Column, Schema
 from normbench.kit.triton import ptxas_usage
-from normbench.perf.traffic import GPUS, GPUProfile, parse_shapes, write_csv
-
-#: the columns of a kernel-stats row, in order: the results schema ``normbench.kernel_stats``
-#: (:data:`normbench.core.results.KERNEL_STATS_COLUMNS` documents each), less ``schema_version``, which the writer adds
-STATS_COLUMNS: tuple[str, ...] = tuple(c.name for c in results.KERNEL_STATS_COLUMNS if c.name != "schema_version")
+from normbench.perf.traffic import COUNTED_DTYPES, GPUS, TRAFFIC, TRAFFIC_FILE, GPUProfile, parse_shapes, write_csv
 
 _ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[A-Za-z0-9_:]+)*?)(?:\.v(\d))?\.([bfsu])(\d+)\b")
 
@@ -163,9 +161,103 @@ def main(argv: list[str] | None = None) -> int:
     rows = stats_rows(provider, shapes, gpu, arch, show, args.norm)
     print(f"# {len(rows)} kernels in {time.monotonic() - start:.0f} s")
     if args.out:
-        write_csv(rows, args.out, results.KERNEL_STATS)
+        write_csv(rows, args.out, KERNEL_STATS)
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- the kernel-stats results schema: one row per launch, written by main() -------------------------------------
+
+#: the widest global access one PTX instruction makes (a v4 of 64-bit values), bytes
+MAX_ACCESS_BYTES = 32
+#: the kernel-stats schema's columns: compiler output and occupancy estimates for a GPU, without one; never a speed
+KERNEL_STATS_COLUMNS: tuple[Column, ...] = (
+    Column("schema_version", "int", "the schema version of this row (1)"),
+    Column("kernel", "str", "the Triton kernel's name"),
+    Column("label", "str", "the kernel with its dtypes, N, warps and constexpr configuration"),
+    Column("dtype", "str", "the dtype of x of the case launching it", choices=COUNTED_DTYPES),
+    Column("rows", "int", "M, the number of rows of the case", low=1),
+    Column("hidden", "int", "N, the normalized size of the case", low=1),
+    Column("gpu", "str", "the GPU whose limits and SM count the estimate uses"),
+    Column("arch", "str", "the compile target, sm_XY"),
+    Column("num_warps", "int", "warps per CTA (program)", low=1, high=32),
+    Column("programs", "int", "programs the launch's grid holds", low=1),
+    Column("registers", "int", "registers per thread (ptxas -v)", low=0, high=255),
+    Column("spill_bytes", "int", "spill stores plus spill loads, bytes (ptxas -v)", low=0),
+    Column("shared_bytes", "int", "shared memory per CTA, bytes (Triton's metadata)", low=0, high=1 << 20),
+    Column("ctas_per_sm", "int", "CTAs that fit on one SM by registers, threads, CTAs and shared memory", low=0,
+           high=32),
+    Column("capacity_warps", "int", "ctas_per_sm * num_warps: warps per SM the resources allow", low=0, high=64),
+    Column("resident_warps", "int", "warps per SM in flight, also capped by the programs the grid gives each SM",
+           low=0, high=64),
+    Column("limited_by", "str", "what limits the resident CTAs: registers, threads, ctas, shared memory or grid",
+           choices=("registers", "threads", "ctas", "shared memory", "grid")),
+    Column("load_widths", "str", "ld.global instructions by bytes per thread, widest first: 16B:3 4B:2"),
+    Column("store_widths", "str", "st.global instructions by bytes per thread, widest first"),
+    Column("widest_load", "int", "the widest ld.global, bytes per thread (0: none)", low=0, high=MAX_ACCESS_BYTES),
+    Column("widest_store", "int", "the widest st.global, bytes per thread (0: none)", low=0, high=MAX_ACCESS_BYTES),
+)
+
+
+
+def _widths(text: str) -> dict[int, int] | None:
+    """``"16B:3 4B:2"`` as {16: 3, 4: 2}; None if it is not that form."""
+    out = {}
+    for part in text.split():
+        width, colon, count = part.partition("B:")
+        if not (colon and width.isdigit() and count.isdigit()):
+            return None
+        out[int(width)] = int(count)
+    return out
+
+
+def _stats_agree(row: dict[str, Any]) -> str | None:
+    if not (row["arch"].startswith("sm_") and row["arch"][3:].isdigit()):
+        return f"field arch is {row['arch']!r}, not sm_ and a compute capability x10 (sm_90)"
+    if row["capacity_warps"] != row["ctas_per_sm"] * row["num_warps"]:
+        return (f"capacity_warps ({row['capacity_warps']}) is not ctas_per_sm * num_warps "
+                f"({row['ctas_per_sm']} * {row['num_warps']})")
+    if row["resident_warps"] > row["capacity_warps"]:
+        return f"resident_warps ({row['resident_warps']}) exceeds capacity_warps ({row['capacity_warps']})"
+    for kind in ("load", "store"):
+        widths = _widths(row[f"{kind}_widths"])
+        if widths is None:
+            return f"field {kind}_widths is {row[f'{kind}_widths']!r}, not WIDTHB:COUNT items (16B:3 4B:2)"
+        if max(widths, default=0) != row[f"widest_{kind}"]:
+            return (f"field widest_{kind} is {row[f'widest_{kind}']}, but the widest of {kind}_widths is "
+                    f"{max(widths, default=0)}")
+    return None
+
+
+
+
+
+#: one CSV file per compile target, ``kernels-sm90.csv``, ``kernels-sm80.csv``
+KERNEL_STATS_PATTERN = "kernels-*.csv"
+KERNEL_STATS = Schema("normbench.kernel_stats", 1, "kernels", KERNEL_STATS_COLUMNS, rules=(_stats_agree,),
+                      pattern=KERNEL_STATS_PATTERN)
+assert KERNEL_STATS_PATTERN in storage.COUNTS_PATTERNS, "a run folder must refuse to be written over kernel stats"
+#: the fields of a kernel-stats row, in order: :data:`KERNEL_STATS_COLUMNS` less ``schema_version``, which the writer adds
+STATS_COLUMNS: tuple[str, ...] = tuple(c.name for c in KERNEL_STATS_COLUMNS if c.name != "schema_version")
+
+
+def counts_files(folder: str | os.PathLike) -> list[Path]:
+    """The traffic and kernel-stats files in ``folder``, traffic first, kernel stats by name."""
+    folder = Path(folder)
+    found = [folder / TRAFFIC_FILE] if (folder / TRAFFIC_FILE).is_file() else []
+    return found + sorted(p for p in folder.glob(KERNEL_STATS_PATTERN) if p.is_file())
+
+
+def schema_of_counts_file(path: str | os.PathLike) -> Schema | None:
+    """:data:`TRAFFIC` or :data:`KERNEL_STATS` for a file named like one, else None."""
+    path = Path(path)
+    if path.name == TRAFFIC_FILE:
+        return TRAFFIC
+    if path.match(KERNEL_STATS_PATTERN):
+        return KERNEL_STATS
+    return None
+
+

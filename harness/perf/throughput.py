@@ -41,11 +41,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from normbench.check.conformance import ConformanceError
+from normbench.check.outcomes import CRASHED, TIMEOUT
 from normbench.core import operations
 from normbench.core.backend import Backend
 from normbench.core.cases import Case, shape_name
 from normbench.core.environment import device_name, now_utc
 from normbench.core.interrupts import backend_raised
+from normbench.core.storage import Column, Schema, new_row
 from normbench.perf.roofline import BYTE_MODELS, Ceiling, device_key, direction_bytes, last_level_cache, measure_ceiling
 from normbench.perf.timing import Timing, TimingOptions, make_timer, ready
 from normbench.perf.verify import Reference, Verifier
@@ -102,7 +104,7 @@ def model_direction(backend: Backend, direction: str, norm: str = "layer_norm") 
 
 @dataclass
 class Measurement:
-    """One results row (:data:`normbench.core.results.THROUGHPUT_COLUMNS`) and the samples behind it."""
+    """One results row (:data:`THROUGHPUT_COLUMNS`) and the samples behind it."""
 
     row: dict[str, Any]
     timing: Timing | None = None
@@ -149,10 +151,8 @@ class ThroughputRunner:
 
     def base_row(self, backend: Backend, case: Case, direction: str) -> dict[str, Any]:
         """The row of ``case`` before it is measured: what was to be measured, where, with which byte model."""
-        from normbench.core.results import new_row
-
         modelled = model_direction(backend, direction, case.norm)
-        return new_row(run_id=self.run_id, time=now_utc(), host=socket.gethostname(), device=backend.device,
+        return new_row(THROUGHPUT, run_id=self.run_id, time=now_utc(), host=socket.gethostname(), device=backend.device,
                        device_name=device_name(backend.device), backend=backend.name,
                        backend_version=type(backend).library_version(), normalization=case.norm,
                        direction=direction, dtype=case.dtype,
@@ -230,3 +230,77 @@ class ThroughputRunner:
             notes.append("the ceiling's buffer was below 4x the last-level cache")
         return {**row, "verdict": "ok", "gbps": gbps, "pct_of_ceiling": 100 * gbps / ceiling.gbps,
                 "message": "; ".join(notes)}
+
+
+# -- the throughput results schema: one row per (backend, case, direction), written by ThroughputRunner -----------
+
+#: no device moves a petabyte per second: a larger speed is a broken row
+MAX_GBPS = 1e6
+#: a correct row stays near its ceiling (ABOVE_CEILING_MARGIN); far above is broken
+MAX_PERCENT = 1e6
+SECONDS: dict[str, Any] = {"low": 0.0, "high": 1e6}
+SPEED: dict[str, Any] = {"low": 0.0, "high": MAX_GBPS}
+
+#: a throughput row's verdicts: only ``ok`` is a speed
+VERDICTS = ("ok", "wrong-before", "wrong-after", "above-ceiling", "error", CRASHED, TIMEOUT)
+
+#: the throughput schema's columns
+THROUGHPUT_COLUMNS: tuple[Column, ...] = (
+    Column("schema_version", "int", "the schema version of this row (2)"),
+    Column("run_id", "str", "the run this row belongs to (also the folder name)"),
+    Column("time", "str", "when the row was measured, ISO 8601 UTC"),
+    Column("host", "str", "the machine's host name"),
+    Column("device", "str", "where the backend computed, as it reports it (e.g. cpu, cuda:0 (NVIDIA H100))"),
+    Column("device_name", "str", "the CPU or GPU model"),
+    Column("backend", "str", "the backend name (--impl)"),
+    Column("backend_version", "str", "the version of the library it wraps"),
+    Column("normalization", "str", "layer_norm or rms_norm (normbench.core.norms). Version 2", choices=operations.NAMES),
+    Column("direction", "str", "forward, backward or forward+backward"),
+    Column("dtype", "str", "the dtype of x, y, dy and dx"),
+    Column("param_dtype", "str", "the dtype of weight and bias"),
+    Column("rows", "int", "M, the number of rows", low=1),
+    Column("hidden", "int", "N, the normalized size", low=1),
+    Column("shape", "str", "x's shape, ROWSxHIDDEN"),
+    Column("case_id", "str", "the normbench.core.cases id of the case"),
+    Column("seed", "int", "the seed of the inputs (normbench.core.cases.make_inputs)", low=0),
+    Column("byte_model", "str", "forward-inference, backward or forward-training+backward (normbench.perf.roofline)"),
+    Column("bytes", "int", "the bytes the byte model says the direction must move", low=1),
+    Column("cache", "str", "cold (last-level cache flushed before every sample) or warm"),
+    Column("timer", "str", "perf_counter_ns or cuda-events"),
+    Column("calls_per_sample", "int", "calls averaged in one sample (1 with a cold cache)", low=0),
+    Column("n", "int", "the number of samples", low=0),
+    Column("median_s", "float", "median seconds per call", **SECONDS),
+    Column("q1_s", "float", "first quartile, seconds", **SECONDS),
+    Column("q3_s", "float", "third quartile, seconds", **SECONDS),
+    Column("iqr_s", "float", "interquartile range, seconds", **SECONDS),
+    Column("min_s", "float", "fastest sample, seconds", **SECONDS),
+    Column("max_s", "float", "slowest sample, seconds", **SECONDS),
+    Column("rel_spread", "float", "IQR / median", low=0.0, infinite_is_empty=True),
+    Column("wide_spread", "bool", "rel_spread above normbench.perf.timing.WIDE_SPREAD: read the speed with care"),
+    Column("gbps", "float", "bytes / median / 1e9; empty unless verdict is ok", **SPEED),
+    Column("ceiling_gbps", "float", "the device's copy bandwidth measured in this run", low=0.0,
+           low_open=True, high=MAX_GBPS),
+    Column("pct_of_ceiling", "float", "100 * gbps / ceiling_gbps; empty unless verdict is ok", low=0.0,
+           high=MAX_PERCENT),
+    Column("fits_in_cache", "bool", "bytes <= the last-level cache: cold timing matters most here"),
+    Column("verdict", "str", "ok, wrong-before, wrong-after, above-ceiling or error (normbench.perf.throughput); "
+                             "crashed or timeout when the case's process died or ran out of time", choices=VERDICTS),
+    Column("message", "str", "why the verdict is not ok, and any note on an ok row"),
+)
+
+
+
+def _ok_row_is_a_speed(row: dict[str, Any]) -> str | None:
+    if row["verdict"] != "ok":
+        return None
+    for name in ("gbps", "median_s", "ceiling_gbps", "pct_of_ceiling"):
+        if row[name] is None or not row[name] > 0:
+            return f"a row with verdict ok needs {name} > 0 (got {'empty' if row[name] is None else repr(row[name])})"
+    return None
+
+
+#: the throughput schema's version: 2 added ``normalization`` (RMSNorm); version 1 files are migrated as LayerNorm's,
+#: the only normalization normbench measured then
+THROUGHPUT_VERSION = 2
+THROUGHPUT = Schema("normbench.throughput", THROUGHPUT_VERSION, "throughput", THROUGHPUT_COLUMNS,
+                    rules=(_ok_row_is_a_speed,), migrations={1: lambda df: df.assign(normalization="layer_norm")})

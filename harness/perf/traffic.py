@@ -68,17 +68,15 @@ from typing import Any
 
 import numpy as np
 
-from normbench.core import results
+from normbench.core import storage
 from normbench.core.exceptions import NormbenchError
+from normbench.core.storage import Column, Schema
 from normbench.perf.roofline import BYTE_MODELS, direction_bytes
 
 #: the environment variable a backend's launch heuristics read for the emulated GPU's SM count
 EMULATED_SM_COUNT_ENV = "NORMBENCH_EMULATED_SM_COUNT"
 #: launches with at most this many programs along grid axis 0 run every program
 SAMPLE_ALL_BELOW = 7
-#: the columns of a traffic row, in order: the results schema ``normbench.traffic``
-#: (:data:`normbench.core.results.TRAFFIC_COLUMNS` documents each), less ``schema_version``, which the writer adds
-TRAFFIC_COLUMNS: tuple[str, ...] = tuple(c.name for c in results.TRAFFIC_COLUMNS if c.name != "schema_version")
 #: the ``normalization`` column's value per normalization (LayerNorm's predates normbench.core.norms' names)
 NORMALIZATION_COLUMN = {"layer_norm": "layernorm", "rms_norm": "rmsnorm"}
 #: what a ratio means, printed with every table
@@ -457,7 +455,7 @@ def count_direction(backend: Any, rows: int, hidden: int, dtype: str, direction:
 
 def traffic_row(backend_name: str, launches: Sequence[Launch], rows: int, hidden: int, dtype: str, direction: str,
                 gpu: GPUProfile, normalization: str | None = None, *, norm: str = "layer_norm") -> dict:
-    """One results row (:data:`TRAFFIC_COLUMNS`, schema ``normbench.traffic``) from a direction's launches
+    """One results row (:data:`ROW_FIELDS` of :data:`TRAFFIC`) from a direction's launches
     of ``norm`` (against its byte model; ``normalization``, the column, defaults to
     :data:`NORMALIZATION_COLUMN` of it)."""
     model = direction_bytes(rows, hidden, dtype, direction, norm=norm)
@@ -505,11 +503,11 @@ def gpu_sweep_shapes() -> list[tuple[int, int, str]]:
     return [(c.rows, c.hidden, c.dtype) for c in THROUGHPUT_GPU_CASES]
 
 
-def write_csv(rows: Sequence[dict], path: str | os.PathLike, schema: str = results.TRAFFIC) -> None:
+def write_csv(rows: Sequence[dict], path: str | os.PathLike, schema: Schema | None = None) -> None:
     """``rows`` as a CSV file of ``schema`` (``normbench.traffic`` by default; ``normbench.kernel_stats`` too),
-    validated field by field and written whole (:func:`normbench.core.results.write_csv`; read it back with
-    :func:`normbench.core.results.load`)."""
-    results.write_csv(path, rows, schema)
+    validated field by field and written whole (:func:`normbench.core.storage.write_csv`; read it back with
+    :func:`normbench.core.storage.load`)."""
+    storage.write_csv(path, rows, schema or TRAFFIC)
 
 
 def parse_shapes(text: str) -> list[tuple[int, int, str]]:
@@ -583,3 +581,75 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- the traffic results schema: one row per (backend, shape, dtype, direction), written by main() ----------------
+
+#: traffic rows count bytes, they do not time them: directions and byte models the counter covers
+TRAFFIC_DIRECTIONS = ("forward", "backward")
+#: the dtypes a traffic or kernel-stats row may name (normbench.core.dtypes.DTYPES, spelled out: core imports no ml_dtypes here)
+COUNTED_DTYPES = ("float16", "bfloat16", "float32", "float64")
+#: no kernel worth publishing moves a thousand times the byte model: a larger ratio is a broken row
+MAX_TRAFFIC_RATIO = 1000.0
+
+#: the traffic schema's columns: bytes counted in the Triton interpreter with a GPU's launch configuration, never a speed
+TRAFFIC_COLUMNS: tuple[Column, ...] = (
+    Column("schema_version", "int", "the schema version of this row (1)"),
+    Column("backend", "str", "the backend whose Triton kernels were counted (--impl)"),
+    Column("normalization", "str", "what the kernels compute (layernorm)"),
+    Column("direction", "str", "forward or backward", choices=TRAFFIC_DIRECTIONS),
+    Column("dtype", "str", "the dtype of x, y, dy and dx (weight and bias too)", choices=COUNTED_DTYPES),
+    Column("rows", "int", "M, the number of rows", low=1),
+    Column("hidden", "int", "N, the normalized size", low=1),
+    Column("gpu", "str", "the GPU whose launch configuration the kernels were given (normbench.perf.traffic.GPUS)"),
+    Column("sm_count", "int", "that GPU's SM count, as the launch heuristics saw it", low=1),
+    Column("byte_model", "str", "forward-inference or backward (normbench.perf.roofline)",
+           choices=("forward-inference", "backward")),
+    Column("model_bytes", "int", "the bytes the byte model says the direction must move", low=1),
+    Column("unique_bytes", "int", "distinct addresses read plus written, per launch, summed over launches: the DRAM "
+                                  "traffic if every re-read inside a launch hits L1/L2 (modelled, not measured)", low=0),
+    Column("requested_bytes", "int", "every unmasked lane of every load and store, re-reads included: what the kernels "
+                                     "ask of L1", low=0),
+    Column("ratio", "float", "unique_bytes / model_bytes, rounded to 5 decimals; never empty", low=0.0,
+           high=MAX_TRAFFIC_RATIO),
+    Column("requested_ratio", "float", "requested_bytes / model_bytes, rounded to 5 decimals; never empty", low=0.0,
+           high=MAX_TRAFFIC_RATIO),
+    Column("launches", "int", "kernel launches the direction made (a backward's repeat of the forward not counted)",
+           low=1),
+    Column("kernels", "str", "the launched kernels' names, in order, joined by +"),
+    Column("programs_run", "int", "programs the interpreter ran (the rest extrapolated, checked on program 2)", low=1),
+    Column("programs_total", "int", "programs of every launch's grid", low=1),
+    Column("breakdown", "str", "per kernel argument: kernel.ARG:unique reads r + unique writes w, each / model_bytes"),
+)
+
+
+
+def _ratios_are_the_counts(row: dict[str, Any]) -> str | None:
+    for name, part in (("ratio", "unique_bytes"), ("requested_ratio", "requested_bytes")):
+        exact = row[part] / row["model_bytes"]
+        if row[name] is None:
+            return f"field {name} is empty; it must be {part} / model_bytes ({exact:.5f})"
+        if abs(row[name] - exact) > 6e-6:  # rounded to 5 decimals, nothing more
+            return (f"field {name} is {row[name]!r}, but {part} / model_bytes is {exact:.5f} ({row[part]} / "
+                    f"{row['model_bytes']}): the counts and the ratio disagree")
+    return None
+
+
+def _requested_covers_unique(row: dict[str, Any]) -> str | None:
+    if row["requested_bytes"] < row["unique_bytes"]:
+        return (f"requested_bytes ({row['requested_bytes']}) is below unique_bytes ({row['unique_bytes']}): every "
+                f"unique byte is requested at least once")
+    if row["programs_run"] > row["programs_total"]:
+        return f"programs_run ({row['programs_run']}) exceeds programs_total ({row['programs_total']})"
+    if row["byte_model"] != ("forward-inference" if row["direction"] == "forward" else "backward"):
+        return f"byte_model {row['byte_model']} is not the byte model of direction {row['direction']}"
+    return None
+
+
+TRAFFIC = Schema("normbench.traffic", 1, "traffic", TRAFFIC_COLUMNS,
+                 rules=(_requested_covers_unique, _ratios_are_the_counts))
+#: the file ``normbench traffic --out`` writes in a folder
+TRAFFIC_FILE = "traffic.csv"
+assert TRAFFIC_FILE in storage.COUNTS_FILES, "a run folder must refuse to be written over a traffic table"
+#: the fields of a traffic row, in order: :data:`TRAFFIC_COLUMNS` less ``schema_version``, which the writer adds
+ROW_FIELDS: tuple[str, ...] = tuple(c.name for c in TRAFFIC_COLUMNS if c.name != "schema_version")

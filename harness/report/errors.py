@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from normbench.check.outcomes import Histogram
 from normbench.core.dtypes import DTYPES
 from normbench.core.operations import NAMES, of, of_case_id
-from normbench.core.results import Histogram
 from normbench.report.properties import dtype_of
 from normbench.report.sources import ResultSet
 from normbench.report.svg import PALETTE, linear_ticks

@@ -20,7 +20,7 @@ from typing import Any
 
 from normbench import __version__
 from normbench.core.files import write_atomic
-from normbench.core.results import ResultsError
+from normbench.core.storage import ResultsError
 from normbench.report import errors, properties, shape, survey, svg
 from normbench.report.sources import ResultSet, input_files, load_result_sets
 
@@ -43,7 +43,7 @@ def _environment() -> Any:
 
 
 def _embedded(sets: list[ResultSet]) -> list[dict[str, Any]]:
-    from normbench.core.results import records
+    from normbench.core.storage import records
 
     out = []
     for rs in sets:

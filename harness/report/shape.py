@@ -9,8 +9,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from normbench.check.outcomes import FAILING, NOT_RUN, OUTCOMES
 from normbench.core import operations
-from normbench.core.results import FAILING, NOT_RUN, OUTCOMES
 from normbench.perf.roofline import BYTE_MODELS, DIRECTIONS, formula
 from normbench.report.sources import ResultSet
 

@@ -8,7 +8,7 @@ static kernel estimates (``traffic.csv`` of ``normbench traffic``,
 ``reports/traffic-h100``) or one of those files; a folder may hold both kinds.
 Only JSON and CSV are read, and every
 file is validated field by field: results, traffic and kernel statistics through
-:mod:`normbench.core.results` (older versions migrated or refused), ``environment.json`` through
+:mod:`normbench.core.storage` (older versions migrated or refused), ``environment.json`` through
 :func:`normbench.core.environment.read_environment`, ``table1.json`` against
 :data:`TABLE1_FIELDS`; nothing is unpickled or evaluated. A folder may lack any
 of its files (a failed or partial run): what is missing is recorded in
@@ -18,7 +18,7 @@ is valid (a run that measured nothing) and noted. What the loader noticed (a
 journal's incomplete last line, a JSON snapshot behind its CSV journal) and how
 the run ended (:func:`run_state`) are in :attr:`ResultSet.notes`. A folder with
 none of the files, a missing path, or an empty, corrupt or malformed file is a
-:class:`~normbench.core.results.ResultsError` naming the file and the field.
+:class:`~normbench.core.storage.ResultsError` naming the file and the field.
 """
 
 from __future__ import annotations
@@ -28,9 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from normbench.core import results
+from normbench.check.outcomes import CONFORMANCE
+from normbench.core import storage
 from normbench.core.environment import ENVIRONMENT_FILE, read_environment
-from normbench.core.results import ResultsError, boolean, integer, list_of, mapping, nullable, number, record, text
+from normbench.core.storage import ResultsError, boolean, integer, list_of, mapping, nullable, number, record, text
+from normbench.perf.kernel_stats import KERNEL_STATS, KERNEL_STATS_PATTERN, counts_files, schema_of_counts_file
+from normbench.perf.throughput import THROUGHPUT
+from normbench.perf.traffic import TRAFFIC, TRAFFIC_FILE
 from normbench.report import survey
 
 if TYPE_CHECKING:
@@ -50,7 +54,7 @@ TABLE1_FIELDS = record({
 }, {"seed": integer(0), "command": text(), "layer_norm": text(), "rms_norm": text(),
     "recurrent_held": nullable(boolean()), "fields": mapping(text())})
 #: the files of a run folder the report reads (and every ``kernels-*.csv``: :func:`input_files`)
-READ_FILES = (*results.RESULT_FILES, ENVIRONMENT_FILE, TABLE1_FILE, results.TRAFFIC_FILE, survey.FINDINGS_FILE)
+READ_FILES = (*storage.RESULT_FILES, ENVIRONMENT_FILE, TABLE1_FILE, TRAFFIC_FILE, survey.FINDINGS_FILE)
 #: the parts of a result set that come from a run (the rest are traffic counts and kernel estimates)
 RUN_PARTS = ("throughput", "conformance", "environment", "table1")
 
@@ -85,8 +89,8 @@ class ResultSet:
 def read_table1(path: Path) -> dict[str, Any]:
     """``table1.json``, validated (:data:`TABLE1_FIELDS`); every method has one cell per transformation."""
     fix = "re-run `normbench table1 --save=FOLDER` to write it again"
-    version = results.read_json_version(path, fix)
-    document = results.read_document(path, TABLE1, version if version in TABLE1_VERSIONS else TABLE1_VERSIONS[-1],
+    version = storage.read_json_version(path, fix)
+    document = storage.read_document(path, TABLE1, version if version in TABLE1_VERSIONS else TABLE1_VERSIONS[-1],
                                      TABLE1_FIELDS, fix)
     columns = len(document["transformations"])
     for i, method in enumerate(document["methods"]):
@@ -107,33 +111,33 @@ def _kind(path: Path) -> str:
         return stem
     if path.name in (ENVIRONMENT_FILE, TABLE1_FILE):
         return path.stem
-    counts = results.schema_of_counts_file(path)
+    counts = schema_of_counts_file(path)
     if counts is not None:
-        return "traffic" if counts == results.TRAFFIC else "kernel_stats"
+        return "traffic" if counts == TRAFFIC else "kernel_stats"
     raise ResultsError(f"{path}: not a normbench results file. Fix: give a run folder, or one of its throughput, "
                        f"conformance (.json or .csv), {ENVIRONMENT_FILE} or {TABLE1_FILE} files, or a "
-                       f"{results.TRAFFIC_FILE} or {results.KERNEL_STATS_PATTERN} file")
+                       f"{TRAFFIC_FILE} or {KERNEL_STATS_PATTERN} file")
 
 
 def _from_folder(folder: Path) -> dict[str, Any]:
     parts: dict[str, Any] = {}
-    for schema, name in ((results.THROUGHPUT, "throughput"), (results.CONFORMANCE, "conformance")):
+    for schema, name in ((THROUGHPUT, "throughput"), (CONFORMANCE, "conformance")):
         if any((folder / f"{name}.{ext}").exists() for ext in ("json", "csv", "csv.gz")):
-            parts[name] = results.load(folder, schema)
+            parts[name] = storage.load(folder, schema)
     for name, path, what in (("environment", folder / ENVIRONMENT_FILE, "normbench.core.environment"),
                              ("table1", folder / TABLE1_FILE, TABLE1)):
         if path.exists():
             parts[name] = _read_json_document(path, what)
     if (folder / survey.FINDINGS_FILE).exists():
         parts["findings"] = survey.read_findings(folder / survey.FINDINGS_FILE)
-    counts = results.counts_files(folder)
-    if any(p.name == results.TRAFFIC_FILE for p in counts):
-        parts["traffic"] = results.load(folder / results.TRAFFIC_FILE, results.TRAFFIC)
-    if any(p.name != results.TRAFFIC_FILE for p in counts):
-        parts["kernel_stats"] = results.load(folder, results.KERNEL_STATS)
+    counts = counts_files(folder)
+    if any(p.name == TRAFFIC_FILE for p in counts):
+        parts["traffic"] = storage.load(folder / TRAFFIC_FILE, TRAFFIC)
+    if any(p.name != TRAFFIC_FILE for p in counts):
+        parts["kernel_stats"] = storage.load(folder, KERNEL_STATS)
     if not parts:
         raise ResultsError(f"{folder} holds no normbench results (throughput, conformance, {ENVIRONMENT_FILE}, "
-                           f"{TABLE1_FILE}, {results.TRAFFIC_FILE} or {results.KERNEL_STATS_PATTERN}). Fix: point at a "
+                           f"{TABLE1_FILE}, {TRAFFIC_FILE} or {KERNEL_STATS_PATTERN}). Fix: point at a "
                            f"folder written by `normbench run` (or by `normbench traffic`/`kernel-stats` --out)")
     return parts
 
@@ -141,11 +145,11 @@ def _from_folder(folder: Path) -> dict[str, Any]:
 def _from_file(path: Path) -> dict[str, Any]:
     kind = _kind(path)
     if kind == "throughput":
-        return {"throughput": results.load(path, results.THROUGHPUT)}
+        return {"throughput": storage.load(path, THROUGHPUT)}
     if kind == "conformance":
-        return {"conformance": results.load(path, results.CONFORMANCE)}
+        return {"conformance": storage.load(path, CONFORMANCE)}
     if kind in ("traffic", "kernel_stats"):
-        return {kind: results.load(path, results.TRAFFIC if kind == "traffic" else results.KERNEL_STATS)}
+        return {kind: storage.load(path, TRAFFIC if kind == "traffic" else KERNEL_STATS)}
     return {kind: _read_json_document(path, "normbench.core.environment" if kind == "environment" else TABLE1)}
 
 
@@ -193,7 +197,7 @@ def input_files(source: str | os.PathLike) -> list[Path]:
     path = Path(source).resolve()
     if not path.is_dir():
         return [path]
-    return [path / name for name in READ_FILES] + sorted(path.glob(results.KERNEL_STATS_PATTERN))
+    return [path / name for name in READ_FILES] + sorted(path.glob(KERNEL_STATS_PATTERN))
 
 
 def load_result_set(source: str | os.PathLike) -> ResultSet:
@@ -216,18 +220,18 @@ def load_result_set(source: str | os.PathLike) -> ResultSet:
         found.append(state)
     for name in ("throughput", "conformance"):
         if name in parts:
-            found += results.notes(parts[name])
+            found += storage.notes(parts[name])
             if parts[name].empty:
                 found.append(f"The {name} results hold no rows: the run wrote none (stopped early, or nothing "
                              f"was selected).")
     for name, what in (("traffic", "traffic counts"), ("kernel_stats", "kernel statistics")):
         if name in parts:
-            found += results.notes(parts[name])
+            found += storage.notes(parts[name])
             if parts[name].empty:
                 found.append(f"The {what} hold no rows.")
     return ResultSet(label=_label(parts, path), source=str(path),
-                     throughput=parts.get("throughput", results.frame([], results.THROUGHPUT)),
-                     conformance=parts.get("conformance", results.frame([], results.CONFORMANCE)),
+                     throughput=parts.get("throughput", storage.frame([], THROUGHPUT)),
+                     conformance=parts.get("conformance", storage.frame([], CONFORMANCE)),
                      environment=parts.get("environment", {}), table1=parts.get("table1"), missing=missing,
                      notes=found, traffic=parts.get("traffic"), kernel_stats=parts.get("kernel_stats"),
                      findings=parts.get("findings"))

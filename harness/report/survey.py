@@ -35,13 +35,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from normbench.core import operations, results
+from normbench.check.outcomes import CONFORMANCE, FAILING, NOT_RUN
+from normbench.core import operations, storage
 from normbench.core.environment import ENVIRONMENT, ENVIRONMENT_FIELDS, ENVIRONMENT_FILE, now_utc, read_environment
 from normbench.core.files import write_atomic
-from normbench.core.results import ResultsError, check_document
+from normbench.core.storage import ResultsError, check_document
 
 FINDINGS_FILE = "findings.csv"
-#: the merged rows, compressed (normbench.core.results reads it)
+#: the merged rows, compressed (normbench.core.storage reads it)
 CONFORMANCE_FILE = "conformance.csv.gz"
 FINDINGS_MARKDOWN = "findings.md"
 #: a finding's fields, in the order of the CSV header and the Markdown table
@@ -118,7 +119,7 @@ def merge(folders: Sequence[str | os.PathLike], survey_id: str, command: str) ->
         raise ResultsError("no runs given. Fix: name the run folders the survey merges (normbench run --out ...)")
     runs = []
     for folder in map(Path, folders):
-        df = results.load(folder, results.CONFORMANCE)
+        df = storage.load(folder, CONFORMANCE)
         if df.empty:
             raise ResultsError(f"{folder} holds no conformance rows. Fix: run `normbench run --suites=conformance` "
                                f"into it first")
@@ -196,8 +197,8 @@ def outcomes_markdown(df: Any, environment: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for backend, group in df.groupby("backend", sort=True):
         counts = group.outcome.value_counts()
-        failed = int(sum(counts.get(o, 0) for o in results.FAILING))
-        skipped = int(counts.get("skipped", 0) + counts.get(results.NOT_RUN, 0))
+        failed = int(sum(counts.get(o, 0) for o in FAILING))
+        skipped = int(counts.get("skipped", 0) + counts.get(NOT_RUN, 0))
         lines.append(f"| {backend} | {versions.get(backend, '')} | {seeds[backend]} | {len(group)} | "
                      f"{int(counts.get('passed', 0))} | {int(counts.get('xfailed', 0))} | {skipped} | {failed} |")
     return "\n".join(lines) + "\n"
@@ -284,7 +285,7 @@ def write_survey(out: str | os.PathLike, folders: Sequence[str | os.PathLike],
     # compressed: a survey holds some 10^5 rows; any other conformance file there would be read instead
     for stale in ("conformance.csv", "conformance.json"):
         (out / stale).unlink(missing_ok=True)
-    written = [results.write_csv(out / CONFORMANCE_FILE, results.records(df), results.CONFORMANCE)]
+    written = [storage.write_csv(out / CONFORMANCE_FILE, storage.records(df), CONFORMANCE)]
     write_atomic(out / ENVIRONMENT_FILE, json.dumps(environment, indent=1) + "\n")
     written += [out / ENVIRONMENT_FILE, write_findings(out / FINDINGS_FILE, findings)]
     write_atomic(out / FINDINGS_MARKDOWN, page_markdown(df, environment, findings))
