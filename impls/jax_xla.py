@@ -9,7 +9,7 @@ RMSNorm's ``eps=None`` is :func:`normbench.core.dtypes.default_rms_eps` (torch's
 The JAX plumbing (float64 under a thread-local ``jax.enable_x64`` instead of the
 global configuration, ``jax.jit`` with eps traced so it never recompiles,
 ``jax.vjp``, :meth:`warmup`, :meth:`synchronize` for JAX's asynchronous dispatch)
-is :class:`normbench.kit.jax.JaxBackendBase`, shared with JAX-based
+is :class:`normbench.kit.jax.JaxBackend`, shared with JAX-based
 plugins; this module adds the forward and the statistics. jax is imported when the
 backend is created, never when this module is imported.
 """

@@ -59,7 +59,7 @@ def conformance_rows(run_id: str, backends: list[str]) -> list[dict]:
 
 
 def environment(run_id: str, host: str = "ci") -> dict:
-    return {"schema": "normbench.core.environment", "schema_version": 1, "run_id": run_id, "host": host,
+    return {"schema": "normbench.environment", "schema_version": 1, "run_id": run_id, "host": host,
             "command": f"normbench run --impl=numpy,torch {HOSTILE}", "cpu_model": "Test CPU", "gpus": [],
             "libraries": {"numpy": "2.0"}, "ceilings": {"cpu": {"gbps": 20.0, "method": "numpy.copyto",
                                                                 "buffer_bytes": 1 << 30, "n": 20}}}

@@ -71,7 +71,7 @@ def test_our_kernels_compiled_for_sm90_have_no_spills_and_fill_the_sms(tmp_path,
     (its looped backward adds its dweight term before dx: in dx's order ptxas spilled in bf16)."""
     out = tmp_path / "stats.csv"
     shapes = "8192x16384:bfloat16,65536x1024:float32,8192x8192:float32,8192x65536:float16"
-    run = subprocess.run([sys.executable, "-m", "normbench.perf.kernel_stats", "--gpu", "h100", "--shapes", shapes,
+    run = subprocess.run([sys.executable, "-m", "normbench", "kernel-stats", "--gpu", "h100", "--shapes", shapes,
                           "--norm", norm, "--out", str(out)], capture_output=True, text=True, timeout=900,
                          env={**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"})
     assert run.returncode == 0, run.stdout + run.stderr

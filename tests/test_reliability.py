@@ -136,7 +136,7 @@ def test_the_throughput_suite_claims_its_folder_before_measuring(tmp_path, worke
 
 def test_a_failed_conformance_write_is_said_once_and_the_run_goes_on(capsys):
     from normbench.core.storage import ResultsError
-    from normbench.front.cli import _Sink
+    from normbench.front.run import _Sink
     from normbench.front.runner import Outcome
 
     class FullDisk:

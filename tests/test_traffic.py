@@ -21,6 +21,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from normbench import get_registry  # noqa: E402
+from normbench.front.cli import main  # noqa: E402
 from normbench.perf import traffic  # noqa: E402
 
 H100 = traffic.GPUS["h100"]
@@ -152,5 +153,5 @@ def test_a_backend_without_rms_norm_is_refused_by_the_cli(capsys, monkeypatch):
     from normbench.impls.triton.backend import TritonBackend
 
     monkeypatch.setattr(TritonBackend, "operations", ("layer_norm",))
-    assert traffic.main(["--norm", "rms_norm", "--shapes", "4x8"]) == 2
+    assert main(["traffic", "--norm", "rms_norm", "--shapes", "4x8"]) == 2
     assert "implements layer_norm only, not rms_norm" in capsys.readouterr().err

@@ -97,7 +97,7 @@ def test_every_shape_of_the_gpu_sweep_is_at_the_traffic_floor(direction):
 
 def test_the_published_traffic_table_is_current_and_at_the_floor():
     """reports/traffic-h100/traffic.csv: every case of the sweep, both directions, counted by
-    ``python -m normbench.perf.traffic`` and equal to what the kernels move today."""
+    ``normbench traffic`` and equal to what the kernels move today."""
     with open(REPORT / "traffic.csv") as f:
         rows = list(csv.DictReader(f))
     got = {(r["dtype"], int(r["rows"]), int(r["hidden"]), r["direction"]): r for r in rows}
@@ -112,7 +112,7 @@ def test_the_published_traffic_table_is_current_and_at_the_floor():
 
 @pytest.mark.parametrize("arch", [90, 80])
 def test_the_published_static_table_has_no_spills_and_16_byte_accesses(arch):
-    """reports/traffic-h100/kernels-sm<arch>.csv (``python -m normbench.perf.kernel_stats``; sm_80
+    """reports/traffic-h100/kernels-sm<arch>.csv (``normbench kernel-stats``; sm_80
     with an A100's launch configuration and limits): no spills, 16-byte vectors, and at least
     32 resident warps per SM for every forward and backward launch of the sweep."""
     with open(REPORT / f"kernels-sm{arch}.csv") as f:

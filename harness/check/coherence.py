@@ -162,6 +162,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from normbench.check import error_model, oracle
+from normbench.check.worst import ConformanceError
 from normbench.core.dtypes import SUBNORMAL_SPACING, UNIT_ROUNDOFF, accumulation_roundoff, host_dtype
 
 #: Hoeffding's multiplier for a false-alarm probability of 1e-9 per statistic: sqrt(2*ln(2/p))
@@ -442,7 +443,6 @@ def check_forward_coherence(backend, inputs, y_host: np.ndarray, ref: oracle.For
     round-to-nearest kernel produces. ``ref`` is the oracle's forward of ``inputs``
     (``conformance.reference(inputs)``)."""
     __tracebackhide__ = True
-    from normbench.check.conformance import ConformanceError  # conformance will import this module
 
     case = inputs.case
     y = oracle.rows_view(y_host, case.normalized_shape)
@@ -726,7 +726,6 @@ def check_backward_coherence(backend, inputs, dy: np.ndarray, run, ref: oracle.F
     biased (truncated or floored to the storage dtype). ``ref``: ``conformance.reference(inputs)``;
     ``grads``: ``oracle.backward(dy, ref)``."""
     __tracebackhide__ = True
-    from normbench.check.conformance import ConformanceError  # conformance imports this module
 
     case = inputs.case
     ns = case.normalized_shape

@@ -14,15 +14,11 @@ import numpy as np
 
 from normbench.check import coherence, error_model, hypotheses, oracle
 from normbench.check.outcomes import HISTOGRAM_BINS, HISTOGRAM_WIDTH, Histogram
-from normbench.check.worst import Worst, worst_violation
+from normbench.check.worst import ConformanceError, Worst, worst_violation
 from normbench.core import operations
 from normbench.core.backend import Backend
 from normbench.core.cases import Case, Inputs
 from normbench.core.dtypes import dtype_name, host_dtype
-
-
-class ConformanceError(AssertionError):
-    """A backend's output is wrong; the message says where and by how much."""
 
 
 def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str | None:
@@ -102,7 +98,7 @@ def host_array(what: str, got, backend: Backend, shape, dtype: str | None = None
     >>> host_array("y", numpy.asarray(np.zeros(3)), numpy, (2, 3))
     Traceback (most recent call last):
     ...
-    normbench.check.conformance.ConformanceError: numpy: y has shape (3,), expected (2, 3)
+    normbench.check.worst.ConformanceError: numpy: y has shape (3,), expected (2, 3)
     """
     __tracebackhide__ = True
     if got is None:

@@ -124,7 +124,7 @@ CONFORMANCE_COLUMNS: tuple[Column, ...] = (
     Column("suite", "str", "the suite file, e.g. test_forward.py"),
     Column("test", "str", "the test function"),
     Column("case", "str", "the case id (the test id without the backend)"),
-    Column("normalization", "str", "layer_norm or rms_norm, the case's normalization (normbench.core.norms; an RMSNorm "
+    Column("normalization", "str", "layer_norm or rms_norm, the case's normalization (normbench.core.operations; an RMSNorm "
                                    "case id starts with rms-); layer_norm for a test without a case. Version 3",
            choices=operations.NAMES),
     Column("nodeid", "str", "the pytest node id relative to the suites, `suites/test_forward.py::test_forward[...]`, "

@@ -22,6 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 
+class ConformanceError(AssertionError):
+    """A backend's output is wrong; the message says where and by how much (every check of the check room
+    raises it: ``normbench.check.conformance`` and the checks beside it)."""
+
+
 def ratios(error, bound) -> np.ndarray:
     """``error / bound`` elementwise, as float64: 0 where both are 0, inf where the
     error is positive and the bound is not, inf where the error is not finite.

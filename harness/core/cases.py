@@ -141,7 +141,7 @@ def validate_shapes(shape: tuple[int, ...], normalized_shape: tuple[int, ...],
 class Case:
     """One conformance case. ``shape`` is x's full shape; the trailing
     ``normalized_shape`` dims are normalized; the rest are rows. ``norm`` is the normalization
-    (``normbench.core.norms``); an RMSNorm case has no bias (affine "w" or "none") and may have
+    (``normbench.core.operations``); an RMSNorm case has no bias (affine "w" or "none") and may have
     eps None (the default, ``normbench.core.dtypes.default_rms_eps``)."""
 
     family: str

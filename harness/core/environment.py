@@ -13,7 +13,7 @@ Its fields are :data:`ENVIRONMENT_FIELDS` (checked at load by :func:`read_enviro
 
 >>> env = environment(run_id="r1", command=["normbench", "run"])
 >>> env["schema"], env["run_id"], env["command"]
-('normbench.core.environment', 'r1', 'normbench run')
+('normbench.environment', 'r1', 'normbench run')
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from normbench.core.storage import (
     text,
 )
 
-ENVIRONMENT = "normbench.core.environment"
+ENVIRONMENT = "normbench.environment"
 ENVIRONMENT_FILE = "environment.json"
 LIBRARIES = ("numpy", "ml_dtypes", "pandas", "pytest", "pytest-benchmark", "torch", "jax", "jaxlib", "triton")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "XLA_FLAGS", "CUDA_VISIBLE_DEVICES")

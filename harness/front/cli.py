@@ -7,19 +7,20 @@
                                       results in reports/<run-id>/ (with report.html), and a summary
     normbench table1 [--impl NAME]    the paper's Table 1 (and §3.1) measured, beside the paper's
     normbench report RESULTS... [-o FILE]   the HTML report of one or more runs (default: into the first run's folder)
+    normbench survey --out DIR RUNS...           many environments' conformance runs merged, with judged findings
     normbench traffic --impl triton --gpu h100   bytes each Triton launch moves, / the byte model (interpreter)
     normbench kernel-stats --gpu h100            registers, spills, occupancy of the kernels compiled for sm_90
 
 Every user error prints one line ``normbench: error: ...`` with the fix and exits 2.
 Slow steps (creating a backend imports its framework) print a progress line to stderr
-first; ``normbench run`` prints what it will do (backends, suites, seeds, folder, how many
-tests and cases, what is skipped and why) before it starts.
+first. This module parses the command line and dispatches; ``run`` and ``test`` are
+:mod:`normbench.front.run` (on a :class:`~normbench.front.plan.Plan`, parsed once),
+``traffic`` and ``kernel-stats`` :mod:`normbench.front.counts`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shlex
 import sys
 from collections.abc import Sequence
@@ -27,8 +28,7 @@ from collections.abc import Sequence
 from normbench import __version__
 from normbench.core.exceptions import NormbenchError, UnknownBackend
 from normbench.core.registry import ALL, describe, get_registry
-from normbench.front import options
-from normbench.suites import DIRECTORY as SUITES_DIRECTORY
+from normbench.front import counts, options
 
 
 def progress(message: str) -> None:
@@ -184,300 +184,6 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _pytest_args(args: argparse.Namespace, extra: Sequence[str], workers: bool = True,
-                 isolated: int = 0) -> list[str]:
-    """pytest arguments for the suites; ``isolated`` (the number of backends): run the tests in
-    worker processes even with ``-n 0`` (one worker), so that a backend crashing the process ends
-    only its worker, and let xdist replace as many workers as the quarantine can need."""
-    out = [str(SUITES_DIRECTORY), "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning",
-           *_selection_args(args)]
-    if workers and (args.workers != "0" or isolated):
-        n = args.workers if args.workers != "0" else "1"
-        out += ["-n", n]
-        if isolated:
-            import os
-
-            from normbench.front.isolation import CRASH_LIMIT
-
-            count = int(n) if n.isdigit() else (os.cpu_count() or 1)
-            out.append(f"--max-worker-restart={CRASH_LIMIT * isolated + 4 * count}")
-    return out + list(extra)
-
-
-def _selection_args(args: argparse.Namespace) -> list[str]:
-    """The backends and seeds as the pytest plugin's own options (which need no suites/conftest.py)."""
-    return [f"--normbench-impl={args.impl or ALL}", f"--normbench-seed={options.format_seeds(args.seed)}",
-            f"--normbench-threads={'library' if args.threads is None else args.threads}",
-            f"--normbench-require={options.format_require(args.require)}"]
-
-
-def cmd_test(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    import pytest
-
-    return int(pytest.main(_pytest_args(args, extra)))
-
-
-def _conformance_args(args: argparse.Namespace, extra: Sequence[str], workers: bool = True,
-                      isolated: int = 0) -> list[str]:
-    """pytest arguments for the conformance suites: every suite file but the throughput one."""
-    ignore = f"--ignore={SUITES_DIRECTORY / 'test_throughput.py'}"
-    return _pytest_args(args, ["-q", "--no-header", ignore, *extra], workers, isolated)
-
-
-def _throughput_args(args: argparse.Namespace, run_id: str) -> list[str]:
-    """pytest arguments for the throughput suite: one worker process (a crash ends only it; cases are
-    still timed one at a time), the run's folder, the filters; quiet,
-    so that its progress lines are all it writes per case (no ``[ nn%]``: the classic console style)."""
-    out = [str(SUITES_DIRECTORY / "test_throughput.py"), "-p", "no:cacheprovider", "-W",
-           "ignore::pytest.PytestAssertRewriteWarning", *_selection_args(args), "-n", "1",
-           f"--normbench-out={args.out}", f"--normbench-run-id={run_id}", f"--normbench-cache={args.cache}",
-           "-q", "--no-header", "--benchmark-quiet", "-o", "console_output_style=classic"]
-    for name in ("direction", "dtype", "shape", "norm"):
-        value = getattr(args, name)
-        if value:
-            out.append(f"--normbench-{name}={','.join(value)}")
-    return out
-
-
-def _exit_code(codes: list[int]) -> int:
-    """The first failure's exit code; 5 (nothing collected) only if nothing ran anywhere."""
-    failing = [c for c in codes if c not in (0, 5)]
-    return failing[0] if failing else (5 if codes and all(c == 5 for c in codes) else 0)
-
-
-def _skipped_lines(selection) -> list[str]:
-    """The backends left out (with the reason), those not timed (with their timing_note) and
-    those whose runtime computes differently from the device they stand for (their runtime_note)."""
-    lines = [f"skipped: {name}: {reason}" for name, reason in selection.skipped]
-    return lines + [f"not timed: {b.name}: {b.timing_note} (the conformance suites ran on it)"
-                    for b in selection.backends if b.timing_note] + [
-        f"runtime note: {b.name}: {b.runtime_note}" for b in selection.backends if b.runtime_note]
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)
-
-
-def _header(args: argparse.Namespace, run_id: str, folder):
-    """Print what the run will do before it does it, and return the backends (a Selection):
-    folder, seeds, each backend as it is created (version and device), the skipped ones and why
-    (:func:`_counts` then says how many tests and cases the suites collect)."""
-    say = _say
-
-    say(f"normbench run {run_id}")
-    say(f"  output:      {folder}/" + (" (report.html too)" if args.report else ""))
-    say(f"  seeds:       {options.format_seeds(args.seed)}" + (" (throughput: the first)" if len(args.seed) > 1 else ""))
-    say(f"  suites:      {', '.join(args.suites)}")
-    say(f"  backends:    --impl={args.impl or ALL}, creating each (imports its framework)...")
-
-    shown = set()
-
-    def created(name: str, result) -> None:
-        shown.add(name)
-        if isinstance(result, str):
-            say(f"    {name}: skipped: {result}")
-        else:
-            say(f"    {describe(result)}" + (f"; not timed: {result.timing_note}" if result.timing_note else ""))
-            if result.runtime_note:
-                say(f"      runtime note: {result.runtime_note}")
-
-    selection = get_registry().select(args.impl or ALL, progress=created)
-    for name, reason in selection.skipped:
-        if name not in shown:  # a plugin problem, found before any backend was created
-            say(f"    {name}: skipped: {reason}")
-    for message in selection.warnings:
-        say(f"  warning: {message}")
-    if selection.backends:
-        from normbench.front import threads
-
-        say(f"  threads:     conformance: {threads.describe(selection.backends, args.threads)}"
-            + ("; throughput: each library's own" if "throughput" in args.suites else ""))
-        if "conformance" in args.suites:
-            say(f"  properties:  required: {options.format_require(args.require)} (the others are reported, "
-                f"not failures)")
-    return selection
-
-
-def _counts(args: argparse.Namespace, run_id: str, extra: Sequence[str], selection) -> None:
-    """How many conformance tests and throughput cases the suites collect (the end of the header)."""
-    from normbench.front.runner import collect
-
-    say = _say
-    if "conformance" in args.suites:
-        found = collect(_conformance_args(args, extra, workers=False), selection)
-        if found.code == INTERRUPTED:  # pytest.main swallowed a Ctrl-C or SIGTERM: the run stops here
-            raise KeyboardInterrupt
-        skips = f", {sum(found.skips.values())} more collected to skip (the summary says why)" if found.skips else ""
-        workers = "one worker process" if args.workers == "0" else f"-n {args.workers}"
-        if found.code not in (0, 5):  # the run's own session reports the problem in full
-            last = found.output.strip().splitlines()[-1:]
-            say(f"  conformance: could not be collected (pytest exit {found.code}): "
-                + (last[0] if last else "pytest's message is above"))
-        else:
-            say(f"  conformance: {found.runs} tests{skips}; {workers}")
-    if "throughput" in args.suites:
-        found = collect(_throughput_args(args, run_id) + list(extra), selection)
-        if found.code == INTERRUPTED:
-            raise KeyboardInterrupt
-        timed = [b.name for b in selection.backends if not b.timing_note]
-        untimed = [b.name for b in selection.backends if b.timing_note]
-        say(f"  throughput:  {found.runs} case{'s' if found.runs != 1 else ''} on {', '.join(timed) or 'no backend'}, "
-            f"one at a time" + (f" ({', '.join(untimed)}: not timed, see above)" if untimed else ""))
-
-
-def cmd_run(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    """The main job, in a claimed run folder (:mod:`normbench.core.run_folder`): one writer, checked
-    before anything is measured. Every finished test is written at once; SIGINT and SIGTERM end
-    the run but keep what ran and mark the folder interrupted (environment.json's ``status``)."""
-    from normbench.core.environment import new_run_id
-    from normbench.core.run_folder import claim
-
-    run_id = args.run_id or new_run_id()
-    get_registry().names_in(args.impl or ALL)  # a bad --impl is a usage error before any folder exists
-    with claim(args.out, run_id) as run, _signals_end_the_run():  # a bad run id, another writer, results there
-        try:
-            selection = _header(args, run_id, run.path)
-            _counts(args, run_id, extra, selection)
-            return _run(args, extra, run.path, run_id, selection)
-        except KeyboardInterrupt:  # between the suites' sessions (which keep their own results)
-            from normbench.core.environment import mark_status
-            from normbench.core.interrupts import last_signal
-
-            reason = last_signal() or "KeyboardInterrupt"
-            mark_status(run.path, "interrupted", reason)
-            print(f"\nINTERRUPTED ({reason}) before the suites finished; what ran is in {run.path}/", file=sys.stderr)
-            return INTERRUPTED
-
-
-def _run(args: argparse.Namespace, extra: Sequence[str], folder, run_id: str, selection) -> int:
-    from normbench.check.outcomes import CONFORMANCE, NOT_RUN
-    from normbench.core import storage
-    from normbench.core.environment import backends_record, environment, mark_status, write_environment
-    from normbench.core.interrupts import last_signal
-    from normbench.front.runner import Collector, run_pytest, summary
-
-    env = environment(run_id, ["normbench", *args.argv])
-    env.update(backends_record(selection))
-    write_environment(folder, env)
-    mark_status(folder, "running")
-    codes, report, collectors, sinks = [], [], [], []
-    if "conformance" in args.suites:
-        print("\nnormbench: conformance suites", flush=True)
-        sink = _Sink(storage.ResultsWriter(folder, run_id, CONFORMANCE), run_id)
-        collector = Collector(sink=sink)
-        try:
-            code, outcomes = run_pytest(_conformance_args(args, extra, isolated=len(selection.backends)),
-                                        selection, collector)
-        finally:
-            sink.close()
-        collectors.append(collector)
-        sinks.append(sink)
-        codes.append(code)
-        report.append("normbench conformance summary\n" + summary(outcomes, interrupted=collector.interrupted))
-    if "throughput" in args.suites and not any(c.interrupted for c in collectors):
-        print(f"\nnormbench: throughput suite, results in {folder}/", flush=True)
-        collector = Collector()
-        code, _ = run_pytest(_throughput_args(args, run_id) + list(extra), selection, collector)
-        collectors.append(collector)
-        codes.append(code)
-        report.append(_throughput_report(folder))
-    interrupted = next((c.interrupted for c in collectors if c.interrupted), "")
-    done = sum(1 for c in collectors for o in c.outcomes if o.outcome != NOT_RUN)
-    total = sum(len(c.outcomes) for c in collectors)
-    mark_status(folder, "interrupted" if interrupted else "finished", interrupted or last_signal() or None, done, total)
-    skipped = _skipped_lines(selection)
-    if skipped:
-        report.append("\n".join(skipped))
-    if interrupted:
-        report.append(f"INTERRUPTED ({interrupted}) after {done} of {total} tests: what ran is in {folder}/")
-    print("\n" + "\n\n".join(report) + f"\n\nresults: {folder}/")
-    unsaved = [s.error for s in sinks if s.error is not None]
-    if args.report:
-        _run_report(folder, args.baseline)
-    if unsaved:
-        print(f"normbench: error: conformance results were not all saved: {unsaved[0]}", file=sys.stderr)
-        return 2
-    return _exit_code(codes)
-
-
-class _Sink:
-    """Writes each conformance outcome to the run folder as it arrives; a write that fails
-    (a full disk) is said once and the run goes on (the summary still shows every test)."""
-
-    def __init__(self, writer, run_id: str) -> None:
-        self.writer, self.run_id, self.error = writer, run_id, None
-
-    def __call__(self, outcome) -> None:
-        from normbench.front.runner import outcome_rows
-
-        if self.error is None:
-            self._try(self.writer.add, outcome_rows([outcome], self.run_id)[0])
-
-    def close(self) -> None:
-        """Write the JSON snapshot; a failure is said once, like a failed row."""
-        self._try(self.writer.close)
-
-    def _try(self, write, *args) -> None:
-        from normbench.core.storage import ResultsError
-
-        try:
-            write(*args)
-        except ResultsError as exc:
-            if self.error is None:
-                self.error = exc
-                print(f"\nnormbench: error: {exc}. The run goes on; its summary shows every test", file=sys.stderr)
-
-
-@contextlib.contextmanager
-def _signals_end_the_run():
-    """SIGTERM ends the run as Ctrl-C does (KeyboardInterrupt: pytest stops, what ran is kept and
-    marked), and is recorded, so the run's status says which signal ended it."""
-    import signal
-
-    from normbench.core.interrupts import note_signal
-
-    def stop(signum, frame):
-        note_signal(signum)
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, stop)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _run_report(folder, baseline: str) -> None:
-    """Write ``report.html`` into the run folder; a run whose results cannot render still ends normally."""
-    from normbench.core.storage import ResultsError
-    from normbench.report import write_report
-
-    try:
-        print(f"report: {write_report([folder], folder / 'report.html', baseline)}")
-    except ResultsError as exc:
-        print(f"normbench: no report: {exc}", file=sys.stderr)
-
-
-def _throughput_report(folder) -> str:
-    import json
-
-    from normbench.core import storage
-    from normbench.perf.throughput import THROUGHPUT
-    from normbench.report.text import ceiling_lines, throughput_table
-
-    try:
-        df = storage.load(folder, THROUGHPUT)
-    except storage.ResultsError:
-        return "normbench throughput summary\nno throughput case ran"
-    env = json.loads((folder / "environment.json").read_text())
-    lines = ceiling_lines(env.get("ceilings", {}).values())
-    return "normbench throughput summary\n" + throughput_table(df) + "".join(f"\n{line}" for line in lines)
-
-
 def _one_backend(spec: str):
     """The single backend ``--impl`` names for table1, or a usage error naming the known ones."""
     registry = get_registry()
@@ -607,11 +313,7 @@ def parser() -> argparse.ArgumentParser:
     _add_table1(sub)
     _add_report(sub)
     _add_survey(sub)
-    # their own argument parsers (normbench traffic --help): counts and compiler estimates, never speeds
-    sub.add_parser("traffic", add_help=False, help="count the bytes a Triton backend's kernels move under a GPU's "
-                                                   "launch configuration, in the interpreter (docs/triton-kernels.md)")
-    sub.add_parser("kernel-stats", add_help=False, help="registers, spills, occupancy and access widths of kernels "
-                                                        "compiled for a GPU (sm_90, sm_80) without one")
+    counts.add_parsers(sub)  # counts and compiler estimates, never speeds
     return top
 
 
@@ -684,9 +386,8 @@ def cmd_survey(args: argparse.Namespace) -> int:
     return 0
 
 
-INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED
-#: subcommands that are tools with their own argument parser: name -> module (its main(argv))
-TOOLS = {"traffic": "normbench.perf.traffic", "kernel-stats": "normbench.perf.kernel_stats"}
+#: every command and what runs it (``run`` and ``test`` take pytest's extra arguments too)
+COMMANDS = ("list", "check", "test", "run", "table1", "report", "survey", "traffic", "kernel-stats")
 
 
 def _add_table1(sub) -> None:
@@ -707,28 +408,17 @@ def _add_table1(sub) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser().parse_known_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    if args.command in TOOLS:  # a tool with its own parser: everything after its name is its
-        import importlib
-
-        try:
-            return importlib.import_module(TOOLS[args.command]).main(extra)
-        except NormbenchError as exc:
-            print(f"normbench: error: {exc}", file=sys.stderr)
-            return 2
     if extra and args.command not in ("test", "run"):
         parser().error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        if args.command == "list":
-            return cmd_list(args)
-        if args.command == "check":
-            return cmd_check(args)
-        if args.command == "report":
-            return cmd_report(args)
-        if args.command == "table1":
-            return cmd_table1(args)
-        if args.command == "survey":
-            return cmd_survey(args)
-        return {"test": cmd_test, "run": cmd_run}[args.command](args, extra)
+        if args.command in ("test", "run"):
+            from normbench.front import run
+            from normbench.front.plan import Plan
+
+            plan = Plan.from_args(args)
+            return run.cmd_test(plan, extra) if args.command == "test" else run.cmd_run(plan, extra, args.argv)
+        return {"list": cmd_list, "check": cmd_check, "report": cmd_report, "table1": cmd_table1, "survey": cmd_survey,
+                "traffic": counts.cmd_traffic, "kernel-stats": counts.cmd_kernel_stats}[args.command](args)
     except NormbenchError as exc:
         print(f"normbench: error: {exc}", file=sys.stderr)
         return 2

@@ -40,7 +40,8 @@ import pytest
 
 from normbench.core.interrupts import forget_signals, note_sigint, received_signal
 from normbench.front import options
-from normbench.front.runner import SELECTION, TIMEOUT_MESSAGE, backend_of
+from normbench.front.plan import SELECTION
+from normbench.front.runner import TIMEOUT_MESSAGE, backend_of
 
 #: crashes of one backend after which its remaining tests are not run
 CRASH_LIMIT = 3

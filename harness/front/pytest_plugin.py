@@ -38,8 +38,8 @@ from normbench import __version__
 from normbench.core import deviations
 from normbench.core.exceptions import NormbenchError
 from normbench.core.registry import ALL, Selection, describe, get_registry
-from normbench.front import options, threads
-from normbench.front.runner import SELECTION
+from normbench.front import options, plan, threads
+from normbench.front.plan import SELECTION
 
 #: throughput options, the sweep, results and progress live in their own module; crash and hang
 #: isolation in another
@@ -66,6 +66,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    plan.apply_to_worker(config)  # an xdist worker of `normbench run`: the plan its controller sent
     config.addinivalue_line("markers", "normbench_cases(cases, backward=False): parametrize a suite test "
                                        "over these normbench.core.cases.Case objects and the selected backends")
     config.addinivalue_line("markers", "slow: a large case; deselect with -m 'not slow'")

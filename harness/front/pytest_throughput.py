@@ -38,7 +38,7 @@ import pytest
 
 from normbench.core.storage import ResultsError
 from normbench.front import options
-from normbench.front.runner import SELECTION
+from normbench.front.plan import SELECTION
 from normbench.perf.sweep import Filters
 
 if TYPE_CHECKING:

@@ -21,11 +21,8 @@ import pytest
 from normbench.check.outcomes import CRASHED, FAILING, NOT_RUN, TIMEOUT
 from normbench.core import deviations
 from normbench.core.registry import Selection
+from normbench.front.plan import Plan, PlanPlugin
 from normbench.suites import DIRECTORY as SUITES_DIRECTORY
-
-#: the backends of a pytest session (``--normbench-impl``); the plugin makes it, unless
-#: :func:`run_pytest` was given one already made (``normbench run`` makes it first, to print it)
-SELECTION = pytest.StashKey[Selection]()
 
 _ID = re.compile(r"^(?P<file>[^:]+)::(?P<test>[^\[]+)\[(?P<backend>[a-z][a-z0-9_-]*?)-(?P<rest>.*)\]$")
 
@@ -197,24 +194,20 @@ def _measures(props: dict) -> tuple[tuple[str, str | float], ...]:
                  if isinstance(value, str) and value or isinstance(value, float))
 
 
-@dataclass
-class GivenSelection:
-    """A pytest plugin object handing the session a :class:`Selection` made beforehand, so that the
-    backends a run prints are the ones it runs (and are created once)."""
-
-    selection: Selection
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_configure(self, config: pytest.Config) -> None:
-        config.stash[SELECTION] = self.selection
+def _plugins(plan: PlanPlugin | Selection | None) -> list[object]:
+    """The plugin handing a session its plan (a Selection alone: backends made beforehand, options as given)."""
+    if isinstance(plan, Selection):
+        plan = PlanPlugin(Plan(selection=plan), {})
+    return [] if plan is None else [plan]
 
 
-def run_pytest(args: list[str], selection: Selection | None = None,
+def run_pytest(args: list[str], plan: PlanPlugin | Selection | None = None,
                collector: Collector | None = None) -> tuple[int, list[Outcome]]:
-    """``pytest.main(args)`` with a :class:`Collector` (and ``selection``, if given, as the
-    session's backends); returns (exit code, outcomes)."""
+    """``pytest.main(args)`` with a :class:`Collector` (and ``plan``, a :class:`~normbench.front.plan.PlanPlugin`
+    handing the session its plan's values and backends, or a Selection of backends made beforehand);
+    returns (exit code, outcomes)."""
     collector = collector or Collector()
-    plugins: list[object] = [collector] + ([GivenSelection(selection)] if selection is not None else [])
+    plugins: list[object] = [collector, *_plugins(plan)]
     code = pytest.main(args, plugins=plugins)
     return int(code), collector.outcomes
 
@@ -240,10 +233,11 @@ class Collected:
                 self.skips[str(marker.kwargs.get("reason", marker.args[0] if marker.args else ""))] += 1
 
 
-def collect(args: list[str], selection: Selection | None = None) -> Collected:
-    """Collect ``args`` (``--collect-only``, quietly, in this process) and count the tests."""
+def collect(args: list[str], plan: PlanPlugin | Selection | None = None) -> Collected:
+    """Collect ``args`` (``--collect-only``, quietly, in this process; ``plan`` as for :func:`run_pytest`) and count
+    the tests."""
     collected = Collected()
-    plugins: list[object] = [collected] + ([GivenSelection(selection)] if selection is not None else [])
+    plugins: list[object] = [collected, *_plugins(plan)]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         collected.code = int(pytest.main([*args, "--collect-only", "-q"], plugins=plugins))

@@ -1,14 +1,14 @@
 """The JAX plumbing of a backend built on JAX: devices, float64, jit, vjp, dispatch.
 
 Shared by normbench's ``jax`` backend (:mod:`normbench.impls.jax_xla`) and JAX-based
-plugins (``examples/normbench-flax``). A backend subclasses :class:`JaxBackendBase`
-and gives its forward as a function JAX can trace (:meth:`JaxBackendBase.make_forward`;
-for RMSNorm too, :meth:`JaxBackendBase.make_rms_forward` with ``"rms_norm"`` in
-``normalizations``); the base does the rest, for each normalization:
+plugins (``examples/normbench-flax``). A backend subclasses :class:`JaxBackend`
+and gives its forward as a function JAX can trace (:meth:`JaxBackend.make_forward`;
+for RMSNorm too, :meth:`JaxBackend.make_rms_forward` with ``"rms_norm"`` in
+``operations``); the base does the rest, for each operation:
 
 * **device**: the first device JAX sees (a GPU if jaxlib has one, else the CPU),
   named in ``device`` as every backend names it (``"cpu"``, ``"cuda:0 (NVIDIA H100 80GB HBM3)"``:
-  :func:`normbench.core.backend.device_label`); :meth:`~JaxBackendBase.asarray` copies a host array there
+  :func:`normbench.kit.device_label`); :meth:`~JaxBackend.asarray` copies a host array there
   (JAX arrays have no strides: the host layout is not kept).
 * **float64 without touching anyone's global configuration**: JAX truncates
   float64 to float32 unless x64 is enabled, and ``jax.config.update("jax_enable_x64",
@@ -19,14 +19,14 @@ for RMSNorm too, :meth:`JaxBackendBase.make_rms_forward` with ``"rms_norm"`` in
 * **compilation**: the forward and its backward (``jax.vjp`` with respect to x,
   weight and bias: :func:`vjp_of`) run under ``jax.jit`` with ``normalized_shape``
   static and eps traced, so XLA compiles once per shape, dtype, weight/bias
-  presence and normalized_shape, never per eps. :meth:`~JaxBackendBase.warmup`
+  presence and normalized_shape, never per eps. :meth:`~JaxBackend.warmup`
   compiles the forward, the statistics (where the backend has them) and the
   backward for one such signature, so a timed region that follows never compiles
-  (:meth:`~JaxBackendBase.warmup_rms_norm` the same for RMSNorm).
+  (the hook takes the operation: RMSNorm's the same way).
 * **RMSNorm's eps=None** is resolved on the host to :func:`normbench.core.dtypes.default_rms_eps`
   of x's dtype (torch's semantics), so the jitted function always gets a number.
 * **asynchronous dispatch**: JAX returns before the device is done; results are
-  remembered until :meth:`~JaxBackendBase.synchronize` blocks on them (at most
+  remembered until :meth:`~JaxBackend.synchronize` blocks on them (at most
   :data:`MAX_PENDING` are held: beyond that the oldest are waited for at once).
 
 jax is imported when a backend is created, never when this module is imported:
@@ -35,8 +35,8 @@ jax is imported when a backend is created, never when this module is imported:
 Example, a complete JAX backend (normbench's ``jax`` backend is this, plus statistics and RMSNorm)::
 
     >>> import numpy as np
-    >>> from normbench.kit.jax import JaxBackendBase
-    >>> class Mine(JaxBackendBase):
+    >>> from normbench.kit.jax import JaxBackend
+    >>> class Mine(JaxBackend):
     ...     name = "mine"
     ...
     ...     def make_forward(self):
@@ -76,7 +76,7 @@ from normbench.core import operations
 from normbench.core.backend import Backend, device_label
 from normbench.core.dtypes import default_rms_eps, dtype_name
 
-#: results held for :meth:`JaxBackendBase.synchronize`; beyond this many, the oldest are
+#: results held for :meth:`JaxBackend.synchronize`; beyond this many, the oldest are
 #: waited for at once (the device still has the rest queued, so throughput is unaffected)
 MAX_PENDING = 64
 #: the arguments every forward and backward takes statically (the rest are traced)

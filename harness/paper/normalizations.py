@@ -12,7 +12,7 @@
 Each of the paper's is followed by eq. 5's gain and bias. Batch and weight norm exist
 here as float64 oracles only; layer norm and RMSNorm as the float64 oracle
 (:class:`OracleRowLayerNorm`) and as a backend rounded to a dtype
-(:class:`BackendRowLayerNorm`), one class for both, chosen by ``norm`` (``normbench.core.norms``;
+(:class:`BackendRowLayerNorm`), one class for both, chosen by ``norm`` (``normbench.core.operations``;
 the oracle's ``norm=`` and the error model's bound for that normalization). Calling a
 normalizer returns :class:`Normalized`: the output and a componentwise bound on
 its distance from the exact normalization of the layer's exact summed inputs.

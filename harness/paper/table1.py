@@ -189,7 +189,7 @@ def oracle_rows() -> dict[str, Row]:
     return {m: Row(n, "float64", 0.0) for m, n in oracle_normalizers().items()}
 
 
-#: the rows a backend can measure: method -> the normalization it calls (``normbench.core.norms``)
+#: the rows a backend can measure: method -> the normalization it calls (``normbench.core.operations``)
 BACKEND_ROWS: dict[str, str] = {"layer": "layer_norm", "rms": "rms_norm"}
 
 

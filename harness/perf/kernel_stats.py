@@ -25,21 +25,17 @@ every launch of a forward and a backward (normbench's own:
 ``norm="rms_norm"`` as a keyword (LayerNorm, the default, is asked for without it, so a
 LayerNorm-only provider needs nothing). Run::
 
-    python -m normbench.perf.kernel_stats --kernels normbench.impls.triton.compile_check --gpu h100 \\
+    normbench kernel-stats --kernels normbench.impls.triton.compile_check --gpu h100 \\
         --out reports/traffic-h100/kernels-sm90.csv
-    python -m normbench.perf.kernel_stats --norm rms_norm --gpu h100 --out kernels-rms-sm90.csv
+    normbench kernel-stats --norm rms_norm --gpu h100 --out kernels-rms-sm90.csv
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import inspect
 import math
 import os
 import re
-import sys
-import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,7 +45,7 @@ from normbench.core import storage
 from normbench.core.exceptions import NormbenchError
 from normbench.core.storage import Column, Schema
 from normbench.kit.triton import ptxas_usage
-from normbench.perf.traffic import COUNTED_DTYPES, GPUS, TRAFFIC, TRAFFIC_FILE, GPUProfile, parse_shapes, write_csv
+from normbench.perf.traffic import COUNTED_DTYPES, TRAFFIC, TRAFFIC_FILE, GPUProfile
 
 _ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[A-Za-z0-9_:]+)*?)(?:\.v(\d))?\.([bfsu])(\d+)\b")
 
@@ -69,6 +65,7 @@ def access_widths(ptx: str) -> tuple[Counter, Counter]:
 def occupancy(registers: int, shared_bytes: int, num_warps: int, gpu: GPUProfile) -> tuple[int, str]:
     """(CTAs of ``num_warps`` warps that fit on one SM, the resource that limits them).
 
+    >>> from normbench.perf.traffic import GPUS
     >>> occupancy(74, 8192, 16, GPUS["h100"])
     (1, 'registers')
     >>> occupancy(64, 8192, 16, GPUS["h100"])
@@ -131,42 +128,6 @@ def stats_rows(provider: Any, shapes: Sequence[tuple[int, int, str]], gpu: GPUPr
             if progress:
                 progress(out[-1])
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="normbench kernel-stats", description=__doc__.split("\n")[0])
-    parser.add_argument("--kernels", default="normbench.impls.triton.compile_check",
-                        help="the kernel provider module (see the module doc). Default: %(default)s")
-    parser.add_argument("--gpu", default="h100", choices=sorted(GPUS))
-    parser.add_argument("--arch", type=int, help="compute capability x10. Default: the GPU's")
-    parser.add_argument("--shapes", default="sweep", type=parse_shapes, help="'sweep' or ROWSxHIDDEN:DTYPE,...")
-    parser.add_argument("--norm", default="layer_norm", choices=("layer_norm", "rms_norm"),
-                        help="which normalization's kernels. Default: %(default)s")
-    parser.add_argument("--out", help="write the rows as CSV here")
-    args = parser.parse_args(argv)
-    os.environ["TRITON_INTERPRET"] = "0"  # compile, whatever the machine
-    gpu = GPUS[args.gpu]
-    arch = args.arch or gpu.arch
-    shapes = args.shapes
-    provider = importlib.import_module(args.kernels)  # a plugin's module, named on the command line
-    norm = "" if args.norm == "layer_norm" else f", {args.norm}"
-    print(f"# static estimates for {gpu.name} ({gpu.sm_count} SMs), sm_{arch}{norm}: compiler output, not speeds")
-
-    def show(r: dict) -> None:
-        print(f"{r['label']}: {r['registers']} regs, {r['spill_bytes']} B spilled, {r['shared_bytes']} B smem, "
-              f"{r['resident_warps']} resident warps/SM ({r['limited_by']}), loads {r['load_widths']}, "
-              f"stores {r['store_widths']}", flush=True)
-
-    start = time.monotonic()
-    rows = stats_rows(provider, shapes, gpu, arch, show, args.norm)
-    print(f"# {len(rows)} kernels in {time.monotonic() - start:.0f} s")
-    if args.out:
-        write_csv(rows, args.out, KERNEL_STATS)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 # -- the kernel-stats results schema: one row per launch, written by main() -------------------------------------

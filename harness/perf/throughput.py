@@ -254,7 +254,7 @@ THROUGHPUT_COLUMNS: tuple[Column, ...] = (
     Column("device_name", "str", "the CPU or GPU model"),
     Column("backend", "str", "the backend name (--impl)"),
     Column("backend_version", "str", "the version of the library it wraps"),
-    Column("normalization", "str", "layer_norm or rms_norm (normbench.core.norms). Version 2", choices=operations.NAMES),
+    Column("normalization", "str", "layer_norm or rms_norm (normbench.core.operations). Version 2", choices=operations.NAMES),
     Column("direction", "str", "forward, backward or forward+backward"),
     Column("dtype", "str", "the dtype of x, y, dy and dx"),
     Column("param_dtype", "str", "the dtype of weight and bias"),

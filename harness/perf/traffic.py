@@ -21,7 +21,7 @@ cannot exceed 1/r of the copy ceiling. These are counts, never speeds.
 
 LayerNorm (with weight and bias) by default; ``norm="rms_norm"`` (``--norm rms_norm``)
 counts a backend's RMSNorm (with weight) against RMSNorm's byte model: the same counter,
-cases and rows, through ``normbench.core.norms``.
+cases and rows, through ``normbench.core.operations``.
 
 Cheap and exact for GPU-sized cases. The interpreter runs a grid's programs
 one after another in NumPy, so an 8192 x 65536 case would take hours. The
@@ -47,20 +47,17 @@ reads the variable; a plugin should read either).
 
 Run (the published table; see docs/triton-kernels.md)::
 
-    python -m normbench.perf.traffic --impl triton --gpu h100 --out reports/traffic-h100/traffic.csv
-    python -m normbench.perf.traffic --impl triton --gpu h100 --norm rms_norm --out traffic-rms.csv
+    normbench traffic --impl triton --gpu h100 --out reports/traffic-h100/traffic.csv
+    normbench traffic --impl triton --gpu h100 --norm rms_norm --out traffic-rms.csv
 
 The module imports neither torch nor triton until it runs a case.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import math
 import os
-import sys
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -77,7 +74,7 @@ from normbench.perf.roofline import BYTE_MODELS, direction_bytes
 EMULATED_SM_COUNT_ENV = "NORMBENCH_EMULATED_SM_COUNT"
 #: launches with at most this many programs along grid axis 0 run every program
 SAMPLE_ALL_BELOW = 7
-#: the ``normalization`` column's value per normalization (LayerNorm's predates normbench.core.norms' names)
+#: the ``normalization`` column's value per normalization (LayerNorm's predates normbench.core.operations' names)
 NORMALIZATION_COLUMN = {"layer_norm": "layernorm", "rms_norm": "rmsnorm"}
 #: what a ratio means, printed with every table
 RATIO_NOTE = ("ratio = unique bytes / byte model: counted in the Triton interpreter with the GPU's launch "
@@ -508,79 +505,6 @@ def write_csv(rows: Sequence[dict], path: str | os.PathLike, schema: Schema | No
     validated field by field and written whole (:func:`normbench.core.storage.write_csv`; read it back with
     :func:`normbench.core.storage.load`)."""
     storage.write_csv(path, rows, schema or TRAFFIC)
-
-
-def parse_shapes(text: str) -> list[tuple[int, int, str]]:
-    """``sweep`` (the GPU throughput sweep) or ``ROWSxHIDDEN:DTYPE,...`` (an argparse type: a bad
-    value is one usage message).
-
-    >>> parse_shapes("8192x1024:float16,4x8")
-    [(8192, 1024, 'float16'), (4, 8, 'bfloat16')]
-    """
-    if text == "sweep":
-        return gpu_sweep_shapes()
-    from normbench.core.dtypes import DTYPES
-
-    shapes = []
-    for item in text.split(","):
-        size, _, dtype = item.partition(":")
-        m, x, n = size.partition("x")
-        dtype = dtype or "bfloat16"
-        if not (x and m.isdigit() and n.isdigit() and int(m) > 0 and int(n) > 0) or dtype not in DTYPES:
-            raise argparse.ArgumentTypeError(f"{item!r}: give 'sweep' or ROWSxHIDDEN[:DTYPE] items separated by "
-                                             f"commas, e.g. 8192x1024:bfloat16 (dtypes: {', '.join(DTYPES)})")
-        shapes.append((int(m), int(n), dtype))
-    return shapes
-
-
-def _directions(text: str) -> list[str]:
-    chosen = [d.strip() for d in text.split(",")]
-    if not chosen or any(d not in ("forward", "backward") for d in chosen):
-        raise argparse.ArgumentTypeError(f"{text!r}: give forward, backward or forward,backward")
-    return chosen
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="normbench traffic", description=__doc__.split("\n")[0])
-    parser.add_argument("--impl", default="triton", help="a backend whose kernels are Triton. Default: %(default)s")
-    parser.add_argument("--gpu", default="h100", choices=sorted(GPUS), help="launch configuration. Default: %(default)s")
-    parser.add_argument("--shapes", default="sweep", type=parse_shapes,
-                        help="'sweep' (the GPU throughput sweep) or ROWSxHIDDEN:DTYPE,... Default: %(default)s")
-    parser.add_argument("--directions", default="forward,backward", type=_directions)
-    parser.add_argument("--norm", default="layer_norm", choices=sorted(NORMALIZATION_COLUMN),
-                        help="LayerNorm with weight and bias, or RMSNorm with weight. Default: %(default)s")
-    parser.add_argument("--all-programs", action="store_true", help="run every program (slow), no extrapolation")
-    parser.add_argument("--out", help="write the rows as CSV here")
-    args = parser.parse_args(argv)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-    shapes = args.shapes
-    from normbench import get_registry
-
-    backend = get_registry().create(args.impl)
-    from normbench.core import operations
-
-    missing = operations.missing_reason(backend, args.norm)
-    if missing:
-        print(f"normbench traffic: {missing}", file=sys.stderr)
-        return 2
-    gpu = GPUS[args.gpu]
-    norm = "" if args.norm == "layer_norm" else f" {args.norm}"
-    print(f"# {args.impl}{norm} with the launch configuration of {gpu.name} ({gpu.sm_count} SMs); {RATIO_NOTE}")
-
-    def show(row: dict) -> None:
-        print(f"{row['direction']:9} {row['dtype']:9} {row['rows']:>7}x{row['hidden']:<6} ratio {row['ratio']:.4f} "
-              f"(requested {row['requested_ratio']:.3f}) {row['kernels']}", flush=True)
-
-    start = time.monotonic()
-    rows = traffic_rows(backend, args.impl, shapes, gpu, args.directions, not args.all_programs, show, args.norm)
-    print(f"# {len(rows)} rows in {time.monotonic() - start:.0f} s")
-    if args.out:
-        write_csv(rows, args.out)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 # -- the traffic results schema: one row per (backend, shape, dtype, direction), written by main() ----------------

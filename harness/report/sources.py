@@ -101,7 +101,7 @@ def read_table1(path: Path) -> dict[str, Any]:
 
 
 def _read_json_document(path: Path, what: str) -> dict[str, Any]:
-    return read_environment(path) if what == "normbench.core.environment" else read_table1(path)
+    return read_environment(path) if what == "normbench.environment" else read_table1(path)
 
 
 def _kind(path: Path) -> str:
@@ -124,7 +124,7 @@ def _from_folder(folder: Path) -> dict[str, Any]:
     for schema, name in ((THROUGHPUT, "throughput"), (CONFORMANCE, "conformance")):
         if any((folder / f"{name}.{ext}").exists() for ext in ("json", "csv", "csv.gz")):
             parts[name] = storage.load(folder, schema)
-    for name, path, what in (("environment", folder / ENVIRONMENT_FILE, "normbench.core.environment"),
+    for name, path, what in (("environment", folder / ENVIRONMENT_FILE, "normbench.environment"),
                              ("table1", folder / TABLE1_FILE, TABLE1)):
         if path.exists():
             parts[name] = _read_json_document(path, what)
@@ -150,7 +150,7 @@ def _from_file(path: Path) -> dict[str, Any]:
         return {"conformance": storage.load(path, CONFORMANCE)}
     if kind in ("traffic", "kernel_stats"):
         return {kind: storage.load(path, TRAFFIC if kind == "traffic" else KERNEL_STATS)}
-    return {kind: _read_json_document(path, "normbench.core.environment" if kind == "environment" else TABLE1)}
+    return {kind: _read_json_document(path, "normbench.environment" if kind == "environment" else TABLE1)}
 
 
 def _label(parts: dict[str, Any], path: Path) -> str:
