@@ -213,3 +213,12 @@ def test_the_most_derived_definition_of_a_hook_wins_per_operation():
     assert hook(Old, "warmup", "rms_norm").defined_by is Hooks
     assert hook(NumpyBackend, "warmup", "rms_norm").defined_by is Backend and hook(NumpyBackend, "warmup",
                                                                                    "rms_norm").is_default
+
+
+def test_an_instance_narrowing_its_0_2_normalizations_is_honoured():
+    """A 0.2 plugin that narrowed ``self.normalizations`` in ``__init__`` (a library release without RMSNorm)."""
+    backend = NumpyBackend()
+    backend.normalizations = ("layer_norm",)
+    assert operations.implemented(backend) == ("layer_norm",)
+    assert operations.missing_reason(backend, "rms_norm") is not None
+    assert operations.implemented(NumpyBackend) == ("layer_norm", "rms_norm")

@@ -339,7 +339,11 @@ def strip_id(case_id: str) -> str:
 
 def implemented(backend: Any) -> tuple[str, ...]:
     """The operations a backend (class or instance) declares: ``operations``, or normbench 0.2's
-    ``normalizations`` (deprecated), default LayerNorm."""
+    ``normalizations`` (deprecated; an instance that narrows it in ``__init__`` is honoured), default LayerNorm."""
+    own = {} if isinstance(backend, type) else vars(backend)
+    for attribute in ("operations", "normalizations"):
+        if attribute in own:
+            return tuple(own[attribute])
     declared = getattr(backend, "operations", None)
     if declared is None:
         declared = getattr(backend, "normalizations", ("layer_norm",))

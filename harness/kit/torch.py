@@ -1,9 +1,11 @@
-"""Host NumPy arrays to torch tensors and back, keeping the layout; and the autograd plumbing.
+"""The kit for torch-based backends: host NumPy arrays to torch tensors and back, keeping the layout
+(:func:`from_host`, :func:`to_host`), torch's thread count (:func:`set_threads`), and
+:class:`AutogradBackend`, the base of a backend whose backward is torch autograd's.
 
-Shared by the torch-based backends (``normbench.impls.torch_native``, ``normbench.impls.triton``): the tensor rebuilt on
-the device has the host view's shape, strides, storage offset and stride-0
-broadcasts (``normbench.kit.layout.decompose``), so layout bugs reach the kernel.
-torch is passed in, never imported here at module level.
+Public (docs/writing-a-backend.md): normbench's own ``torch`` and ``triton`` backends use it as the
+torch-based example plugins do. A tensor rebuilt on the device has the host view's shape, strides,
+storage offset and stride-0 broadcasts (:func:`normbench.kit.layout.decompose`), so layout bugs reach
+the kernel. torch is passed in, never imported here at module level.
 """
 
 from __future__ import annotations

@@ -18,6 +18,11 @@ before the interpreter was chosen cannot interpret kernels, and
 :func:`ensure_mode` says so (set ``TRITON_INTERPRET=1`` in the environment, or
 create the backend before importing triton).
 
+For a Triton-based backend (normbench's ``triton``, the Liger-Kernel example plugin) the kit also
+holds what the interpreter changes, to say in the backend's attributes (:data:`TIMING_NOTE`,
+:data:`RUNTIME_NOTE`, :func:`interpreter_max_elements`, :data:`INTERPRETER_DEVICE`), and what
+``ptxas`` says of a compiled kernel's registers and spills, without a GPU (:func:`ptxas_usage`).
+
 Nothing here runs at import time: ``import normbench.kit.triton`` imports
 neither torch nor triton. The kernel modules call :func:`ensure_mode` first
 thing, and are themselves imported lazily on the first launch, so importing
