@@ -15,7 +15,6 @@ from normbench.front import run
 from normbench.front.cli import parser
 from normbench.front.plan import SELECTION, WORKER_KEY, Plan, PlanPlugin, apply_to_worker
 from normbench.suites import DIRECTORY as SUITES
-from tests.plugins import ROOT
 
 
 def plan_of(*argv: str) -> Plan:
@@ -62,7 +61,3 @@ def test_normbench_test_runs_the_plans_seeds_in_the_workers(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "2 passed" in out.stdout, out.stdout[-3000:]
     assert "-seed3] " in out.stdout and "-seed8] " in out.stdout, out.stdout[-3000:]  # run by the workers
-
-
-def test_the_suites_folder_is_the_one_run():
-    assert (ROOT / "suites").resolve() == SUITES
