@@ -129,10 +129,10 @@ def docstring_example(folder) -> str:
     return name
 
 
-def markdown_example(tmp_path) -> tuple[str, Path]:
-    """The package of docs/writing-a-backend.md laid out as its tree says, its files as written, its
+def markdown_example(tmp_path, section: str = "A complete minimal backend") -> tuple[str, Path]:
+    """The package of docs/writing-a-backend.md's ``section`` laid out as its tree says, its files as written, its
     pyproject.toml's entry points registered; returns the backend's name and the folder to put on the path."""
-    blocks = fenced_blocks(WRITING_A_BACKEND.read_text(encoding="utf-8"), "A complete minimal backend")
+    blocks = fenced_blocks(WRITING_A_BACKEND.read_text(encoding="utf-8"), section)
     tree, files = blocks[0][1].split(), {}
     project = tmp_path / tree[0].rstrip("/")
     for path in tree[1:]:

@@ -6,69 +6,47 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import re
 import sys
 from pathlib import Path
 
 import pytest
 
 from normbench.kit.testing import imported_frameworks, junit_outcomes
-from tests.plugins import ROOT, PluginFolder, counts, pytest_command, subprocess_env
+from tests.plugins import ROOT, counts, pytest_command, subprocess_env
+from tests.test_doctests import markdown_example
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     tomllib = pytest.importorskip("tomli")
 
-PAGE = ROOT / "docs" / "writing-a-backend.md"
 SECTION = "A complete torch RMSNorm backend"
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the page's backend wraps torch")
 
 
-def fenced_blocks(markdown: str, section: str) -> list[tuple[str, str]]:
-    """The fenced code blocks of one ``## section`` of a markdown file: (language, text)."""
-    body = markdown.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"^```(\w*)\n(.*?)^```$", body, flags=re.S | re.M)
-
-
-def build(tmp_path: Path) -> tuple[str, Path, dict[str, str]]:
-    """The page's package under ``tmp_path``: (backend name, the folder to put on the path, files by path)."""
-    blocks = fenced_blocks(PAGE.read_text(encoding="utf-8"), SECTION)
-    tree, files = blocks[0][1].split(), {}
-    project = tmp_path / tree[0].rstrip("/")
-    for path in tree[1:]:
-        (project / path).parent.mkdir(parents=True, exist_ok=True)
-        (project / path).touch()
-    for _, text in blocks[1:]:
-        path = text.partition("\n")[0].removeprefix("#").strip()
-        assert path in tree[1:], f"a code block for {path}, not in the tree {tree}"
-        (project / path).write_text(text)
-        files[path] = text
-    pyproject = tomllib.loads(files["pyproject.toml"])
-    (where,) = pyproject["tool"]["setuptools"]["packages"]["find"]["where"]
-    entry_points = pyproject["project"]["entry-points"]["normbench.backends"]
-    (name,) = entry_points
-    PluginFolder(project / where).distribution(entry_points, dist=pyproject["project"]["name"])
-    return name, project / where, files
+def build(tmp_path: Path) -> tuple[str, Path]:
+    """The page's package under ``tmp_path`` (tests/test_doctests.py lays it out): (backend name, the folder to put
+    on the path)."""
+    return markdown_example(tmp_path, SECTION)
 
 
 def test_the_page_backend_imports_only_public_names(tmp_path):
-    _, _, files = build(tmp_path)
-    tree = ast.parse(files["src/my_rms/backend.py"])
+    _, folder = build(tmp_path)
+    tree = ast.parse((folder / "my_rms" / "backend.py").read_text(encoding="utf-8"))
     used = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert {m for m in used if m.startswith("normbench")} == {"normbench.kit", "normbench.kit.torch"}
 
 
 def test_the_page_backend_is_lazy(tmp_path):
-    name, folder, _ = build(tmp_path)
+    name, folder = build(tmp_path)
     env = subprocess_env(folder)
     assert imported_frameworks("my_rms.backend", ("torch",), env=env) == []
 
 
 @pytest.mark.e2e
 def test_the_page_backend_passes_the_suites(tmp_path):
-    name, folder, _ = build(tmp_path)
+    name, folder = build(tmp_path)
     junit = tmp_path / "junit.xml"
     out = __import__("subprocess").run(
         pytest_command(str(ROOT / "suites"), f"--normbench-impl={name}", "-n", "2", "--normbench-seed=0", "-q",
