@@ -145,3 +145,14 @@ def test_a_saved_table1_is_shown(run):
     section = html[html.index("Table 1 of the paper, measured"):]
     assert "Weight matrix re-scaling" in section and "Layer norm" in section and "(paper:" not in section
     assert "RMSNorm *" in section and "normbench's measurement against normbench's own derivation" in section
+
+
+def test_a_saved_table1_is_never_written_over(tmp_path):
+    (tmp_path / "table1.json").write_text("{}")
+    out = normbench("table1", "--no-recurrent", f"--save={tmp_path}")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "table1.json exists, an earlier measurement; it is never written over" in out.stderr
+    assert (tmp_path / "table1.json").read_text() == "{}"
+    (tmp_path / "file").write_text("")
+    out = normbench("table1", "--no-recurrent", f"--save={tmp_path / 'file'}")
+    assert out.returncode == 2 and "is a file, not a folder" in out.stderr

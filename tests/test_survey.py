@@ -165,3 +165,34 @@ def test_runs_and_findings_may_be_given_by_their_folders(tmp_path):
         survey.findings_files([tmp_path / "empty"])
     with pytest.raises(ResultsError, match="holds no run folders"):
         survey.run_folders_in([judged])
+
+
+def test_a_survey_never_writes_over_a_run(tmp_path):
+    """--out onto a run folder, or one of the survey's own inputs, is refused and leaves them whole; onto an earlier
+    survey's folder it republishes; a file or a read-only folder is one error line."""
+    a = run_folder(tmp_path, "a", {"numpy": "2.4.6"})
+    b = run_folder(tmp_path, "b", {"torch": "2.13.0"})
+    before = {p.name: p.read_bytes() for p in a.iterdir()}
+    with pytest.raises(ResultsError, match="is one of the runs the survey merges"):
+        survey.write_survey(a, [a, b], [], "normbench survey")
+    with pytest.raises(ResultsError, match=r"holds a run's results \(conformance.csv\)"):
+        survey.write_survey(a, [b], [], "normbench survey")
+    assert {p.name: p.read_bytes() for p in a.iterdir()} == before
+    out = tmp_path / "s"
+    survey.write_survey(out, [a, b], [], "normbench survey")
+    survey.write_survey(out, [a], [], "normbench survey")  # an earlier survey's folder: republished in place
+    assert set(storage.load(out, outcomes.CONFORMANCE).backend) == {"numpy"}
+    (tmp_path / "file").write_text("")
+    assert main(["survey", "--out", str(tmp_path / "file"), str(a), "--no-report"]) == 2
+    readonly = tmp_path / "readonly"
+    readonly.mkdir()
+    readonly.chmod(0o500)
+    try:
+        import os
+
+        if os.access(readonly, os.W_OK):  # root writes anyway: nothing to prove here
+            return
+        with pytest.raises(ResultsError, match="cannot write the survey there"):
+            survey.write_survey(readonly, [a], [], "normbench survey")
+    finally:
+        readonly.chmod(0o700)

@@ -205,6 +205,8 @@ def cmd_table1(args: argparse.Namespace) -> int:
     from normbench.paper import invariances, table1
     from normbench.paper.normalizations import BackendRowLayerNorm, OracleRowLayerNorm
 
+    if args.save:  # before measuring: a measured table is never written over, nor measured for nothing
+        _check_save(args.save)
     rows = table1.oracle_rows()
     row_norm = OracleRowLayerNorm()
     for flag, value in (("dtype", args.dtype), ("eps", args.eps)):
@@ -243,6 +245,18 @@ def cmd_table1(args: argparse.Namespace) -> int:
     if args.save:
         _save_table1(args, table1.to_document(cells, rows, args.seed, shlex.join(["normbench", *args.argv]), held))
     return 0 if ok else 1
+
+
+def _check_save(folder: str) -> None:
+    """``--save`` may name a new folder, or one without a ``table1.json``: an earlier measurement is never replaced."""
+    from pathlib import Path
+
+    path = Path(folder) / "table1.json"
+    if Path(folder).exists() and not Path(folder).is_dir():
+        raise NormbenchError(f"--save={folder} is a file, not a folder. Fix: give a folder (a run folder, or a new one)")
+    if path.exists():
+        raise NormbenchError(f"--save={folder}: {path} exists, an earlier measurement; it is never written over. "
+                             f"Fix: give another folder, or move that file away first")
 
 
 def _save_table1(args: argparse.Namespace, document: dict) -> None:

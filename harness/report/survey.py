@@ -279,15 +279,35 @@ def write_survey(out: str | os.PathLike, folders: Sequence[str | os.PathLike],
     (files, or folders of ``*.csv`` files); the files written. ``normbench survey`` then renders the folder's
     report (normbench.report: a room above this one)."""
     out = Path(out)
-    df, environment = merge([*map(Path, folders), *run_folders_in(runs_in)], out.name, command)
+    inputs = [*map(Path, folders), *run_folders_in(runs_in)]
+    check_out(out, inputs)
+    df, environment = merge(inputs, out.name, command)
     findings = sort_findings([row for f in findings_files(findings) for row in read_findings(f)])
     check_findings(findings, set(df.backend))
-    # compressed: a survey holds some 10^5 rows; any other conformance file there would be read instead
-    for stale in ("conformance.csv", "conformance.json"):
-        (out / stale).unlink(missing_ok=True)
-    written = [storage.write_csv(out / CONFORMANCE_FILE, storage.records(df), CONFORMANCE)]
-    write_atomic(out / ENVIRONMENT_FILE, json.dumps(environment, indent=1) + "\n")
-    written += [out / ENVIRONMENT_FILE, write_findings(out / FINDINGS_FILE, findings)]
-    write_atomic(out / FINDINGS_MARKDOWN, page_markdown(df, environment, findings))
+    try:
+        written = [storage.write_csv(out / CONFORMANCE_FILE, storage.records(df), CONFORMANCE)]
+        write_atomic(out / ENVIRONMENT_FILE, json.dumps(environment, indent=1) + "\n")
+        written += [out / ENVIRONMENT_FILE, write_findings(out / FINDINGS_FILE, findings)]
+        write_atomic(out / FINDINGS_MARKDOWN, page_markdown(df, environment, findings))
+    except OSError as exc:
+        raise ResultsError(f"--out {out}: cannot write the survey there: {exc.strerror or exc}. Fix: give a writable "
+                           f"folder") from None
     written.append(out / FINDINGS_MARKDOWN)
     return written
+
+
+def check_out(out: Path, inputs: Sequence[Path]) -> None:
+    """The survey's folder may be new, or an earlier survey's (republished in place), never a file, one of the runs
+    it merges, or a folder holding a run's results: the survey writes its own conformance file there, and a run's
+    would be read instead of it, or lost."""
+    if out.exists() and not out.is_dir():
+        raise ResultsError(f"--out {out} is a file, not a folder. Fix: give the survey's folder (new, or an earlier "
+                           f"survey's)")
+    for folder in inputs:
+        if folder.resolve() == out.resolve():
+            raise ResultsError(f"--out {out} is one of the runs the survey merges: its results would be replaced. "
+                               f"Fix: give another folder")
+    held = [name for name in storage.RESULT_FILES if name != CONFORMANCE_FILE and (out / name).exists()]
+    if held:
+        raise ResultsError(f"--out {out} holds a run's results ({', '.join(held)}): a survey there would hide or "
+                           f"replace them. Fix: give a new folder, or an earlier survey's")
