@@ -2,6 +2,7 @@
 traceback: the option values of both front ends as a user types them, and the memory a case
 needs against what this process has (normbench.core.machine)."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -135,6 +136,8 @@ def normbench(*args):
                                        "seeds; at most 10000"),
     (["run", "--seed=4294967296"], "argument --seed: Could not parse value: '4294967296'. Seed 4294967296 is out"),
     (["run", "--out=README.md"], "argument --out: Could not parse value: 'README.md'. It is a file, not a folder."),
+    (["test", "-n", "100000", "--impl=numpy"], "argument -n/--workers: Could not parse value: '100000'. At most "),
+    (["kernel-stats", "--arch=-1"], "argument --arch: '-1': give a compute capability times ten"),
 ])
 def test_a_bad_option_value_is_one_message(args, message):
     out = normbench(*args)
@@ -157,3 +160,26 @@ def test_a_bad_option_value_is_one_message_in_pytest(args, message, tmp_path):
                           "--collect-only", "-q"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 4, out.stdout[-2000:] + out.stderr[-2000:]
     assert message in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_the_count_tools_say_what_they_need_in_one_line(capsys, monkeypatch):
+    from normbench.front.cli import main
+    from normbench.front.counts import needs
+
+    # the commands set TRITON_INTERPRET for their process: put this worker's back afterwards
+    if "TRITON_INTERPRET" in os.environ:
+        monkeypatch.setenv("TRITON_INTERPRET", os.environ["TRITON_INTERPRET"])
+    else:
+        monkeypatch.setenv("TRITON_INTERPRET", "")
+        monkeypatch.delenv("TRITON_INTERPRET")
+
+    with pytest.raises(NormbenchError, match=r"x needs no_such_module_for_normbench, not installed. Fix: pip install"):
+        needs("no_such_module_for_normbench", what="x")
+    if importlib.util.find_spec("torch") and importlib.util.find_spec("triton"):
+        assert main(["traffic", "--impl=numpy", "--shapes=4x8"]) == 2
+        assert "numpy has no Triton kernels to count" in capsys.readouterr().err
+    for provider in ("os", "no.such.module"):
+        if importlib.util.find_spec("triton"):
+            assert main(["kernel-stats", f"--kernels={provider}", "--shapes=4x8"]) == 2
+            said = capsys.readouterr().err
+            assert said.startswith("normbench: error: --kernels=") and said.count("\n") == 1, said

@@ -55,6 +55,24 @@ def parse_counted_directions(text: str) -> list[str]:
     return chosen
 
 
+def parse_arch(text: str) -> int:
+    """A compute capability times ten, 50 to 199 (``90`` for sm_90)."""
+    if not (text.isdigit() and 50 <= int(text) <= 199):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a compute capability times ten, e.g. 90 for sm_90 or 80 "
+                                         f"for sm_80")
+    return int(text)
+
+
+def needs(*modules: str, what: str) -> None:
+    """One error line, with the fix, when a module ``what`` needs is not installed."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise NormbenchError(f"{what} needs {' and '.join(missing)}, not installed. Fix: pip install "
+                             f"'normbench[triton]' (it brings torch and triton)")
+
+
 def add_parsers(sub) -> None:
     """The two commands' parsers, as subcommands of ``normbench``."""
     from normbench.core import operations
@@ -78,7 +96,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--kernels", default="normbench.impls.triton.compile_check",
                    help="the kernel provider module (normbench.perf.kernel_stats). Default: %(default)s")
     p.add_argument("--gpu", default="h100", choices=sorted(GPUS))
-    p.add_argument("--arch", type=int, help="compute capability x10. Default: the GPU's")
+    p.add_argument("--arch", type=parse_arch, help="compute capability x10 (sm_90: 90). Default: the GPU's")
     p.add_argument("--shapes", default="sweep", type=parse_shape_list, help="'sweep' or ROWSxHIDDEN:DTYPE,...")
     p.add_argument("--norm", default="layer_norm", choices=operations.NAMES,
                    help="which normalization's kernels. Default: %(default)s")
@@ -90,8 +108,12 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     from normbench.core.registry import get_registry
     from normbench.perf.traffic import GPUS, RATIO_NOTE, traffic_rows, write_csv
 
+    needs("torch", "triton", what="normbench traffic (it counts Triton launches in the interpreter)")
     os.environ.setdefault("TRITON_INTERPRET", "1")
     backend = get_registry().select(args.impl).backends[0]
+    if "triton" not in backend.requires:
+        raise NormbenchError(f"--impl={args.impl}: {backend.name} has no Triton kernels to count (it does not require "
+                             f"triton). Fix: name a backend whose kernels are Triton, e.g. --impl=triton")
     missing = operations.missing_reason(backend, args.norm)
     if missing:
         raise NormbenchError(f"traffic: {missing}")
@@ -117,6 +139,7 @@ def cmd_kernel_stats(args: argparse.Namespace) -> int:
     from normbench.perf.kernel_stats import KERNEL_STATS, stats_rows
     from normbench.perf.traffic import GPUS, write_csv
 
+    needs("triton", what="normbench kernel-stats (it compiles Triton kernels)")
     os.environ["TRITON_INTERPRET"] = "0"  # compile, whatever the machine
     gpu = GPUS[args.gpu]
     arch = args.arch or gpu.arch

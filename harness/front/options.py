@@ -168,12 +168,26 @@ def parse_count(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+#: the most pytest-xdist workers ``-n`` takes per CPU core this process may use: each worker is a Python process
+#: with its frameworks loaded (a hundred thousand of them never come up)
+WORKERS_PER_CORE = 4
+
+
 def parse_workers(value: str) -> str:
     """pytest-xdist's worker count (``normbench test/run -n``): ``auto``, ``logical``, or an integer
-    >= 0 (``0``: no workers), as the string pytest-xdist reads."""
+    >= 0 (``0``: no workers) and at most :data:`WORKERS_PER_CORE` per usable CPU core, as the string
+    pytest-xdist reads."""
+    from normbench.core.machine import cpu_threads
+
     text = value.strip().lower()
-    if text in ("auto", "logical") or _DIGITS.fullmatch(text) and len(text) <= 6:
-        return str(int(text)) if text[0].isdigit() else text
+    most = WORKERS_PER_CORE * max(1, cpu_threads())
+    if text in ("auto", "logical"):
+        return text
+    if _DIGITS.fullmatch(text) and len(text) <= 6:
+        if int(text) > most:
+            raise _error(value, f"At most {most} workers here ({WORKERS_PER_CORE} per usable CPU core); 'auto' "
+                                f"starts one per core")
+        return str(int(text))
     raise _error(value, "Use a number of workers >= 0 (0 runs in one process), 'auto' (one per CPU core) or "
                         "'logical' (one per logical CPU), e.g. -n 4")
 
