@@ -331,10 +331,6 @@ def _csv_text(rows: list[dict[str, Any]], columns: tuple[Column, ...], header: b
     return out.getvalue()
 
 
-def _file_name(schema: Schema, ext: str = "csv") -> str:
-    return schema.file_name(ext)
-
-
 def write_csv(path: str | os.PathLike, rows: Iterable[dict[str, Any]], schema: Schema) -> Path:
     """``rows`` of ``schema`` (dicts of its columns; ``schema_version`` added when absent) as one CSV file,
     validated like a loaded file and written whole (no JSON beside it: the traffic and kernel-stats tables
@@ -643,11 +639,11 @@ def _load_csv(path: Path, schema: Schema) -> pd.DataFrame:
         raise ResultsError(f"cannot read {path}: {exc}") from None
     if not text:
         raise ResultsError(f"cannot read {path}: it is empty (a normbench CSV has a header line even with no rows). "
-                           f"Fix: point at a {_file_name(schema)} normbench wrote")
+                           f"Fix: point at a {schema.file_name()} normbench wrote")
     records_, starts, torn = _csv_records(path, text)
     if not records_:
         raise ResultsError(f"cannot read {path}: its header line is incomplete. Fix: point at a "
-                           f"{_file_name(schema)} normbench wrote")
+                           f"{schema.file_name()} normbench wrote")
     header, body, starts = records_[0], records_[1:], starts[1:]
     if "schema_version" not in header:
         raise ResultsError(f"{path} has no schema_version column: not a normbench {schema} CSV")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 from normbench.core.exceptions import NormbenchError
@@ -161,7 +160,7 @@ def cmd_kernel_stats(args: argparse.Namespace) -> int:
 
     start = time.monotonic()
     rows = stats_rows(provider, args.shapes, gpu, arch, show, args.norm)
-    print(f"# {len(rows)} kernels in {time.monotonic() - start:.0f} s", file=sys.stdout)
+    print(f"# {len(rows)} kernels in {time.monotonic() - start:.0f} s")
     if args.out:
         write_csv(rows, args.out, KERNEL_STATS)
     return 0

@@ -57,7 +57,7 @@ class Plan:
     def from_args(cls, args: argparse.Namespace) -> Plan:
         """The plan of a parsed ``normbench run`` or ``normbench test`` command line (values already parsed
         by ``normbench.front.options``' types)."""
-        given = {name: getattr(args, name) for name in ("seeds", "threads", "require", "workers", "suites", "out",
+        given = {name: getattr(args, name) for name in ("threads", "require", "workers", "suites", "out",
                                                         "run_id", "cache", "direction", "dtype", "shape", "norm",
                                                         "report", "baseline") if hasattr(args, name)}
         given["seeds"] = list(args.seed)
@@ -92,14 +92,14 @@ def _default_required() -> tuple[str, ...]:
 def apply(config: pytest.Config, options: dict[str, Any]) -> None:
     """Set ``config``'s option values (dest -> parsed value)."""
     for dest, value in options.items():
-        setattr(config.option, dest, list(value) if isinstance(value, list) else value)
+        setattr(config.option, dest, value)
 
 
 def apply_to_worker(config: pytest.Config) -> None:
     """In a pytest-xdist worker, the plan its controller sent (nothing elsewhere)."""
     options = getattr(config, "workerinput", {}).get(WORKER_KEY)
     if options:
-        apply(config, {k: tuple(v) if isinstance(v, list) and k != "normbench_seed" else v for k, v in options.items()})
+        apply(config, options)
 
 
 @dataclass
@@ -118,4 +118,4 @@ class PlanPlugin:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        node.workerinput[WORKER_KEY] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.options.items()}
+        node.workerinput[WORKER_KEY] = self.options  # plain data (str, int, None, list, tuple): execnet sends it as it is

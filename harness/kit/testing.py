@@ -72,8 +72,8 @@ def imported_frameworks(module: str, frameworks: Sequence[str], *, listing: bool
 
 
 def run_doctests(module: ModuleType, *, verbose: bool = False) -> doctest.TestResults:
-    """The doctests of ``module`` (its docstrings' ``>>>`` examples), run as written; ``.failed`` is 0 when they
-    pass. NumPy's array printing is set to its 1.13 legacy-free default, as normbench's own doctests run."""
+    """The doctests of ``module`` (its docstrings' ``>>>`` examples), run as written, with ``...`` matching anything and
+    runs of whitespace equal; ``.failed`` is 0 when they pass."""
     return doctest.testmod(module, verbose=verbose, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
 
 

@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from normbench.core import storage
+from normbench.core.dtypes import DTYPES
 from normbench.core.exceptions import NormbenchError
 from normbench.core.storage import Column, Schema
 from normbench.perf.roofline import BYTE_MODELS, direction_bytes
@@ -511,8 +512,8 @@ def write_csv(rows: Sequence[dict], path: str | os.PathLike, schema: Schema | No
 
 #: traffic rows count bytes, they do not time them: directions and byte models the counter covers
 TRAFFIC_DIRECTIONS = ("forward", "backward")
-#: the dtypes a traffic or kernel-stats row may name (normbench.core.dtypes.DTYPES, spelled out: core imports no ml_dtypes here)
-COUNTED_DTYPES = ("float16", "bfloat16", "float32", "float64")
+#: the dtypes a traffic or kernel-stats row may name
+COUNTED_DTYPES = DTYPES
 #: no kernel worth publishing moves a thousand times the byte model: a larger ratio is a broken row
 MAX_TRAFFIC_RATIO = 1000.0
 
