@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
 
 
-def listed_rooms() -> dict[str, set[str]]:
+def listed_rooms(page: str = PAGE) -> dict[str, set[str]]:
     """The rooms drawn in the page's map and the module files each lists (``core/ ... operations.py``)."""
-    block = PAGE.split("## Rooms", 1)[1].split("```", 2)[1]
+    block = page.split("## Rooms", 1)[1].split("```", 2)[1]
     rooms: dict[str, set[str]] = {}
     current = None
     for line in block.splitlines():
@@ -56,3 +56,10 @@ def test_the_import_rules_are_the_enforced_ones():
         cells = [c.strip() for c in line.strip("|").split("|")]
         rules[cells[0]] = {r.strip() for r in cells[1].split(",")}
     assert rules == ALLOWED
+
+
+def test_the_map_check_sees_a_module_left_out_or_put_in_the_wrong_room():
+    rooms = listed_rooms()
+    assert "plan.py" not in listed_rooms(PAGE.replace("\n    plan.py ", "\n    # plan.py "))["front"]
+    moved = PAGE.replace("\n    plan.py ", "\n    layout.py ", 1)
+    assert listed_rooms(moved) != rooms and "plan.py" in rooms["front"]
