@@ -2,6 +2,7 @@
 (normbench.report.survey), and the report's findings section and matrix across libraries."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,46 @@ def test_a_survey_never_writes_over_a_run(tmp_path):
             survey.write_survey(readonly, [a], [], "normbench survey")
     finally:
         readonly.chmod(0o700)
+
+
+def test_the_same_run_given_twice_is_refused_however_it_is_reached(tmp_path):
+    """By the same path, another spelling of it or a link to it: merged twice, its rows would count twice."""
+    a = run_folder(tmp_path, "a", {"numpy": "2.4.6"})
+    out = tmp_path / "s"
+    with pytest.raises(ResultsError, match=rf"the run {a} is given twice \({a}\): its rows would be counted twice. "
+                                           rf"Fix: give each run once"):
+        survey.write_survey(out, [a, a], [], "normbench survey")
+    (tmp_path / "link").symlink_to(a)
+    for again in (tmp_path / "link", tmp_path / "a" / ".." / "a"):
+        with pytest.raises(ResultsError, match=rf"the run {again} and {a} are one folder \({a}\)"):
+            survey.write_survey(out, [a, again], [], "normbench survey")
+    assert main(["survey", "--out", str(out), str(a), "--runs-in", str(tmp_path), "--no-report"]) == 2
+    assert not out.exists()
+
+
+def test_the_findings_page_lets_no_markup_or_broken_table_through(tmp_path):
+    """findings.md is published as Markdown (docs/survey.md): a backend, library, version or finding holding HTML,
+    a Markdown link, ``|`` or a line break shows as text, in its own cell."""
+    evil = "<script>alert(1)</script>"
+    name = f"numpy{evil}|x"
+    a = run_folder(tmp_path, "a", {name: f"2.4.6 {evil} | x"})
+    fields = (name, f"lib {evil}", "1|2", "layer_norm", "float32", "defect", f"what {evil} | a\nb & c", f"size {evil}",
+              f"cmd {evil} | `x`", f"evidence {evil} | [x](javascript:alert(1))")
+    judged = survey.write_findings(tmp_path / "judged.csv", [dict(zip(survey.FINDING_FIELDS, fields))])
+    out = tmp_path / "s"
+    survey.write_survey(out, [a], [judged], "normbench survey")
+    page = (out / survey.FINDINGS_MARKDOWN).read_text()
+    command = "`` cmd <script>alert(1)</script> \\| `x` ``"  # a command is code: shown as it is, never HTML
+    assert command in page
+    text = page.replace(command, "")
+    assert "<" not in text and ">" not in text and "\\[x](javascript:" in text  # no tag, no link
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "a b &amp; c" in text
+    tables = [line for line in page.splitlines() if line.startswith("|")]
+    cells = [len(re.findall(r"(?<!\\)\|", line)) for line in tables]
+    assert cells == [9, 9, 9] + [len(survey.MARKDOWN_COLUMNS) + 2] * 3  # header, rule, the row: none broken
+    try:
+        from markdown_it import MarkdownIt
+    except ImportError:  # pragma: no cover - the rendered check needs a Markdown renderer
+        return
+    html = MarkdownIt("commonmark").enable("table").render(page)
+    assert "<script" not in html and "<a " not in html and html.count("<tr>") == 4

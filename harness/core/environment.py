@@ -42,6 +42,7 @@ from normbench.core.storage import (
     ResultsError,
     boolean,
     check_document,
+    exists,
     integer,
     list_of,
     mapping,
@@ -62,7 +63,7 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 STATES = ("running", "finished", "interrupted")
 #: the ``status`` record of environment.json
 STATUS_FIELDS = record({"state": one_of(*STATES), "at": text(), "done": integer(0)},
-                       {"reason": nullable(text()), "total": nullable(integer(0))})
+                       {"reason": nullable(text()), "total": nullable(integer(0)), "rows": mapping(integer(0))})
 def _thread_value(value: Any, where: str) -> None:
     if not (isinstance(value, (str, int, float)) or isinstance(value, list)
             and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
@@ -224,27 +225,31 @@ def read_environment(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         path = path / ENVIRONMENT_FILE
-    if not path.exists():
+    if not exists(path):  # a link loop or an unreadable file is a ResultsError naming it, not "no file"
         raise ResultsError(f"no {ENVIRONMENT_FILE} at {path}. Fix: give a run folder written by `normbench run`")
     return read_document(path, ENVIRONMENT, 1, ENVIRONMENT_FIELDS, _FIX)
 
 
-def status_record(state: str, reason: str | None = None, done: int = 0, total: int | None = None) -> dict[str, Any]:
+def status_record(state: str, reason: str | None = None, done: int = 0, total: int | None = None,
+                  rows: dict[str, int] | None = None) -> dict[str, Any]:
     """The ``status`` record: ``state`` (one of :data:`STATES`), ``reason`` (``"SIGTERM"``, ``"KeyboardInterrupt"``,
     ``"backend crashed"``; None when there is none), ``at`` (now, ISO 8601 UTC), ``done`` (tests or cases
-    finished) and ``total`` (how many there were to do; None when unknown).
+    finished), ``total`` (how many there were to do; None when unknown) and, at the end of a run, ``rows``:
+    how many rows the run wrote into each results file (``{"conformance": 1636}``), which the loader holds the
+    files to.
 
     >>> status_record("interrupted", "SIGTERM", done=3, total=10)["state"]
     'interrupted'
     """
-    document = {"state": state, "reason": reason, "at": now_utc(), "done": done, "total": total}
+    document = {"state": state, "reason": reason, "at": now_utc(), "done": done, "total": total,
+                **({} if rows is None else {"rows": rows})}
     check_document(document, STATUS_FIELDS, "the status to record", f"state is one of {', '.join(STATES)}; done and "
                    f"total are counts")
     return document
 
 
 def mark_status(folder: str | os.PathLike, state: str, reason: str | None = None, done: int = 0,
-                total: int | None = None) -> Path:
+                total: int | None = None, rows: dict[str, int] | None = None) -> Path:
     """Record the run's status in ``<folder>/environment.json`` (rewritten whole, the rest kept; a minimal
     document if there is none yet): :func:`status_record`'s arguments. A bad argument or a folder that
     cannot be written is one ResultsError.
@@ -256,7 +261,7 @@ def mark_status(folder: str | os.PathLike, state: str, reason: str | None = None
     'running'
     """
     path = Path(folder) / ENVIRONMENT_FILE
-    status = status_record(state, reason, done, total)
+    status = status_record(state, reason, done, total, rows)
     document = read_environment(path) if path.exists() else {"schema": ENVIRONMENT, "schema_version": 1,
                                                               "run_id": path.parent.name}
     return _write(path, {**document, "status": status})

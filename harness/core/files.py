@@ -1,6 +1,6 @@
-"""Writing a file so that a reader never sees half of it.
+"""Writing a file so that a reader never sees half of it, and reading one that is truly a file.
 
-Two ways, each all or nothing:
+Two ways of writing, each all or nothing:
 
 * :func:`write_atomic` replaces a whole file (results JSON, environment, Table 1,
   the HTML report): an interrupted run, a full disk or a reader polling the folder
@@ -14,14 +14,22 @@ Two ways, each all or nothing:
 Both write through :func:`os.write` (tests simulate a full disk by replacing it)
 and raise the :class:`OSError` they met; callers turn it into a message naming
 the file and the fix.
+
+One way of reading: :func:`open_regular` opens a regular file (a link is followed)
+and refuses anything else, a named pipe, a device, a socket, a folder, with an
+:class:`OSError` saying what it is, before anything could block on it; and a file
+larger than the caller's limit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import uuid
 from pathlib import Path
+from typing import BinaryIO
 
 
 def _write_all(fd: int, payload: bytes) -> None:
@@ -96,3 +104,50 @@ def append_whole(path: str | os.PathLike, data: str | bytes, sync: bool = True) 
         return before + len(payload)
     finally:
         os.close(fd)
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_regular(mode: int, size: int, limit: int | None) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "something else")
+        raise OSError(errno.EINVAL, f"it is {kind}, not a regular file")
+    if limit is not None and size > limit:
+        raise OSError(errno.EFBIG, f"it is {size} bytes, more than the {limit} such a file may have")
+
+
+def open_regular(path: str | os.PathLike, limit: int | None = None) -> BinaryIO:
+    """``path`` opened for reading in binary, if it is a regular file of at most ``limit`` bytes (links followed);
+    else the :class:`OSError` met (a link loop, no permission, no such file) or one saying what it is instead.
+
+    It is checked (:func:`os.stat`) before it is opened, and opened non-blocking and checked again, so that a named
+    pipe, which would wait for a writer forever, is never waited on (not even one put there in between).
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> os.mkfifo(folder / "conformance.csv")
+    >>> open_regular(folder / "conformance.csv")
+    Traceback (most recent call last):
+    ...
+    OSError: [Errno 22] it is a named pipe (FIFO), not a regular file
+    """
+    before = os.stat(path)
+    _check_regular(before.st_mode, before.st_size, limit)
+    nonblocking = getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, os.O_RDONLY | nonblocking | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        now = os.fstat(fd)
+        _check_regular(now.st_mode, now.st_size, limit)
+        if nonblocking:
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise

@@ -25,7 +25,13 @@ on disk and the fix; nothing half-written is left behind.
 schema: each column's kind and range (:class:`Column`, next to its doc), the
 rules a whole row obeys (``Schema.rules``), the schema version of the file
 and of every row; a missing, unknown or malformed field is one
-:class:`ResultsError` naming the file, the row and the field. An empty file
+:class:`ResultsError` naming the file, the row and the field, quoting at most
+:data:`SHOWN` characters of any value. A CSV is read a line at a time and checked
+as it is read, so garbage is refused at its first bad row; a JSON file is parsed
+whole, up to :data:`MAX_RESULTS_JSON` bytes. Only a regular file is read: a named
+pipe, a link loop or a file that may not be read is one ResultsError naming it
+(:func:`exists`, :func:`read_bytes`), never a hang and never taken as missing. A
+run's rows are one per test (:func:`distinct_rows`). An empty file
 (0 rows) is an empty frame with the schema's columns. A folder holding both
 files compares them: equal, the JSON is read; the CSV journal holding the JSON's
 rows and more (the run stopped before its last JSON snapshot), the CSV is read
@@ -59,14 +65,14 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from normbench.core import operations
 from normbench.core.exceptions import NormbenchError
-from normbench.core.files import append_whole, write_atomic
+from normbench.core.files import append_whole, open_regular, write_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -200,20 +206,20 @@ def parse_value(column: Column, value: Any) -> Any:
         if column.form is not None and value:
             wrong = column.form[1](value)
             if wrong:
-                raise ValueError(f"is {_shown(value)}: {wrong}")
+                raise ValueError(f"is {_shown(value)}: {clip(wrong)}")
         return value
     if isinstance(value, str):
         text = value.strip()
         if kind == "bool":
             if text.lower() in _TRUE + _FALSE:
                 return text.lower() in _TRUE
-            raise ValueError(f"is {value!r}, not true or false")
+            raise ValueError(f"is {quoted(value)}, not true or false")
         if kind == "float" and text == "":
             return None
         try:
             value = int(text) if kind == "int" else float(text)
         except ValueError:
-            raise ValueError(f"is {value!r}, not {'an integer' if kind == 'int' else 'a number'}") from None
+            raise ValueError(f"is {quoted(value)}, not {'an integer' if kind == 'int' else 'a number'}") from None
     if kind == "bool":
         if not isinstance(value, bool):
             raise ValueError(f"is {_shown(value)}, not true or false")
@@ -233,7 +239,7 @@ def parse_value(column: Column, value: Any) -> Any:
             raise ValueError(f"is {value!r}, not an integer")
         value = int(value)
         if abs(value) > MAX_INT:
-            raise ValueError(f"is {value}, beyond a 64-bit integer")
+            raise ValueError(f"is {clip(str(value))}, beyond a 64-bit integer")
     else:
         value = float(value)
     low, high = column.low, column.high
@@ -242,9 +248,41 @@ def parse_value(column: Column, value: Any) -> Any:
     return value
 
 
+#: the most characters of a value read from a file that a message quotes (a garbage file makes no huge message)
+SHOWN = 200
+
+
+def clip(text: str, limit: int = SHOWN) -> str:
+    """``text``, or its first ``limit`` characters and an ellipsis."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def quoted(value: Any) -> str:
+    """``repr(value)`` of at most :data:`SHOWN` characters (a long string is cut before it is quoted)."""
+    return clip(repr(value[:SHOWN] if isinstance(value, str) else value))
+
+
 def _shown(value: Any) -> str:
+    """A value read from a file, for a message: as JSON writes it, at most :data:`SHOWN` characters.
+
+    >>> len(_shown("x" * 10**6)), _shown("x" * 10**6)[-5:]
+    (200, 'xx...')
+    """
+    if isinstance(value, str):
+        value = value[:SHOWN]
     text = json.dumps(value) if isinstance(value, (bool, type(None), int, float, str)) else type(value).__name__
-    return text if len(text) <= 40 else text[:37] + "..."
+    return clip(text)
+
+
+def _listed(names: Iterable[Any], most: int = 5) -> str:
+    """Names from a file, for a message: the first ``most``, each clipped, and how many more.
+
+    >>> _listed(["a", "b", "c"], most=2)
+    'a, b and 1 more'
+    """
+    names = list(names)
+    shown = ", ".join(clip(str(n)) for n in names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def new_row(schema: Schema, **values: Any) -> dict[str, Any]:
@@ -522,35 +560,37 @@ def _validated_rows(rows: list[Any], schema: Schema, source: str, fix: str, firs
     """Every row checked against ``schema`` (fields, kinds, ranges, its rules) and parsed;
     the first problem is a ResultsError naming ``source``, the row (1-based, from ``first``; or its
     CSV line) and the field."""
+    return [_validated_row(row, schema, f"{source}, {f'line {lines[i]}' if lines else f'row {first + i}'}", fix)
+            for i, row in enumerate(rows)]
+
+
+def _validated_row(row: Any, schema: Schema, where: str, fix: str) -> dict[str, Any]:
+    """One row checked and parsed (:func:`_validated_rows`); ``where`` names it in the message."""
     columns = schema.columns
     names = [c.name for c in columns]
-    out = []
-    for i, row in enumerate(rows):
-        where = f"{source}, {f'line {lines[i]}' if lines else f'row {first + i}'}"
-        if not isinstance(row, dict):
-            raise ResultsError(f"{where} is {_shown(row)}, not an object of fields. Fix: {fix}")
-        missing = [n for n in names if n not in row]
-        unknown = [str(n) for n in row if n not in names]
-        if missing or unknown:
-            said = "; ".join(part for part in (f"lacks the fields {', '.join(missing)}" if missing else "",
-                                               f"has fields not in {schema} version {schema.version}: "
-                                               f"{', '.join(unknown)}" if unknown else "") if part)
-            raise ResultsError(f"{where} {said}. Fix: {fix}")
-        clean = {}
-        for c in columns:
-            try:
-                clean[c.name] = parse_value(c, row[c.name])
-            except ValueError as exc:
-                raise ResultsError(f"{where}: field {c.name} {exc} (it must be {c.rule()}). Fix: {fix}") from None
-        if clean["schema_version"] != schema.version:
-            raise ResultsError(f"{where}: field schema_version is {clean['schema_version']}, but the file is "
-                               f"version {schema.version}. Fix: {fix}")
-        for rule in schema.rules:
-            problem = rule(clean)
-            if problem:
-                raise ResultsError(f"{where}: {problem}. Fix: {fix}")
-        out.append(clean)
-    return out
+    if not isinstance(row, dict):
+        raise ResultsError(f"{where} is {_shown(row)}, not an object of fields. Fix: {fix}")
+    missing = [n for n in names if n not in row]
+    unknown = [n for n in row if n not in names]
+    if missing or unknown:
+        said = "; ".join(part for part in (f"lacks the fields {_listed(missing)}" if missing else "",
+                                           f"has fields not in {schema} version {schema.version}: "
+                                           f"{_listed(unknown)}" if unknown else "") if part)
+        raise ResultsError(f"{where} {said}. Fix: {fix}")
+    clean = {}
+    for c in columns:
+        try:
+            clean[c.name] = parse_value(c, row[c.name])
+        except ValueError as exc:
+            raise ResultsError(f"{where}: field {c.name} {exc} (it must be {c.rule()}). Fix: {fix}") from None
+    if clean["schema_version"] != schema.version:
+        raise ResultsError(f"{where}: field schema_version is {clean['schema_version']}, but the file is "
+                           f"version {schema.version}. Fix: {fix}")
+    for rule in schema.rules:
+        problem = rule(clean)
+        if problem:
+            raise ResultsError(f"{where}: {clip(problem)}. Fix: {fix}")
+    return clean
 
 
 def _rows_frame(rows: list[dict[str, Any]], schema: Schema, found: list[str]) -> pd.DataFrame:
@@ -560,6 +600,13 @@ def _rows_frame(rows: list[dict[str, Any]], schema: Schema, found: list[str]) ->
 
 
 _FIX_FILE = "correct or remove that row (the file was edited, damaged or not written by normbench), or re-run the measurement"
+#: the largest JSON results file read (it is parsed whole; the CSV journal beside it is read a line at a time):
+#: some 1.5 kB a conformance row, so 10^5 rows and more; garbage beyond it is refused before it takes the memory
+MAX_RESULTS_JSON = 512 << 20
+#: the largest environment.json, table1.json or findings file read: a few kB when normbench writes them
+MAX_DOCUMENT = 16 << 20
+#: the longest line of a CSV read (a row is far shorter: the csv module refuses a field beyond 128 kB)
+MAX_LINE = 4 << 20
 
 
 def _version(value: Any, where: str) -> int:
@@ -569,24 +616,68 @@ def _version(value: Any, where: str) -> int:
     return value
 
 
-def _read_json(path: Path, fix: str) -> Any:
+def _fix_read(exc: OSError, fix: str) -> str:
+    import errno
+
+    if exc.errno == errno.ELOOP:
+        return "the link loops: point it at the file, or remove it"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "make it readable (chmod), or copy it somewhere readable"
+    return fix
+
+
+def unreadable(path: str | os.PathLike, exc: OSError, fix: str = "point at a file normbench wrote") -> ResultsError:
+    """The one message for a file that is there but cannot be read: the file, why (a link loop, no permission, a
+    named pipe, too large: :func:`normbench.core.files.open_regular`) and the fix."""
+    return ResultsError(f"cannot read {path}: {exc.strerror or exc}. Fix: {_fix_read(exc, fix)}")
+
+
+def exists(path: str | os.PathLike) -> bool:
+    """Whether anything is at ``path``. Only nothing at all (no such file or folder) is False: a path that is there
+    but cannot be followed (a link loop, a link to nothing, a folder that may not be searched) is a ResultsError
+    naming it, never taken for a file that is missing."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        if not os.path.lexists(path):
+            return False
+        raise ResultsError(f"cannot read {path}: it is a link to {os.readlink(path)}, which does not exist. "
+                           f"Fix: point the link at the file, or remove it") from None
+    except OSError as exc:
+        raise unreadable(path, exc) from None
+    return True
+
+
+def read_bytes(path: str | os.PathLike, limit: int, fix: str = "point at a file normbench wrote") -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them; anything else is one ResultsError
+    (:func:`unreadable`): a named pipe is refused without waiting on it, a larger file before it is read."""
+    try:
+        with open_regular(path, limit) as f:
+            return f.read()
+    except OSError as exc:
+        raise unreadable(path, exc, fix) from None
+
+
+def _read_json(path: Path, fix: str, limit: int = MAX_DOCUMENT) -> Any:
     """The JSON value in ``path``; a file that cannot be read or parsed is one ResultsError."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = read_bytes(path, limit, fix).decode("utf-8")  # the bytes are let go before parsing
+        return json.loads(text)
     except RecursionError:
         raise ResultsError(f"cannot read {path}: its JSON is nested too deeply to be a normbench file. "
                            f"Fix: {fix}") from None
-    except (OSError, ValueError) as exc:
-        raise ResultsError(f"cannot read {path}: {exc}") from None
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError: short, positions not contents
+        raise ResultsError(f"cannot read {path}: {clip(str(exc))}") from None
 
 
 def _load_json(path: Path, schema: Schema) -> pd.DataFrame:
     import pandas as pd
 
-    document = _read_json(path, f"point at a {schema.stem}.json normbench wrote")
+    document = _read_json(path, f"point at a {schema.stem}.json normbench wrote, or read its CSV journal "
+                                f"{schema.stem}.csv by name (read a line at a time)", MAX_RESULTS_JSON)
     if not isinstance(document, dict) or document.get("schema") != schema.name or "rows" not in document:
         found = document.get("schema") if isinstance(document, dict) else type(document).__name__
-        raise ResultsError(f"{path} is not a {schema} results file (its schema is {found!r}). "
+        raise ResultsError(f"{path} is not a {schema} results file (its schema is {quoted(found)}). "
                            f"Fix: point at a {schema.stem}.json or its run folder")
     if "schema_version" not in document:
         raise ResultsError(f"{path} has no integer schema_version (got None); it was not written by normbench")
@@ -607,72 +698,129 @@ def _load_json(path: Path, schema: Schema) -> pd.DataFrame:
     return _rows_frame(_validated_rows(rows, schema, str(path), _FIX_FILE), schema, [])
 
 
-def _csv_records(path: Path, text: str) -> tuple[list[list[str]], list[int], bool]:
-    """The CSV's records, the line each starts on, and whether an incomplete last record was left out."""
-    parts = text.split("\n")
-    lines = [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
-    reader = csv.reader(iter(lines), strict=True)
-    found, starts, torn, start = [], [], not text.endswith("\n"), 1
+class _Lines:
+    """A CSV's lines, one at a time (none longer than :data:`MAX_LINE`), each ending in ``\\n`` but maybe the last;
+    :attr:`last` is the last line read, :attr:`ended` whether there are no more."""
+
+    def __init__(self, path: Path, stream: Any) -> None:
+        self.path, self.stream, self.last, self.ended, self.count = path, stream, "", False, 0
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        line = self.stream.readline(MAX_LINE)
+        if not line:
+            self.ended = True
+            raise StopIteration
+        self.count += 1
+        if len(line) == MAX_LINE and not line.endswith("\n"):
+            raise ResultsError(f"{self.path}, line {self.count} is longer than {MAX_LINE} characters: not a row of "
+                               f"a normbench CSV. Fix: {_FIX_FILE}")
+        self.last = line
+        return line
+
+
+def _csv_records(path: Path, stream: Any, torn: list[bool]) -> Iterator[tuple[int, list[str]]]:
+    """The CSV's records, each with the line it starts on, read a line at a time. An incomplete last record (the file
+    ends inside it) is left out, and ``torn`` becomes ``[True]``."""
+    lines = _Lines(path, stream)
+    reader = csv.reader(lines, strict=True)
+    held, start = None, 1  # a record is given once the next one is read: only then is it known not to be the last
     try:
         for record in reader:
-            found.append(record)
-            starts.append(start)
-            start = reader.line_num + 1
+            if held is not None:
+                yield held
+            held, start = (start, record), reader.line_num + 1
     except csv.Error as exc:
-        if reader.line_num < len(lines):
-            raise ResultsError(f"cannot read {path}, line {start}: {exc}. Fix: {_FIX_FILE}") from None
-        torn = True  # the file ends inside a quoted field: its last record was cut
+        if not lines.ended:
+            raise ResultsError(f"cannot read {path}, line {start}: {clip(str(exc))}. Fix: {_FIX_FILE}") from None
+        torn[:] = [True]  # the file ends inside a quoted field: its last record was cut
     else:
-        if torn:
-            found.pop()
-            starts.pop()
-    return found, starts, torn
+        if lines.last and not lines.last.endswith("\n"):
+            torn[:] = [True]
+            held = None
+    if held is not None:
+        yield held
 
 
 def _load_csv(path: Path, schema: Schema) -> pd.DataFrame:
+    """A CSV of ``schema``, read a line at a time and checked as it is read: the first malformed row is refused
+    before the rest is read (a file of garbage takes neither the memory of its rows nor a message of its size)."""
+    try:
+        raw = open_regular(path)
+    except OSError as exc:
+        raise unreadable(path, exc) from None
+    with raw:  # decompressed and decoded as it is read, never whole
+        try:
+            binary = gzip.GzipFile(fileobj=raw, mode="rb") if path.name.endswith(".gz") else raw
+            return _parse_csv(path, io.TextIOWrapper(binary, encoding="utf-8", newline="\n"), schema)
+        except (OSError, EOFError, UnicodeDecodeError) as exc:  # gzip's BadGzipFile is an OSError
+            raise ResultsError(f"cannot read {path}: {clip(str(exc))}") from None
+
+
+def _parse_csv(path: Path, stream: Any, schema: Schema) -> pd.DataFrame:
     import pandas as pd
 
-    try:
-        data = path.read_bytes()
-        text = (gzip.decompress(data) if path.name.endswith(".gz") else data).decode("utf-8")
-    except (OSError, EOFError, UnicodeDecodeError) as exc:  # gzip's BadGzipFile is an OSError
-        raise ResultsError(f"cannot read {path}: {exc}") from None
-    if not text:
+    torn: list[bool] = [False]
+    found = _csv_records(path, stream, torn)
+    first = next(found, None)
+    if first is None and not torn[0]:
         raise ResultsError(f"cannot read {path}: it is empty (a normbench CSV has a header line even with no rows). "
                            f"Fix: point at a {schema.file_name()} normbench wrote")
-    records_, starts, torn = _csv_records(path, text)
-    if not records_:
+    if first is None:
         raise ResultsError(f"cannot read {path}: its header line is incomplete. Fix: point at a "
                            f"{schema.file_name()} normbench wrote")
-    header, body, starts = records_[0], records_[1:], starts[1:]
+    header = first[1]
     if "schema_version" not in header:
         raise ResultsError(f"{path} has no schema_version column: not a normbench {schema} CSV")
     if len(set(header)) != len(header):
         raise ResultsError(f"{path}: its header repeats a column. Fix: {_FIX_FILE}")
-    for record, line in zip(body, starts):
-        if len(record) != len(header):
-            raise ResultsError(f"{path}, line {line} has {len(record)} fields, the header {len(header)}. Fix: {_FIX_FILE}")
+    at = header.index("schema_version")
     names = [c.name for c in schema.columns]
-    version_of_header = body[0][header.index("schema_version")] if body else str(schema.version)
-    if version_of_header == str(schema.version) and sorted(header) != sorted(names):
+    rows, older = [], []
+    version, version_line = str(schema.version), 0
+    for line, record in found:
+        if len(record) != len(header):
+            raise ResultsError(f"{path}, line {line} has {len(record)} fields, the header {len(header)}. "
+                               f"Fix: {_FIX_FILE}")
+        if not version_line:  # the first row's version is the file's: the header must be that version's
+            version, version_line = record[at], line
+            if not version.isdigit():
+                raise ResultsError(f"{path}, line {line}: field schema_version is {quoted(version)}, not an integer. "
+                                   f"Fix: {_FIX_FILE}")
+            if version == str(schema.version):
+                _check_header(path, header, names, schema)
+            else:  # a version this normbench cannot read is refused before the rest is read
+                _readable(schema, int(version), str(path))
+        elif record[at] != version:
+            raise ResultsError(f"{path}, line {line}: field schema_version is {quoted(record[at])}, but line "
+                               f"{version_line} says {version}: a file holds one version. Fix: load each run's file "
+                               f"separately and merge() them")
+        row = dict(zip(header, record))
+        if version == str(schema.version):
+            rows.append(_validated_row(row, schema, f"{path}, line {line}", _FIX_FILE))
+        else:  # an older version is migrated whole, then validated
+            older.append(row)
+    if not version_line:
+        _check_header(path, header, names, schema)
+    if older:
+        df = pd.DataFrame(older, columns=header).replace({"": None})
+        migrated = records(_migrate(df, schema, int(version), str(path)).assign(schema_version=schema.version))
+        rows = _validated_rows(migrated, schema, str(path), _FIX_FILE)
+    said = [f"{path}: its last line is incomplete (the run stopped while writing it) and was left out; "
+            f"{len(rows)} complete rows read"] if torn[0] else []
+    return _rows_frame(rows, schema, said)
+
+
+def _check_header(path: Path, header: list[str], names: list[str], schema: Schema) -> None:
+    """A header of the schema's version names its columns, each once, no others."""
+    if sorted(header) != sorted(names):
         missing, unknown = [n for n in names if n not in header], [n for n in header if n not in names]
-        said = "; ".join(part for part in (f"lacks the columns {', '.join(missing)}" if missing else "",
-                                           f"has columns not in {schema} version {schema.version}: {', '.join(unknown)}"
+        said = "; ".join(part for part in (f"lacks the columns {_listed(missing)}" if missing else "",
+                                           f"has columns not in {schema} version {schema.version}: {_listed(unknown)}"
                                            if unknown else "") if part)
         raise ResultsError(f"{path}: its header {said}. Fix: {_FIX_FILE}")
-    rows = [dict(zip(header, record)) for record in body]
-    versions = sorted({r["schema_version"] for r in rows})
-    if len(versions) > 1 or not all(v.isdigit() for v in versions):
-        raise ResultsError(f"{path} mixes or garbles schema versions ({', '.join(versions)}). "
-                           f"Fix: load each run's file separately and merge() them")
-    version = int(versions[0]) if versions else schema.version
-    if version != schema.version:
-        df = pd.DataFrame(rows, columns=header).replace({"": None})
-        rows = records(_migrate(df, schema, version, str(path)).assign(schema_version=schema.version))
-        starts = None
-    found = [f"{path}: its last line is incomplete (the run stopped while writing it) and was left out; "
-             f"{len(rows)} complete rows read"] if torn else []
-    return _rows_frame(_validated_rows(rows, schema, str(path), _FIX_FILE, lines=starts), schema, found)
 
 
 def _first_difference(a: pd.DataFrame, b: pd.DataFrame) -> str:
@@ -711,31 +859,32 @@ def load(path: str | os.PathLike, schema: Schema) -> pd.DataFrame:
     """A run folder, or its ``.json`` or ``.csv`` file, as a validated DataFrame of the current schema.
 
     A folder with both files is read as the module doc says (they are compared); with one, from it.
-    What a reader should be told is in :func:`notes`.
+    What a reader should be told is in :func:`notes`. A file that is there but cannot be read (a link
+    loop, no permission, a named pipe) is refused (:func:`exists`, :func:`read_bytes`), never taken as missing.
     """
     path = Path(path)
     name = schema.stem
     if path.is_dir() and schema.pattern:
         return _load_per_target_folder(path, schema)
     if path.is_dir():
-        have = [p for p in (path / f"{name}.json", path / f"{name}.csv") if p.exists()]
+        have = [p for p in (path / f"{name}.json", path / f"{name}.csv") if exists(p)]
         if len(have) == 2:
             return _reconcile(path, schema)
-        if not have and (path / f"{name}.csv.gz").exists():  # a published folder's compressed table
+        if not have and exists(path / f"{name}.csv.gz"):  # a published folder's compressed table
             have = [path / f"{name}.csv.gz"]
         path = have[0] if have else path / f"{name}.json"
-    if not path.exists():
+    if not exists(path):
         raise ResultsError(f"no results at {path}. Fix: give a run folder (reports/<run-id>) or one of its "
                            f"{name}.csv / .json files")
     return _load_json(path, schema) if path.suffix == ".json" else _load_csv(path, schema)
 
 
-
 def _load_per_target_folder(folder: Path, schema: Schema) -> pd.DataFrame:
-    """Every file of ``schema`` in ``folder`` (``kernels-*.csv``, one per compile target), in name order, as one frame."""
+    """Every file of ``schema`` in ``folder`` (``kernels-*.csv``, one per compile target), in name order, as one frame
+    (each is read, so one that is not a regular file is refused, not passed over)."""
     import pandas as pd
 
-    paths = sorted(p for p in folder.glob(schema.pattern) if p.is_file())
+    paths = sorted(folder.glob(schema.pattern))
     if not paths:
         raise ResultsError(f"no {schema} rows in {folder} (no {schema.pattern}). Fix: give a folder "
                            f"`normbench kernel-stats --out FOLDER/kernels-sm90.csv` wrote into, or one of its files")
@@ -754,6 +903,60 @@ def merge(sources: Iterable[str | os.PathLike | pd.DataFrame], schema: Schema) -
         return frame([], schema)
     merged = pd.concat(frames, ignore_index=True).drop_duplicates(ignore_index=True)
     return _coerce(merged, schema.columns)
+
+
+def distinct_rows(df: pd.DataFrame, key: tuple[str, ...], result: str, what: str) -> tuple[pd.DataFrame, list[str]]:
+    """``df`` holding each test once (a test: the values of its ``key`` columns), and what a reader must be told,
+    naming the tests (``what`` names the rows: "the conformance results").
+
+    A row repeating another exactly is read once. Rows of one test that differ (it passed, and it failed) leave no
+    result to believe, and keeping one would take a side: a pass would hide a failure the file records, a failure
+    would make one up. They become one row whose ``result`` is ``error`` and whose message says why (the columns
+    they disagree on emptied): never a pass, never silently a failure of the backend, and named.
+
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"test": ["a", "a", "b", "b"], "outcome": ["passed", "passed", "passed", "failed"],
+    ...                    "message": ["", "", "", "y off"]})
+    >>> clean, said = distinct_rows(df, ("test",), "outcome", "the results")
+    >>> clean.outcome.tolist(), clean.message[1]
+    (['passed', 'error'], '2 rows of this test disagree (passed, failed): none is believed')
+    >>> said[1]
+    'the results: 1 test has rows that disagree (b): none of them is believed; each is shown once, as an error saying so'
+    """
+    import pandas as pd
+
+    found, kept = [], notes(df)
+    repeated = df.duplicated()
+    if repeated.any():
+        n = int(repeated.sum())
+        found.append(f"{what}: {n} row{'s repeat' if n > 1 else ' repeats'} another row exactly "
+                     f"({_listed(_test_names(df[repeated], key))}): each is read once")
+        df = df[~repeated]
+    clash = df.duplicated(list(key), keep=False)
+    if clash.any():
+        empty = {name: {"O": "", "i": 0, "u": 0, "b": False}.get(dtype.kind, math.nan) for name, dtype in df.dtypes.items()}
+        marked = {}
+        for _, group in df[clash].groupby(list(key), sort=False):
+            row = group.iloc[0].copy()
+            for name in group.columns:
+                if group[name].nunique(dropna=False) > 1:
+                    row[name] = empty[name]
+            row[result] = "error"
+            row["message"] = (f"{len(group)} rows of this test disagree ({', '.join(dict.fromkeys(group[result]))}): "
+                              f"none is believed")
+            marked[group.index[0]] = row
+        tests = _test_names(pd.DataFrame(marked.values()), key)
+        found.append(f"{what}: {len(tests)} test{'s have' if len(tests) > 1 else ' has'} rows that disagree "
+                     f"({_listed(tests)}): none of them is believed; each is shown once, as an error saying so")
+        dtypes = df.dtypes.to_dict()
+        df = pd.concat([df[~clash], pd.DataFrame(marked.values(), index=list(marked))]).sort_index().astype(dtypes)
+    df = df.reset_index(drop=True)
+    df.attrs["notes"] = kept
+    return df, found
+
+
+def _test_names(df: pd.DataFrame, key: tuple[str, ...]) -> list[str]:
+    return [" ".join(str(v) for v in values if str(v)) for values in df[list(key)].itertuples(index=False)]
 
 
 # -- JSON documents (environment.json, table1.json): their fields, checked one by one ----------------
@@ -868,6 +1071,7 @@ def check_document(document: Any, spec: Field, source: str, fix: str) -> None:
         spec.check(document, "")
     except ValueError as exc:
         where, what, value = exc.args
+        where = clip(where)  # a field's path holds names from the file
         if value is _MISSING:
             raise ResultsError(f"{source}: field {where} is missing. Fix: {fix}") from None
         raise ResultsError(f"{source}: {f'field {where}' if where else 'the document'} is {_shown(value)}, "
@@ -885,10 +1089,10 @@ def read_document(path: Path, schema: str, version: int, spec: Field, fix: str) 
     document = _read_json(path, fix)
     if not isinstance(document, dict) or document.get("schema") != schema:
         found = document.get("schema") if isinstance(document, dict) else type(document).__name__
-        raise ResultsError(f"{path} is not a {schema} file (its schema is {found!r})")
+        raise ResultsError(f"{path} is not a {schema} file (its schema is {quoted(found)})")
     found = document.get("schema_version")
     if isinstance(found, bool) or found != version:
-        raise ResultsError(f"{path} has {schema} schema version {found!r}; this normbench reads version {version}. "
+        raise ResultsError(f"{path} has {schema} schema version {quoted(found)}; this normbench reads version {version}. "
                            f"Fix: upgrade normbench, or re-run the measurement")
     check_document(document, spec, str(path), fix)
     return document

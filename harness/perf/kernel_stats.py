@@ -207,9 +207,9 @@ STATS_COLUMNS: tuple[str, ...] = tuple(c.name for c in KERNEL_STATS_COLUMNS if c
 
 def counts_files(folder: str | os.PathLike) -> list[Path]:
     """The traffic and kernel-stats files in ``folder``, traffic first, kernel stats by name."""
-    folder = Path(folder)
-    found = [folder / TRAFFIC_FILE] if (folder / TRAFFIC_FILE).is_file() else []
-    return found + sorted(p for p in folder.glob(KERNEL_STATS_PATTERN) if p.is_file())
+    folder = Path(folder)  # whatever is there by those names: the loader refuses what is not a regular file
+    found = [folder / TRAFFIC_FILE] if storage.exists(folder / TRAFFIC_FILE) else []
+    return found + sorted(folder.glob(KERNEL_STATS_PATTERN))
 
 
 def schema_of_counts_file(path: str | os.PathLike) -> Schema | None:

@@ -100,8 +100,8 @@ def write_report(sources: list[str | os.PathLike], out: str | os.PathLike, basel
     reads, :func:`~normbench.report.sources.input_files`): that is a ResultsError, before anything is read."""
     path = Path(out)
     inputs = {f: s for s in sources for f in input_files(s)}
-    target = path.resolve()
-    if target in inputs or any(target == Path(s).resolve() for s in sources):
+    target = Path(os.path.realpath(path))  # realpath: a link loop is left for the loader to name, never raised here
+    if target in inputs or any(target == Path(os.path.realpath(s)) for s in sources):
         source = inputs.get(target, target)
         raise ResultsError(f"cannot write the report to {path}: it is one of the report's inputs (from {source}); the "
                            f"report never overwrites what it reads. Fix: give -o a new file, e.g. "

@@ -14,11 +14,17 @@ file is validated field by field: results, traffic and kernel statistics through
 of its files (a failed or partial run): what is missing is recorded in
 :attr:`ResultSet.missing` and stated in the report (a folder of traffic files
 alone is no run, and misses nothing); a results file with no rows
-is valid (a run that measured nothing) and noted. What the loader noticed (a
-journal's incomplete last line, a JSON snapshot behind its CSV journal) and how
+is valid (a run that measured nothing) and noted. A folder's results are checked
+against each other and against its ``environment.json``
+(:func:`normbench.report.survey.check_run`): a row repeated exactly is read once,
+rows of one test that disagree are shown as one error, and rows missing or too
+many for the tests the run says finished are said. What the loader noticed (those,
+a journal's incomplete last line, a JSON snapshot behind its CSV journal) and how
 the run ended (:func:`run_state`) are in :attr:`ResultSet.notes`. A folder with
 none of the files, a missing path, or an empty, corrupt or malformed file is a
-:class:`~normbench.core.storage.ResultsError` naming the file and the field.
+:class:`~normbench.core.storage.ResultsError` naming the file and the field; so is
+a file that is there but cannot be read (a link loop, no permission, a named pipe,
+which is never opened to wait on), never taken as missing.
 """
 
 from __future__ import annotations
@@ -122,13 +128,13 @@ def _kind(path: Path) -> str:
 def _from_folder(folder: Path) -> dict[str, Any]:
     parts: dict[str, Any] = {}
     for schema, name in ((THROUGHPUT, "throughput"), (CONFORMANCE, "conformance")):
-        if any((folder / f"{name}.{ext}").exists() for ext in ("json", "csv", "csv.gz")):
+        if any(storage.exists(folder / f"{name}.{ext}") for ext in ("json", "csv", "csv.gz")):
             parts[name] = storage.load(folder, schema)
     for name, path, what in (("environment", folder / ENVIRONMENT_FILE, "normbench.environment"),
                              ("table1", folder / TABLE1_FILE, TABLE1)):
-        if path.exists():
+        if storage.exists(path):
             parts[name] = _read_json_document(path, what)
-    if (folder / survey.FINDINGS_FILE).exists():
+    if storage.exists(folder / survey.FINDINGS_FILE):
         parts["findings"] = survey.read_findings(folder / survey.FINDINGS_FILE)
     counts = counts_files(folder)
     if any(p.name == TRAFFIC_FILE for p in counts):
@@ -194,7 +200,7 @@ def run_state(environment: dict[str, Any], folder: Path | None) -> str:
 
 def input_files(source: str | os.PathLike) -> list[Path]:
     """The files the report reads for ``source`` (resolved): the file, or every file a folder may hold that is read."""
-    path = Path(source).resolve()
+    path = Path(os.path.realpath(source))  # a link loop is the loader's one message, not pathlib's RuntimeError
     if not path.is_dir():
         return [path]
     return [path / name for name in READ_FILES] + sorted(path.glob(KERNEL_STATS_PATTERN))
@@ -203,9 +209,13 @@ def input_files(source: str | os.PathLike) -> list[Path]:
 def load_result_set(source: str | os.PathLike) -> ResultSet:
     """One folder or file as a :class:`ResultSet`; an unreadable one is a ResultsError naming it."""
     path = Path(source)
-    if not path.exists():
+    if not storage.exists(path):
         raise ResultsError(f"no results at {path}. Fix: give a run folder (reports/<run-id>) or one of its files")
     parts = _from_folder(path) if path.is_dir() else _from_file(path)
+    environment = parts.get("environment", {}) if path.is_dir() else {}  # a file alone: its counts are not of it
+    results, problems = survey.check_run({name: parts[name] for name in storage.RUN_RESULTS if name in parts},
+                                         environment)
+    parts.update(results)
     missing = []
     run = any(name in parts for name in RUN_PARTS)  # traffic files alone are no run: no run file is missing
     if "throughput" not in parts and run:
@@ -218,6 +228,7 @@ def load_result_set(source: str | os.PathLike) -> ResultSet:
     state = run_state(parts.get("environment", {}), path if path.is_dir() else None)
     if state:
         found.append(state)
+    found += problems
     for name in ("throughput", "conformance"):
         if name in parts:
             found += storage.notes(parts[name])

@@ -8,15 +8,18 @@ environment runs ``normbench run --suites=conformance`` on its backends into a r
 * ``conformance.csv.gz``: every run's rows as they were (each keeps its ``run_id``), compressed (some 10^5
   rows). A backend name that runs hold at different library versions (``liger`` 0.5.3 and 0.8.5) becomes
   ``name@version``, so the conformance matrix has one column per library version. Runs may split one
-  backend's seeds (a slow backend run seed by seed); the same test twice is an error.
+  backend's seeds (a slow backend run seed by seed); the same test twice is an error, and so is the same run
+  folder twice (by two paths, or through a link), and a run whose rows disagree with its own environment.json
+  (:func:`check_run`: rows repeated, contradictory or missing).
 * ``environment.json``: one environment for the whole survey (normbench's ``environment.json`` schema): every
   backend with its library version and device, the union of the libraries (a library at two versions lists
   both), each run's command in ``sessions``, and the status ``finished`` only when every run finished.
 * ``findings.csv``: the judged findings (:data:`FINDING_FIELDS`, one row per library, normalization, dtype and
   class of failure, with its verdict: :data:`VERDICTS`), from the findings files given, checked against the
   runs (a finding names a backend the survey ran).
-* ``findings.md``: the findings as a Markdown table (docs/survey.md holds the same table), and ``report.html``,
-  whose conformance section shows the findings above the matrix across libraries.
+* ``findings.md``: the findings as a Markdown table (docs/survey.md holds the same table), every value from a run
+  or a findings file escaped (:func:`md`: no HTML of its own reaches the page), and ``report.html``, whose
+  conformance section shows the findings above the matrix across libraries.
 
 A findings file is CSV with :data:`FINDING_FIELDS` as its header, written by whoever judged the failures: each
 row says what is wrong in words a library maintainer can act on, how large (the ratio to normbench's bound and
@@ -27,10 +30,12 @@ library source or documentation that explains it).
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import os
 import re
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,7 +44,7 @@ from normbench.check.outcomes import CONFORMANCE, FAILING, NOT_RUN
 from normbench.core import operations, storage
 from normbench.core.environment import ENVIRONMENT, ENVIRONMENT_FIELDS, ENVIRONMENT_FILE, now_utc, read_environment
 from normbench.core.files import write_atomic
-from normbench.core.storage import ResultsError, check_document
+from normbench.core.storage import ResultsError, check_document, distinct_rows
 
 FINDINGS_FILE = "findings.csv"
 #: the merged rows, compressed (normbench.core.storage reads it)
@@ -65,12 +70,13 @@ def read_findings(path: str | os.PathLike) -> list[dict[str, str]]:
     path = Path(path)
     fix = f"write {path} as CSV with the header {','.join(FINDING_FIELDS)} (normbench.report.survey)"
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ResultsError(f"cannot read the findings file {path}: {exc.strerror or exc}. Fix: {fix}") from None
+        text = storage.read_bytes(path, storage.MAX_DOCUMENT, fix).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"cannot read the findings file {path}: {exc}. Fix: {fix}") from None
     reader = csv.DictReader(io.StringIO(text))
     if tuple(reader.fieldnames or ()) != FINDING_FIELDS:
-        raise ResultsError(f"{path}: the header is {','.join(reader.fieldnames or ()) or 'missing'}. Fix: {fix}")
+        header = storage.clip(",".join(reader.fieldnames or ())) or "missing"
+        raise ResultsError(f"{path}: the header is {header}. Fix: {fix}")
     rows = []
     for line, row in enumerate(reader, start=2):
         where = f"{path}, line {line}"
@@ -80,9 +86,10 @@ def read_findings(path: str | os.PathLike) -> list[dict[str, str]]:
         if empty:
             raise ResultsError(f"{where}: {', '.join(empty)} empty. Fix: every field of a finding says something")
         if row["verdict"] not in VERDICTS:
-            raise ResultsError(f"{where}: verdict {row['verdict']!r}. Fix: one of {', '.join(VERDICTS)}")
+            raise ResultsError(f"{where}: verdict {storage.quoted(row['verdict'])}. Fix: one of {', '.join(VERDICTS)}")
         if row["normalization"] not in operations.NAMES:
-            raise ResultsError(f"{where}: normalization {row['normalization']!r}. Fix: one of {', '.join(operations.NAMES)}")
+            raise ResultsError(f"{where}: normalization {storage.quoted(row['normalization'])}. Fix: one of "
+                               f"{', '.join(operations.NAMES)}")
         rows.append({f: row[f].strip() for f in FINDING_FIELDS})
     return rows
 
@@ -105,9 +112,10 @@ def _labels(runs: list[tuple[Path, Any, dict[str, Any]]]) -> list[dict[str, str]
             for nodeid in group.nodeid:
                 first = tests.setdefault((f"{name} {version}", nodeid), folder)
                 if first != folder:
-                    raise ResultsError(f"backend {name} {version or '(no version)'} has the test {nodeid} in two of "
-                                       f"the runs, {first} and {folder}. Fix: give each test of a backend and library "
-                                       f"version once (split a backend's runs by seed)")
+                    which = storage.clip(f"{name} {version or '(no version)'}")
+                    raise ResultsError(f"backend {which} has the test {storage.clip(nodeid)} in two of the runs, "
+                                       f"{first} and {folder}. Fix: give each test of a backend and library version "
+                                       f"once (split a backend's runs by seed)")
     shared = {name for name, versions in seen.items() if len(versions) > 1}
     return [{name: f"{name}@{_versions(env).get(name, '')}" if name in shared else name for name in set(df.backend)}
             for _, df, env in runs]
@@ -117,13 +125,20 @@ def merge(folders: Sequence[str | os.PathLike], survey_id: str, command: str) ->
     """The runs in ``folders`` as one conformance frame and one environment (the module doc says how)."""
     if not folders:
         raise ResultsError("no runs given. Fix: name the run folders the survey merges (normbench run --out ...)")
+    folders = list(map(Path, folders))
+    _once(folders)
     runs = []
-    for folder in map(Path, folders):
+    for folder in folders:
         df = storage.load(folder, CONFORMANCE)
         if df.empty:
             raise ResultsError(f"{folder} holds no conformance rows. Fix: run `normbench run --suites=conformance` "
                                f"into it first")
-        runs.append((folder, df, read_environment(folder)))
+        env = read_environment(folder)
+        _, problems = check_run({"conformance": df}, env)
+        if problems:
+            raise ResultsError(f"{folder}: {'; '.join(problems)}. Fix: re-run it, or give the survey the runs whose "
+                               f"results are whole")
+        runs.append((folder, df, env))
     labels = _labels(runs)
     frames, environment = [], {}
     backends: dict[str, Any] = {}
@@ -162,20 +177,133 @@ def merge(folders: Sequence[str | os.PathLike], survey_id: str, command: str) ->
     return pd.concat(frames, ignore_index=True), environment
 
 
+def _once(folders: Sequence[Path]) -> None:
+    """Each run folder once: the same folder twice (by two paths, or through a link) would count its rows twice."""
+    seen: dict[str, Path] = {}
+    for folder in folders:
+        real = os.path.realpath(folder)
+        if real in seen:
+            same = "is given twice" if seen[real] == folder else f"and {seen[real]} are one folder"
+            raise ResultsError(f"the run {folder} {same} ({real}): its rows would be counted twice. Fix: give each run "
+                               f"once")
+        seen[real] = folder
+
+
+#: what identifies one test's row in each of a run's results (by the file's stem), and the column holding its result
+ROW_KEYS = {"conformance": (("run_id", "backend", "nodeid"), "outcome"),
+            "throughput": (("run_id", "backend", "normalization", "direction", "dtype", "rows", "hidden", "case_id"),
+                           "verdict")}
+
+
+def check_run(results: dict[str, Any], environment: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """A run's results (stem -> frame: ``conformance``, ``throughput``) checked against each other and against its
+    ``environment.json``: each test once (:func:`normbench.core.storage.distinct_rows`: repeated rows read once,
+    rows that disagree shown as one error), then as many rows as the environment says tests finished. The results
+    as they may be shown, and what is wrong, in words naming the rows. The report reads every run folder through it
+    (problems become the set's notes); the survey refuses a run with any problem."""
+    clean, problems = {}, []
+    for name, df in results.items():
+        key, result = ROW_KEYS[name]
+        clean[name], found = distinct_rows(df, key, result, f"the {name} results")
+        problems += found
+    return clean, problems + _counted(clean, environment, written=results)
+
+
+def _counted(results: dict[str, Any], environment: dict[str, Any], written: dict[str, Any]) -> list[str]:
+    """Rows against the count ``normbench run`` recorded at its end (status ``done`` of ``total``). Every finished
+    conformance test writes a row, and every throughput case measured; a throughput case skipped (a backend not timed
+    here, a case its limits skip) writes none, yet counts as finished. So more rows than finished tests is always
+    wrong, and fewer is certain only for a run of the conformance suites alone (its command says so). A run that
+    recorded the rows it wrote into each file (``status.rows``) is held to them exactly (``written``: the files'
+    rows as read, repeats included)."""
+    status = environment.get("status") or {}
+    if status.get("state") not in ("finished", "interrupted"):
+        return []  # still running, or killed: the run state says so
+    if isinstance(status.get("rows"), dict):  # the rows the run wrote, file by file: exact
+        problems = []
+        for name, wrote in sorted(status["rows"].items()):
+            held = 0 if written.get(name) is None else len(written[name])
+            if held < wrote:
+                problems.append(f"{ENVIRONMENT_FILE} says the run wrote {wrote} {name} rows, but its files hold "
+                                f"{held}: {wrote - held} rows are missing (lost, or removed from its files); "
+                                f"only the {held} there are shown")
+            elif held > wrote:
+                problems.append(f"the {name} results hold {held} rows, but {ENVIRONMENT_FILE} says the run wrote "
+                                f"{wrote}: {held - wrote} rows the run did not write (added to its files, "
+                                f"or another run's)")
+        return problems
+    if status.get("total") is None:
+        return []  # stopped before it counted
+    done, conformance, throughput = status["done"], results.get("conformance"), results.get("throughput")
+    rows = ((0 if conformance is None else int((conformance.outcome != NOT_RUN).sum()))
+            + (0 if throughput is None else len(throughput)))
+    if rows > done:
+        return [f"the results hold rows of {rows} finished tests, but {ENVIRONMENT_FILE} says {done} finished: "
+                f"{rows - done} rows the run did not write (added to its files, or another run's)"]
+    if rows < done and _conformance_only(environment.get("command", "")):
+        return [f"{ENVIRONMENT_FILE} says {done} tests finished, but the results hold rows of {rows}: {done - rows} "
+                f"rows are missing (lost, or removed from its files); only the {rows} there are shown"]
+    return []
+
+
+def _conformance_only(command: str) -> bool:
+    """Whether a recorded command is ``normbench run`` of the conformance suites alone (``--suites=conformance``;
+    argparse takes a prefix of an option's name, and the last of an option given twice).
+
+    >>> _conformance_only("normbench run --impl=numpy --suite conformance"), _conformance_only("normbench run")
+    (True, False)
+    """
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return False
+    suites = None
+    for i, word in enumerate(words[2:] if words[1:2] == ["run"] else [], start=2):
+        name, equals, value = word.partition("=")
+        if len(name) > 3 and "--suites".startswith(name):
+            suites = value if equals else (words[i + 1] if i + 1 < len(words) else "")
+    return suites is not None and {s.strip() for s in suites.split(",") if s.strip()} == {"conformance"}
+
+
 def check_findings(findings: list[dict[str, str]], backends: set[str]) -> None:
     """Every finding names a backend (or ``name@version`` label) the survey ran."""
     for row in findings:
         if row["backend"] not in backends:
-            raise ResultsError(f"the finding {row['what']!r} names backend {row['backend']}, which no run of the "
-                               f"survey has (it has {', '.join(sorted(backends))}). Fix: run it, or correct the name")
+            raise ResultsError(f"the finding {storage.quoted(row['what'])} names backend {storage.clip(row['backend'])}, "
+                               f"which no run of the survey has (it has {', '.join(sorted(backends))}). Fix: run it, "
+                               f"or correct the name")
+
+
+def md(value: Any) -> str:
+    """Text from a run or a findings file, for a Markdown page rendered as HTML (findings.md, docs/survey.md): its
+    ``&``, ``<`` and ``>`` as HTML entities, so no tag, comment or autolink of its own reaches the page; ``[``
+    escaped, so it makes no link (``[x](javascript:...)``); ``|`` escaped, so it stays in its table cell; line breaks
+    as spaces, so it stays on its line.
+
+    >>> print(md("<script>alert(1)</script> | [a](javascript:b) & c"))
+    &lt;script&gt;alert(1)&lt;/script&gt; \\| \\[a](javascript:b) &amp; c
+    """
+    text = html.escape(str(value), quote=False).replace("[", "\\[").replace("|", "\\|")
+    return text.replace("\r", " ").replace("\n", " ")
+
+
+def md_code(value: Any) -> str:
+    """Text as a Markdown code span: shown as it is (a code span is never HTML, so nothing is escaped as entities),
+    fenced by more backticks than it holds in a row, ``|`` escaped and line breaks as spaces, as :func:`md`.
+
+    >>> print(md_code("pytest -k 'a|b'"), md_code("a`b"))
+    `pytest -k 'a\\|b'` `` a`b ``
+    """
+    text = str(value).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    fence = "`" * (1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    return f"{fence}{text}{fence}" if fence == "`" else f"{fence} {text} {fence}"
 
 
 def findings_markdown(findings: list[dict[str, str]]) -> str:
     """The findings as Markdown: a table of :data:`MARKDOWN_COLUMNS`, numbered, then each finding's evidence
-    under its number (``|`` escaped, commands as code)."""
+    under its number (every value escaped, :func:`md`; commands as code, :func:`md_code`)."""
     def cell(field: str, value: str) -> str:
-        value = value.replace("|", "\\|").replace("\n", " ")
-        return f"`{value}`" if field == "command" else value
+        return md_code(value) if field == "command" else md(value)
 
     lines = ["| # | " + " | ".join(title for title, _ in MARKDOWN_COLUMNS) + " |",
              "|---|" + "---|" * len(MARKDOWN_COLUMNS)]
@@ -183,8 +311,8 @@ def findings_markdown(findings: list[dict[str, str]]) -> str:
               for i, row in enumerate(findings, start=1)]
     if findings:
         lines += ["", "Evidence, by number:", ""]
-        lines += [f"{i}. {row['library']} {row['version']}, {row['backend']}, {row['normalization']}, {row['dtype']}: "
-                  f"{row['evidence']}" for i, row in enumerate(findings, start=1)]
+        lines += [f"{i}. {md(row['library'])} {md(row['version'])}, {md(row['backend'])}, {md(row['normalization'])}, "
+                  f"{md(row['dtype'])}: {md(row['evidence'])}" for i, row in enumerate(findings, start=1)]
     return "\n".join(lines) + "\n"
 
 
@@ -199,7 +327,7 @@ def outcomes_markdown(df: Any, environment: dict[str, Any]) -> str:
         counts = group.outcome.value_counts()
         failed = int(sum(counts.get(o, 0) for o in FAILING))
         skipped = int(counts.get("skipped", 0) + counts.get(NOT_RUN, 0))
-        lines.append(f"| {backend} | {versions.get(backend, '')} | {seeds[backend]} | {len(group)} | "
+        lines.append(f"| {md(backend)} | {md(versions.get(backend, ''))} | {seeds[backend]} | {len(group)} | "
                      f"{int(counts.get('passed', 0))} | {int(counts.get('xfailed', 0))} | {skipped} | {failed} |")
     return "\n".join(lines) + "\n"
 
@@ -265,7 +393,7 @@ def findings_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
     """``paths``, each folder replaced by its ``*.csv`` files, sorted; a folder with none is an error."""
     found = []
     for path in map(Path, paths):
-        files = sorted(p for p in path.glob("*.csv") if p.is_file()) if path.is_dir() else [path]
+        files = sorted(p for p in path.glob("*.csv") if not p.is_dir()) if path.is_dir() else [path]
         if not files:
             raise ResultsError(f"{path} holds no findings files (*.csv). Fix: give the files, or their folder")
         found += files
@@ -304,7 +432,7 @@ def check_out(out: Path, inputs: Sequence[Path]) -> None:
         raise ResultsError(f"--out {out} is a file, not a folder. Fix: give the survey's folder (new, or an earlier "
                            f"survey's)")
     for folder in inputs:
-        if folder.resolve() == out.resolve():
+        if os.path.realpath(folder) == os.path.realpath(out):
             raise ResultsError(f"--out {out} is one of the runs the survey merges: its results would be replaced. "
                                f"Fix: give another folder")
     held = [name for name in storage.RESULT_FILES if name != CONFORMANCE_FILE and (out / name).exists()]
