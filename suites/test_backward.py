@@ -6,7 +6,9 @@ dbias), with dy from ``normbench.core.cases.make_dy`` (random, nonzero row means
   (dweight and dbias bounded by sums of magnitudes over rows, not by their own
   size) against the float64 oracle's closed form; the returned tuple, shapes and
   dtypes; None exactly for absent parameters; with N = 1, dweight exactly 0;
-  inputs unmodified; the property ``deterministic`` (the same input twice gives identical bits of dx,
+  dy and the inputs unmodified (after every backward call of every test here, ``conformance.Handover``:
+  ``layer_norm_backward modified its input dy in place``, before any value is judged);
+  the property ``deterministic`` (the same input twice gives identical bits of dx,
   dweight and dbias), required by default (``--normbench-require``), else recorded.
 * ``test_backward_identities``: without any reference, per row sum(dx) = 0 (LayerNorm); with
   eps = 0, sum(xhat*dx) = 0; dbias does not depend on x (LayerNorm); negating x keeps dx and

@@ -6,6 +6,11 @@ Each case checks: y (and the saved statistics, if exposed) within the
 componentwise bound; output shape and dtype; inputs unmodified. NaN/Inf cases
 check that non-finite values stay in their rows (the reference has them only there).
 
+Inputs unmodified, after every call of every test here: the harness keeps its own copy of x, weight
+and bias (``conformance.Handover``), computes the reference from the inputs as it made them, and fails a
+backend that wrote into one right after the call, naming it (``layer_norm modified its input x in place
+(12 of 1,600 elements changed)``), before any value is judged.
+
 Properties beyond tolerance (``normbench_properties``, the plugin's fixture): every
 case measures ``deterministic`` (the same input twice gives bit-identical y) and the
 isolation cases ``batch-invariant`` (a row's bits whatever the batch size and its

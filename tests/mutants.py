@@ -526,3 +526,65 @@ BACKWARD_MUTANTS: list[type[Fp32Kernel]] = [
     DyIgnoresStrides, ParamGradsOverLastDim, SingleElementBackward, EmptyGradGarbage, WrongGradShape,
     WrongGradDtype, InPlaceDy, NonDeterministicBackward,
 ]
+
+
+# -- mutants that write into their arguments (tests/test_input_mutation.py): right outputs, inputs written over --
+
+
+def _writable(a) -> bool:
+    """Whether ``a`` can be written in place: a non-empty array that is not a read-only view (a stride-0 dy)."""
+    return isinstance(a, np.ndarray) and a.size > 0 and a.flags.writeable
+
+
+class NormalizesInputInPlace(Fp32Kernel):
+    """Normalizes x in its own buffer to save one (x <- (x - mean)*rstd, y = x*weight + bias): y right, x lost."""
+
+    name = "mutant-normalizes-x-in-place"
+
+    def layer_norm(self, x, normalized_shape, weight, bias, eps):
+        y = super().layer_norm(x, normalized_shape, weight, bias, eps)
+        if _writable(x):
+            with np.errstate(all="ignore"):
+                x32 = self.read(x, normalized_shape)
+                mean, rstd = self.statistics_of(x32, eps, x)
+                x[...] = ((x32 - mean[:, None]) * rstd[:, None]).reshape(x.shape).astype(x.dtype)
+        return y
+
+
+class PoisonsInput(Fp32Kernel):
+    """Marks x as consumed after computing y, writing NaN into it (a buffer recycled as a workspace)."""
+
+    name = "mutant-poisons-x"
+
+    def layer_norm(self, x, normalized_shape, weight, bias, eps):
+        y = super().layer_norm(x, normalized_shape, weight, bias, eps)
+        if _writable(x):
+            x[...] = np.nan
+        return y
+
+
+class ZeroesDy(Fp32Kernel):
+    """Zeroes dy once its gradients are computed (a gradient buffer reset for the next accumulation)."""
+
+    name = "mutant-zeroes-dy"
+
+    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        out = super().layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
+        if _writable(dy):
+            dy[...] = 0
+        return out
+
+
+class BackwardNormalizesInput(Fp32Kernel):
+    """The backward recomputes xhat into x's buffer (the saved input overwritten): gradients right, x lost."""
+
+    name = "mutant-backward-normalizes-x"
+
+    def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
+        out = super().layer_norm_backward(dy, x, normalized_shape, weight, bias, eps)
+        if _writable(x):
+            with np.errstate(all="ignore"):
+                x32 = self.read(x, normalized_shape)
+                mean, rstd = self.backward_statistics(x32, eps, x)
+                x[...] = ((x32 - mean[:, None]) * rstd[:, None]).reshape(x.shape).astype(x.dtype)
+        return out

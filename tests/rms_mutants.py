@@ -289,3 +289,38 @@ class BackwardMeanTerm(RmsKernel):
 
 BACKWARD_MUTANTS: list[type[RmsKernel]] = [DweightHalfAccumulation, NoProjection, BackwardMeanTerm,
                                            HalfSumOfSquares, EpsOutsideSqrt]
+
+
+# -- mutants that write into their arguments (tests/test_input_mutation.py): right outputs, inputs written over --
+
+
+def _writable(a) -> bool:
+    """Whether ``a`` can be written in place: a non-empty array that is not a read-only view (a stride-0 dy)."""
+    return isinstance(a, np.ndarray) and a.size > 0 and a.flags.writeable
+
+
+class ScalesInputInPlace(RmsKernel):
+    """Scales x by its rstd in its own buffer to save one (x <- x*rstd, y = x*weight): y right, x lost."""
+
+    name = "mutant-rms-scales-x-in-place"
+
+    def rms_norm(self, x, normalized_shape, weight, eps):
+        y = super().rms_norm(x, normalized_shape, weight, eps)
+        if _writable(x):
+            with np.errstate(all="ignore"):
+                c32, r = self.statistics(x, normalized_shape, eps)
+                x[...] = (c32 * r[:, None]).reshape(x.shape).astype(x.dtype)
+        return y
+
+
+class ScalesDyInPlace(RmsKernel):
+    """Multiplies dy by weight in place (g = dy*weight, a buffer saved): gradients right, dy written over."""
+
+    name = "mutant-rms-scales-dy-in-place"
+
+    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
+        out = super().rms_norm_backward(dy, x, normalized_shape, weight, eps)
+        if weight is not None and _writable(dy):
+            with np.errstate(all="ignore"):
+                dy[...] = (np.asarray(dy, dtype=F32) * self.weights(weight).reshape(weight.shape)).astype(dy.dtype)
+        return out

@@ -4,6 +4,10 @@ Every check raises :class:`ConformanceError` with a diagnosis a kernel author
 can act on: which output, the worst element (row, column), its value, the
 reference, the bound, the case and seed. The pytest plugin adds the one-line
 reproduction command.
+
+Every call of a backend here (:func:`run_forward`, :func:`run_backward`) hands it its arrays through
+:class:`Handover`, which keeps the harness's own copy of each and, right after the call, fails a backend
+that wrote into one (``layer_norm modified its input x in place``) before anything is computed from it.
 """
 
 from __future__ import annotations
@@ -123,6 +127,116 @@ def host_array(what: str, got, backend: Backend, shape, dtype: str | None = None
     return host
 
 
+# -- what a backend is handed: its arrays, the harness's pristine copies, and the check ------------------
+
+
+@dataclass
+class Handover:
+    """The arrays the harness hands a backend for one call: each converted with ``asarray``
+    (:attr:`native`, what the backend gets) and, taken before that, the harness's own copy of it
+    (:attr:`pristine`, contiguous, never handed to anyone). After the call, :meth:`check` converts each
+    native array back with ``to_numpy`` and compares it with its copy, bitwise, a NaN equal to a NaN: a
+    backend that wrote into an argument fails right there, naming the argument, before any reference is
+    computed from it (a NumPy backend's ``asarray`` may return the host array itself, so a write into
+    the argument is a write into the harness's inputs). The one place the check is written:
+    :func:`run_forward` and :func:`run_backward`, and so every check built on them, hand their arrays over
+    on one, as should anything else that calls a backend to judge it.
+
+    >>> from normbench import get_registry
+    >>> numpy = get_registry().create("numpy")
+    >>> handed = Handover.of(numpy, x=np.zeros((2, 3), np.float32), weight=None)
+    >>> handed["x"][1, :2] = np.nan  # what a backend must not do
+    >>> handed.check("layer_norm")
+    Traceback (most recent call last):
+    ...
+    normbench.check.worst.ConformanceError: layer_norm modified its input x in place (2 of 6 elements changed); \
+a backend must not write into its arguments
+      first at x[1, 0]: 0 before the call, nan after
+    """
+
+    backend: Backend
+    #: the arguments' names, in the order given
+    names: tuple[str, ...]
+    #: the backend's arrays (None for an absent argument)
+    native: tuple
+    #: the harness's copies, taken before ``asarray`` (None for an absent argument)
+    pristine: tuple
+
+    @classmethod
+    def of(cls, backend: Backend, **hosts: np.ndarray | None) -> Handover:
+        """Copy each host array, then convert it with ``backend.asarray`` (None stays None)."""
+        pristine = tuple(None if a is None else a.copy() for a in hosts.values())
+        native = tuple(None if a is None else backend.asarray(a) for a in hosts.values())
+        return cls(backend, tuple(hosts), native, pristine)
+
+    def __getitem__(self, name: str):
+        """The backend's array of the argument ``name``."""
+        return self.native[self.names.index(name)]
+
+    def check(self, entry: str, context: str = "") -> None:
+        """After the call of ``entry``: each argument still holds the bits it was handed (a NaN equal to a
+        NaN), or :class:`ConformanceError` ``<context>layer_norm modified its input x in place (12 of 1,600
+        elements changed); a backend must not write into its arguments`` and the first changed element.
+        Costs one ``to_numpy`` and one comparison per argument."""
+        __tracebackhide__ = True
+        for name, before, native in zip(self.names, self.pristine, self.native):
+            if before is None:
+                continue
+            try:
+                after = np.asarray(self.backend.to_numpy(native))
+            except Exception as exc:
+                raise ConformanceError(f"{context}{entry}'s input {name}: to_numpy failed after the call on "
+                                       f"{type(native).__name__}: {exc}") from exc
+            change = changed(before, after)
+            if change is None:
+                continue
+            head = f"{context}{entry} modified its input {name} in place"
+            tail = "a backend must not write into its arguments"
+            if isinstance(change, str):
+                raise ConformanceError(f"{head} ({change}); {tail}")
+            count, at = int(change.sum()), np.unravel_index(int(np.argmax(change)), change.shape)
+            where = ", ".join(map(str, at))
+            raise ConformanceError(f"{head} ({count:,} of {before.size:,} elements changed); {tail}\n"
+                                   f"  first at {name}[{where}]: {_value(before[at])} before the call, "
+                                   f"{_value(np.ascontiguousarray(after)[at])} after")
+
+
+def changed(before: np.ndarray, after: np.ndarray) -> np.ndarray | str | None:
+    """Where ``after`` holds other bits than ``before``, a NaN equal to any NaN: None where nowhere, else a
+    boolean mask of their shape (or, when their shapes or dtypes differ, that in words).
+
+    >>> changed(np.float32([1, np.nan, 3]), np.float32([1, -np.nan, 3])) is None
+    True
+    >>> changed(np.float32([1, 0, 3]), np.float32([1, -0.0, 4])).tolist()
+    [False, True, True]
+    """
+    if before.shape != after.shape or before.dtype != after.dtype:
+        return (f"it was handed with shape {tuple(before.shape)}, dtype {before.dtype}, and has shape "
+                f"{tuple(after.shape)}, dtype {after.dtype} after the call")
+    before, after = np.ascontiguousarray(before), np.ascontiguousarray(after)
+    if before.dtype.itemsize not in (1, 2, 4, 8):
+        return None if before.tobytes() == after.tobytes() else np.ones(before.shape, dtype=bool)
+    unsigned = np.dtype(f"u{before.dtype.itemsize}")
+    differ = before.view(unsigned) != after.view(unsigned)
+    if not differ.any():
+        return None
+    if before.dtype.kind in "fV":  # floats, and ml_dtypes' bfloat16
+        with np.errstate(all="ignore"):
+            differ &= ~(np.isnan(before.astype(np.float64)) & np.isnan(after.astype(np.float64)))
+    return differ if differ.any() else None
+
+
+def _value(v) -> str:
+    try:
+        return f"{float(v):.9g}"
+    except (TypeError, ValueError):
+        return repr(v)
+
+
+def _context(backend: Backend, inputs: Inputs) -> str:
+    return f"{backend.name} {inputs.case.id} (seed {inputs.seed}): "
+
+
 @dataclass
 class ForwardRun:
     """What a backend produced for one case, as host arrays."""
@@ -130,37 +244,56 @@ class ForwardRun:
     y: np.ndarray
     statistics: tuple[np.ndarray, np.ndarray] | None  # float64 (M,) each
     native: tuple  # the native (x, weight, bias) handed to the backend
-    originals: tuple  # copies of the host (x, weight, bias), taken before the call
+    originals: tuple  # copies of the host (x, weight, bias), taken before the call (``Handover.pristine``)
+
+
+def forward_entry(backend: Backend, norm: operations.Operation, statistics: bool) -> str:
+    """What :func:`run_forward` calls, for its messages: ``layer_norm``; with the statistics, the backend's own
+    ``layer_norm_with_statistics`` where it defines one, else ``layer_norm`` and, where it defines them,
+    ``layer_norm_statistics``."""
+    if not statistics or not norm.statistics:
+        return norm.entry
+    both = f"{norm.name}_with_statistics"
+    if getattr(type(backend), both, None) not in (None, getattr(Backend, both, None)):
+        return both
+    own = getattr(type(backend), norm.statistics_entry, None)
+    return (norm.entry if own is None or own is getattr(Backend, norm.statistics_entry, None)
+            else f"{norm.entry} or {norm.statistics_entry}")
 
 
 def run_forward(backend: Backend, inputs: Inputs, *, statistics: bool = True) -> ForwardRun:
     """Convert inputs, run the forward once and bring results back: the operation's forward with its
     statistics (``Operation.forward_with_statistics``: LayerNorm's ``layer_norm_with_statistics``, y and the
     statistics from one call), or its entry point alone with ``statistics`` False (or an operation that
-    saves none)."""
+    saves none). The inputs are handed over on a :class:`Handover`: a backend that wrote into one fails
+    here, before its outputs are read."""
     __tracebackhide__ = True
     case = inputs.case
     norm = operations.of(case.norm)
-    originals = tuple(None if a is None else a.copy() for a in (inputs.x, inputs.weight, inputs.bias))
-    x, w, b = (None if a is None else backend.asarray(a) for a in (inputs.x, inputs.weight, inputs.bias))
-    args = norm.arguments(x=x, normalized_shape=case.normalized_shape, weight=w, bias=b, eps=case.eps)
+    handed = Handover.of(backend, x=inputs.x, weight=inputs.weight, bias=inputs.bias)
+    args = norm.arguments(x=handed["x"], normalized_shape=case.normalized_shape, weight=handed["weight"],
+                          bias=handed["bias"], eps=case.eps)
     if statistics:
         y, stats = norm.forward_with_statistics(backend, args)
     else:
         y, stats = norm.forward(backend, args), None
     backend.synchronize()
+    handed.check(forward_entry(backend, norm, statistics), _context(backend, inputs))
     y_host = host_array("y", y, backend, case.shape, case.dtype)
     if stats is None:
-        return ForwardRun(y_host, None, (x, w, b), originals)
+        return ForwardRun(y_host, None, handed.native, handed.pristine)
     mean, rstd = (np.asarray(backend.to_numpy(s)) for s in stats)
     if mean.size != case.rows or rstd.size != case.rows:
         raise ConformanceError(f"{backend.name}: statistics have {mean.size} and {rstd.size} values, "
                                f"expected one per row ({case.rows})")
     as64 = (np.asarray(mean, dtype=np.float64).reshape(-1), np.asarray(rstd, dtype=np.float64).reshape(-1))
-    return ForwardRun(y_host, as64, (x, w, b), originals)
+    return ForwardRun(y_host, as64, handed.native, handed.pristine)
 
 
 def reference(inputs: Inputs) -> oracle.Forward:
+    """The oracle's forward of ``inputs``. The oracle copies what it reads, so the reference shares no memory
+    with the arrays a backend is handed: :func:`check_forward` and :func:`check_backward` compute it before
+    calling the backend, from the inputs as the harness made them."""
     case = inputs.case
     return oracle.forward(inputs.x, case.normalized_shape, inputs.weight, inputs.bias, case.eps_value, case.norm)
 
@@ -367,14 +500,6 @@ def bit_differences(a: np.ndarray, b: np.ndarray, nan_equal: bool = False) -> st
     return text
 
 
-def check_inputs_unmodified(backend: Backend, inputs: Inputs, run: ForwardRun) -> None:
-    __tracebackhide__ = True
-    for what, original, native in zip(("x", "weight", "bias"), run.originals, run.native):
-        if original is not None and not same_bits(np.asarray(backend.to_numpy(native)), original):
-            raise ConformanceError(f"{backend.name} {inputs.case.id}: {operations.of(inputs.case.norm).entry} "
-                                   f"modified its input {what} in place")
-
-
 def check_deterministic(backend: Backend, inputs: Inputs, run: ForwardRun, properties: Properties | None = None) -> None:
     """``layer_norm`` on the same input gives the bits of ``run`` (``layer_norm_with_statistics``'s
     y: the same function, by the contract, or the same call twice): the property ``deterministic``,
@@ -393,20 +518,20 @@ def check_deterministic(backend: Backend, inputs: Inputs, run: ForwardRun, prope
 
 
 def check_forward(backend: Backend, inputs: Inputs, properties: Properties | None = None) -> None:
-    """Every forward check of one case: values, statistics, shape and dtype, inputs untouched;
-    the property ``deterministic`` (reported to ``properties``; by default required); then, last,
+    """Every forward check of one case: inputs untouched (:class:`Handover`, right after the call, before
+    anything is judged; the reference is computed before the call), values, statistics, shape and dtype; the property
+    ``deterministic`` (reported to ``properties``; by default required); then, last,
     the structure of y's signed error (a common scale or offset per row, a rounding bias per case:
     :mod:`normbench.check.coherence`), so that a known deviation of that structure (the Triton
     interpreter's truncation to bfloat16) hides no other check. Given ``properties``, y's error structure
     (:func:`error_structure`) is recorded there first, before any check can fail."""
     __tracebackhide__ = True
-    run = run_forward(backend, inputs)
     ref = reference(inputs)
+    run = run_forward(backend, inputs)
     if properties is not None:
         properties.record(error_structure(ref, oracle.rows_view(run.y, inputs.case.normalized_shape),
                                           inputs.case.dtype))
     check_forward_values(backend, inputs, run, ref)
-    check_inputs_unmodified(backend, inputs, run)
     check_deterministic(backend, inputs, run, properties)
     coherence.check_forward_coherence(backend, inputs, run.y, ref)
 
@@ -468,7 +593,7 @@ class BackwardRun:
     dweight: np.ndarray | None     # normalized_shape, the parameters' dtype; None without weight
     dbias: np.ndarray | None
     native: tuple                  # the native (dy, x, weight, bias) handed to the backend
-    originals: tuple               # copies of the host (dy, x, weight, bias), taken before the call
+    originals: tuple               # copies of the host (dy, x, weight, bias), taken before the call (``Handover.pristine``)
 
 
 def check_gradient(what: str, got, given, backend: Backend, case: Case, shape, dtype: str) -> np.ndarray | None:
@@ -489,17 +614,17 @@ def check_gradient(what: str, got, given, backend: Backend, case: Case, shape, d
 def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRun:
     """Convert inputs and dy, call the operation's backward entry point (``layer_norm_backward``,
     ``rms_norm_backward``), check what it returns (the tuple of the operation's gradients: ``(dx, dweight,
-    dbias)``, ``(dx, dweight)`` for RMSNorm; shapes; dtypes; None exactly for absent parameters)."""
+    dbias)``, ``(dx, dweight)`` for RMSNorm; shapes; dtypes; None exactly for absent parameters). dy and the
+    inputs are handed over on a :class:`Handover`: a backend that wrote into one fails here, first."""
     __tracebackhide__ = True
     case = inputs.case
     norm = operations.of(case.norm)
-    hosts = (dy, inputs.x, inputs.weight, inputs.bias)
-    originals = tuple(None if a is None else a.copy() for a in hosts)
-    native = tuple(None if a is None else backend.asarray(a) for a in hosts)
-    args = norm.arguments(x=native[1], normalized_shape=case.normalized_shape, weight=native[2], bias=native[3],
-                          eps=case.eps)
-    out = norm.backward(backend, args, native[:1])
+    handed = Handover.of(backend, dy=dy, x=inputs.x, weight=inputs.weight, bias=inputs.bias)
+    args = norm.arguments(x=handed["x"], normalized_shape=case.normalized_shape, weight=handed["weight"],
+                          bias=handed["bias"], eps=case.eps)
+    out = norm.backward(backend, args, (handed["dy"],))
     backend.synchronize()
+    handed.check(norm.backward_entry, _context(backend, inputs))
     arity = len(norm.gradients)
     if not isinstance(out, (tuple, list)) or len(out) != arity:
         got = f"a {type(out).__name__}" + (f" of {len(out)}" if isinstance(out, (tuple, list)) else "")
@@ -512,7 +637,7 @@ def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRu
     dx = host_array("dx", out[0], backend, case.shape, case.dtype)
     dweight = check_gradient("dweight", out[1], inputs.weight, backend, case, case.normalized_shape, case.params)
     dbias = check_gradient("dbias", out[2], inputs.bias, backend, case, case.normalized_shape, case.params)
-    return BackwardRun(dx, dweight, dbias, native, originals)
+    return BackwardRun(dx, dweight, dbias, handed.native, handed.pristine)
 
 
 #: the last backward :func:`check_backward` ran in this process: ``(backend, case id, seed, run)``
@@ -575,14 +700,6 @@ def check_backward_values(backend: Backend, inputs: Inputs, dy: np.ndarray, run:
               + notes, dy=dy)
 
 
-def check_backward_inputs_unmodified(backend: Backend, inputs: Inputs, run: BackwardRun) -> None:
-    __tracebackhide__ = True
-    for what, original, native in zip(("dy", "x", "weight", "bias"), run.originals, run.native):
-        if original is not None and not same_bits(np.asarray(backend.to_numpy(native)), original):
-            raise ConformanceError(f"{backend.name} {inputs.case.id}: {operations.of(inputs.case.norm).backward_entry} "
-                                   f"modified its input {what} in place")
-
-
 def check_backward_deterministic(backend: Backend, inputs: Inputs, dy: np.ndarray, run: BackwardRun,
                                  properties: Properties | None = None) -> None:
     """The same input twice gives bit-identical dx, dweight and dbias: the property ``deterministic``,
@@ -600,19 +717,18 @@ def check_backward_deterministic(backend: Backend, inputs: Inputs, dy: np.ndarra
 
 
 def check_backward(backend: Backend, inputs: Inputs, dy: np.ndarray, properties: Properties | None = None) -> None:
-    """Every backward check of one case: what is returned (a tuple, shapes, dtypes, None exactly
-    for absent parameters), values, inputs untouched; the property ``deterministic`` (reported
-    to ``properties``; by default required); then, last, the structure of the gradients' signed
-    error (dx's row scale, the rounding bias of dx, dweight and dbias in half dtypes:
+    """Every backward check of one case: dy and the inputs untouched (:class:`Handover`, first), what is
+    returned (a tuple, shapes, dtypes, None exactly for absent parameters), values; the property
+    ``deterministic`` (reported to ``properties``; by default required); then, last, the structure of the
+    gradients' signed error (dx's row scale, the rounding bias of dx, dweight and dbias in half dtypes:
     :mod:`normbench.check.coherence`), so that a known deviation of that structure hides no other check."""
     __tracebackhide__ = True
     _last_backward.clear()
+    ref = reference(inputs)
+    grads = oracle.backward(dy, ref)
     run = run_backward(backend, inputs, dy)
     _last_backward.append((backend, inputs.case.id, inputs.seed, _layouts((dy, inputs.x, inputs.weight, inputs.bias)),
                            run))
-    ref = reference(inputs)
-    grads = oracle.backward(dy, ref)
     check_backward_values(backend, inputs, dy, run, ref, grads)
-    check_backward_inputs_unmodified(backend, inputs, run)
     check_backward_deterministic(backend, inputs, dy, run, properties)
     coherence.check_backward_coherence(backend, inputs, dy, run, ref, grads)

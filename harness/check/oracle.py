@@ -26,17 +26,17 @@ def rows_view(a: np.ndarray, normalized_shape: tuple[int, ...]) -> np.ndarray:
 
 
 def params_row(p: np.ndarray | None, n: int, fill: float) -> np.ndarray:
-    """weight or bias as a float64 (N,) row; ``fill`` stands in for None."""
+    """weight or bias as a float64 (N,) row, a copy; ``fill`` stands in for None."""
     if p is None:
         return np.full(n, fill)
-    return np.asarray(p, dtype=np.float64).reshape(n)
+    return np.array(p, dtype=np.float64).reshape(n)
 
 
 @dataclass(frozen=True)
 class Forward:
     """Oracle forward on (M, N) rows; ``y`` is reshaped to x's shape by callers."""
 
-    x: np.ndarray          # (M, N) float64 input
+    x: np.ndarray          # (M, N) float64 input: a copy (the oracle shares no memory with its arguments)
     weight: np.ndarray     # (N,) float64 (ones when None)
     bias: np.ndarray       # (N,) float64 (zeros when None; always for RMSNorm)
     mean: np.ndarray       # (M,) the mean subtracted: the row mean, or zeros for RMSNorm
@@ -61,8 +61,10 @@ def forward(x: np.ndarray, normalized_shape: tuple[int, ...], weight: np.ndarray
     subtract_mean = op.centered
     if not op.has_bias and bias is not None:
         raise ValueError(f"{op.label} has no bias")
-    x2 = rows_view(x, normalized_shape)
-    n = x2.shape[1]
+    n = int(np.prod(normalized_shape, dtype=np.int64))
+    # a copy, even of a float64 x: a reference must not change when the arrays it was computed from do (a
+    # backend handed them that writes into its arguments; normbench.check.conformance.Handover fails it)
+    x2 = np.array(x, dtype=np.float64, order="C").reshape(-1, n)
     w = params_row(weight, n, 1.0)
     b = params_row(bias, n, 0.0)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):

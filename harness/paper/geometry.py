@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from normbench.check import error_model, oracle, sensitivity
-from normbench.check.conformance import ConformanceError, host_array
+from normbench.check.conformance import ConformanceError, Handover, host_array
 from normbench.check.worst import worst_violation
 from normbench.core import operations
 from normbench.core.backend import Backend
@@ -86,10 +86,11 @@ def gradients(backend: Backend, dtype: str, a: np.ndarray, layer: Layer, dy: np.
     rounded = np.asarray(a, np.float64).astype(host_dtype(dtype))
     p = sensitivity.rounding_perturbation(a, rounded)
     m, n = rounded.shape
-    native = [None if v is None else backend.asarray(v) for v in (dy, rounded.reshape(m, *ns), layer.gain, bias)]
-    args = norm.arguments(x=native[1], normalized_shape=ns, weight=native[2], bias=native[3], eps=eps)
-    dx, dw, db = norm.gradient_tuple(norm.backward(backend, args, (native[0],)))
+    handed = Handover.of(backend, dy=dy, x=rounded.reshape(m, *ns), weight=layer.gain, bias=bias)
+    args = norm.arguments(x=handed["x"], normalized_shape=ns, weight=handed["weight"], bias=handed["bias"], eps=eps)
+    dx, dw, db = norm.gradient_tuple(norm.backward(backend, args, (handed["dy"],)))
     backend.synchronize()
+    handed.check(norm.backward_entry, f"{backend.name}: ")
     if dw is None or (db is None and norm.has_bias):
         raise ConformanceError(f"{backend.name}: {norm.backward_entry} returned None for a gradient whose parameter "
                                f"was given; return dweight{' and dbias' if norm.has_bias else ''} when "

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from normbench.check import error_model, oracle, sensitivity
-from normbench.check.conformance import host_array
+from normbench.check.conformance import Handover, host_array
 from normbench.core import operations
 from normbench.core.backend import Backend
 from normbench.core.dtypes import U64, host_dtype
@@ -157,10 +157,11 @@ class BackendRowLayerNorm(RowLayerNorm):
     def run(self, x_host: np.ndarray, normalized_shape, gain, bias, eps) -> np.ndarray:
         """The backend's y for host arrays, as float64 (M, N) rows."""
         be, norm = self.backend, operations.of(self.norm)
-        native = [None if v is None else be.asarray(v) for v in (x_host, gain, bias)]
-        y = norm.forward(be, norm.arguments(x=native[0], normalized_shape=tuple(normalized_shape), weight=native[1],
-                                            bias=native[2], eps=eps))
+        handed = Handover.of(be, x=x_host, weight=gain, bias=bias)
+        y = norm.forward(be, norm.arguments(x=handed["x"], normalized_shape=tuple(normalized_shape),
+                                            weight=handed["weight"], bias=handed["bias"], eps=eps))
         be.synchronize()
+        handed.check(norm.entry, f"{be.name}: ")
         return oracle.rows_view(host_array(f"{norm.entry}'s y (x's shape)", y, be, x_host.shape),
                                 normalized_shape)
 
