@@ -80,13 +80,13 @@ def test_the_operation_calls_the_backends_rmsnorm_and_gives_its_gradients():
         operations.RMS_NORM.arguments(x=x, normalized_shape=(8,), weight=w, bias=w, eps=1e-6)
 
 
-def test_normbench_check_takes_the_normalization(capsys):
+def test_normbench_check_takes_the_normalization(capfd):
     from normbench.front.cli import main
 
     assert main(["check", "--impl=numpy", "--shape=4x100", "--norm=rms_norm", "--dtype=bfloat16"]) == 0
-    assert "PASS numpy rms-bfloat16-rows4-hidden100-normal (seed 0)" in capsys.readouterr().out
+    assert "PASS numpy rms-bfloat16-rows4-hidden100-normal (seed 0)" in capfd.readouterr().out  # the check's child
     assert main(["check", "--impl=numpy", "--shape=4x100", "--norm=rms_norm", "--affine=wb"]) == 2
-    assert "--affine=wb: RMSNorm has no bias, so affine must be 'w' or 'none'" in capsys.readouterr().err
+    assert "--affine=wb: RMSNorm has no bias, so affine must be 'w' or 'none'" in capfd.readouterr().err
 
 
 @pytest.mark.parametrize("op", operations.OPERATIONS, ids=str)

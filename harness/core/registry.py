@@ -11,7 +11,8 @@ metadata only; :meth:`Registry.load_class` imports the plugin's module (which
 must not import heavy frameworks at top level); :meth:`Registry.create`
 instantiates it (where heavy frameworks load). A broken plugin becomes a
 :class:`PluginProblem` naming its distribution and the fix, never a crash of
-the whole run.
+the whole run; one that would end or hang the process while loading is found
+first in a child process (:mod:`normbench.core.vetting`) by :meth:`Registry.select`.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from normbench.core import deviations, operations
+from normbench.core import deviations, operations, vetting
 from normbench.core.backend import Availability, Backend
 from normbench.core.dtypes import DTYPES
 from normbench.core.exceptions import BackendUnavailable, NormbenchError, PluginError, UnknownBackend
@@ -32,6 +34,8 @@ GROUP = "normbench.backends"
 ALL = "all"
 _NAME = re.compile(r"^[a-z][a-z0-9_]*(-[a-z0-9_]+)*$")
 HOWTO = "see docs/writing-a-backend.md"
+#: the distribution whose backends are loaded in process without a trial (:mod:`normbench.core.vetting`)
+OURS = "normbench"
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,8 @@ class Plugin:
     target: str
     distribution: str
     version: str
+    #: where its distribution is installed (its metadata's folder), "" where unknown
+    origin: str = ""
 
     @property
     def provider(self) -> str:
@@ -67,11 +73,11 @@ class Selection:
     warnings: list[str] = field(default_factory=list)
 
 
-def _distribution_of(ep: importlib.metadata.EntryPoint) -> tuple[str, str]:
+def _distribution_of(ep: importlib.metadata.EntryPoint) -> tuple[str, str, str]:
     dist = getattr(ep, "dist", None)
     if dist is None:
-        return "unknown distribution", ""
-    return dist.metadata["Name"] or "unknown distribution", dist.version or ""
+        return "unknown distribution", "", ""
+    return dist.metadata["Name"] or "unknown distribution", dist.version or "", str(getattr(dist, "_path", ""))
 
 
 def class_problem(cls: type[Backend]) -> str:
@@ -105,8 +111,8 @@ class Registry:
         self._classes: dict[str, type[Backend]] = {}
         claims: dict[str, list[Plugin]] = {}
         for ep in entry_points:
-            dist, version = _distribution_of(ep)
-            plugin = Plugin(ep.name, ep.value, dist, version)
+            dist, version, origin = _distribution_of(ep)
+            plugin = Plugin(ep.name, ep.value, dist, version, origin)
             if ep.name == ALL or not _NAME.match(ep.name):
                 self.problems.append(PluginProblem(ep.name, dist, (
                     f"backend name {ep.name!r} from distribution {dist} is not valid: use lowercase "
@@ -116,7 +122,7 @@ class Registry:
             claims.setdefault(ep.name, []).append(plugin)
         for name, claimants in sorted(claims.items()):
             # normbench's own built-ins win a clash, then the first distribution by name
-            claimants.sort(key=lambda p: (p.distribution != "normbench", p.distribution))
+            claimants.sort(key=lambda p: (p.distribution != OURS, p.distribution))
             self.plugins[name] = claimants[0]
             if len(claimants) > 1:
                 who = ", ".join(f"{p.distribution} ({p.target})" for p in claimants)
@@ -197,17 +203,23 @@ class Registry:
         ``"torch"``, ``"numpy,torch"`` or ``"all"``.
 
         A named backend that cannot run raises; with ``all`` it is skipped and
-        listed in :attr:`Selection.skipped` with its reason. ``progress(name, result)``,
+        listed in :attr:`Selection.skipped` with its reason. Plugins of other distributions are
+        first tried in a child process (:func:`normbench.core.vetting.vet`): one that ends or hangs it
+        is never loaded here. ``progress(name, result)``,
         if given, is called as each backend is created (creating one imports its framework,
         seconds): with the backend, or with the reason it was skipped.
         """
         report = progress or (lambda name, result: None)
         names = self.names_in(spec)
         selection = Selection(warnings=[p.message for p in self.problems if p.name in self.plugins])
+        unsafe = vetting.vet(self, [n for n in names if self.plugins[n].distribution != OURS],
+                             child=[sys.executable, "-c", _TRY_LOADING])
         if spec.strip() == ALL:
             selection.skipped += [(p.name, p.message) for p in self.problems if p.name not in self.plugins]
             for name in names:
                 try:
+                    if name in unsafe:
+                        raise PluginError(unsafe[name])
                     selection.backends.append(self.create(name))
                 except NormbenchError as exc:
                     selection.skipped.append((name, str(exc)))
@@ -216,6 +228,8 @@ class Registry:
                     report(name, selection.backends[-1])
             return selection
         for name in names:
+            if name in unsafe:
+                raise PluginError(unsafe[name])
             selection.backends.append(self.create(name))
             report(name, selection.backends[-1])
         return selection
@@ -254,3 +268,24 @@ def refresh() -> Registry:
     """Forget the cached registry (after installing a plugin) and read it again."""
     get_registry.cache_clear()
     return get_registry()
+
+
+def try_loading(progress_file: str, names: Sequence[str]) -> None:
+    """The work of :func:`normbench.core.vetting.vet`'s child process: import, ask and create each plugin in turn,
+    writing which one it is on to ``progress_file`` ("" when done). A plugin that raises is fine here (the
+    selection says why in its own process); only ending or hanging the process counts."""
+    from normbench.core.files import write_atomic
+
+    registry = get_registry()
+    for name in names:
+        write_atomic(progress_file, f"{name}\t{registry.plugin(name).provider}")
+        try:
+            registry.create(name)
+        except NormbenchError:
+            pass
+    write_atomic(progress_file, "")
+
+
+
+#: the child process of :func:`normbench.core.vetting.vet`: ``python -c`` this, the progress file, the names
+_TRY_LOADING = "import sys; from normbench.core.registry import try_loading; try_loading(sys.argv[1], sys.argv[2:])"

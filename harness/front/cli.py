@@ -26,6 +26,7 @@ import sys
 from collections.abc import Sequence
 
 from normbench import __version__
+from normbench.core import vetting
 from normbench.core.exceptions import NormbenchError, UnknownBackend
 from normbench.core.registry import ALL, describe, get_registry
 from normbench.front import counts, options
@@ -36,23 +37,18 @@ def progress(message: str) -> None:
     print(f"normbench: {message}", file=sys.stderr, flush=True)
 
 
-#: seconds ``normbench list`` waits for one plugin to import, answer availability() or (--probe) be created
-PLUGIN_TIMEOUT_S = 60.0
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     """List the backends. Plugins are third-party code that may hang or end the process while
-    loading, so the listing runs in a child process: a plugin that hangs there for
-    ``--plugin-timeout`` seconds, or ends the child, is left out with a problem line saying so,
-    and the listing is made again without it."""
+    loading, so the listing runs in a child process watched as :mod:`normbench.core.vetting` watches
+    its trials: a plugin that hangs there for ``--plugin-timeout`` seconds, or ends the child, is left
+    out with a problem line saying so, and the listing is made again without it."""
     if args.in_process:
         return _list_backends(args)
     import os
-    import subprocess
     import tempfile
-    import time
 
     problems: list[str] = []
+    limit = args.plugin_timeout or vetting.timeout_s()
     with tempfile.TemporaryDirectory(prefix="normbench-list-") as folder:
         progress_file = os.path.join(folder, "loading")
         while True:
@@ -61,43 +57,20 @@ def cmd_list(args: argparse.Namespace) -> int:
                        *(f"--problem={p}" for p in problems)]
             listing = os.path.join(folder, "listing")
             with open(listing, "w", encoding="utf-8") as sink:  # a file, not a pipe: a long listing never blocks
-                child = subprocess.Popen(command, stdout=sink, text=True)
-                loading, since = "", time.monotonic()
-                while child.poll() is None:
-                    time.sleep(0.05)
-                    now = _read(progress_file)
-                    if now != loading:
-                        loading, since = now, time.monotonic()
-                    elif time.monotonic() - since > args.plugin_timeout * (1 if loading else 2):
-                        child.kill()  # one plugin, or the discovery before the first, took too long
-                        child.wait()
-                        break
-            out = _read(listing)
-            loading, _, provider = _read(progress_file).partition("\t")
-            if child.returncode == 0 or loading in args.left_out:
+                watched = vetting.watch(command, progress_file, limit, stdout=sink, stderr=None)  # progress lines
+            out = vetting.read_text(listing)
+            if watched.returncode == 0 or watched.loading in args.left_out:
                 sys.stdout.write(out)
-                return child.returncode if child.returncode >= 0 else 1
-            if not loading:  # before the first plugin (entry-point discovery), or after the last
+                return watched.returncode if watched.returncode >= 0 else 1
+            if not watched.loading:  # before the first plugin (entry-point discovery), or after the last
                 sys.stdout.write(out)
-                raise NormbenchError(f"listing the backends ended with exit status {child.returncode} outside any "
+                raise NormbenchError(f"listing the backends ended with exit status {watched.returncode} outside any "
                                      f"one plugin (a hang in entry-point discovery ends after "
-                                     f"{2 * args.plugin_timeout:g} s). Fix: `python -m normbench.front.cli list --in-process` "
+                                     f"{2 * limit:g} s). Fix: `python -m normbench.front.cli list --in-process` "
                                      f"shows the traceback")
-            what = (f"did not finish loading within {args.plugin_timeout:g} s (it hangs?); --plugin-timeout "
-                    f"changes the limit" if child.returncode < 0 else f"ended the process with exit status "
-                    f"{child.returncode} while loading")
-            problems.append(f"backend {loading!r} from distribution {provider} {what}. It is left out of this list. "
-                            f"Fix: report it to the plugin's authors; `pip uninstall` its distribution to silence this")
-            args.left_out.append(loading)
+            problems.append(vetting.problem(watched, limit).replace(". Fix:", ". It is left out of this list. Fix:", 1))
+            args.left_out.append(watched.loading)
             os.remove(progress_file)
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError:
-        return ""
 
 
 def _list_backends(args: argparse.Namespace) -> int:
@@ -144,44 +117,95 @@ def _list_backends(args: argparse.Namespace) -> int:
     return 0
 
 
+#: seconds one backend's ``normbench check`` may take (the suites' own limit per test)
+CHECK_TIMEOUT_S = 300.0
+#: ``normbench check --in-process``'s exit status for a backend that cannot run the case (it said why)
+_CHECK_SKIPPED = 3
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Check one case on each backend ``--impl`` names (``all``: every one that runs here); exit 1
-    if any fails. A backend that cannot run the case says why; if none can, that is an error."""
-    from normbench.check import conformance
-    from normbench.core import cases, machine
+    if any fails. A backend that cannot run the case says why; if none can, that is an error.
+    Each backend is checked in a child process of its own: one that ends the process (a segfault)
+    or runs past ``--timeout`` is a CRASH or TIMEOUT line for it, and the others are checked."""
+    case = _check_case(args)
+    if args.in_process:
+        return _check_in_process(args, case)
+    import subprocess
+
+    from normbench.core import machine
+
+    machine.check_fits(machine.check_case_bytes(case.shape, case.dtype),  # before allocating (or importing) anything
+                       f"checking {case.dtype} x of shape {'x'.join(map(str, case.shape))}")
+    names = get_registry().names_in(args.impl)
+    everything = args.impl.strip() == ALL
+    command = [sys.executable, "-m", "normbench", *args.argv]  # the last --impl given wins
+    checked = failed = 0
+    for name in names:
+        child = subprocess.Popen([*command, f"--impl={name}", "--in-process",
+                                  *(["--skip-unavailable"] if everything else [])])
+        try:
+            code = child.wait(timeout=args.timeout or None)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            code = None
+        if code == _CHECK_SKIPPED:  # it said why
+            continue
+        if code == 2:  # it said the error (the backend named is not available, ...)
+            return 2
+        checked += 1
+        failed += code != 0
+        where = f"{name} {case.id} (seed {args.seed})"
+        if code is None:
+            print(f"TIMEOUT {where}: no result within {args.timeout:g} s (--timeout)", flush=True)
+        elif code < 0:
+            print(f"CRASH {where}: the backend ended the process with signal {vetting.signal_name(-code)}", flush=True)
+        elif code != 1 and code != 0:
+            print(f"CRASH {where}: the backend ended the process with exit status {code}", flush=True)
+    if not checked:
+        raise NormbenchError(f"cannot check {case.id}: no selected backend can run it (the reasons are above)")
+    return 1 if failed else 0
+
+
+def _check_case(args: argparse.Namespace):
+    from normbench.core import cases
 
     normalized = args.normalized_shape or args.shape[-1:]
     if args.norm == "rms_norm" and args.affine in ("wb", "b"):
         raise NormbenchError(f"--affine={args.affine}: RMSNorm has no bias, so affine must be 'w' or 'none' "
                              f"(the default for --norm=rms_norm is w)")
     affine = args.affine or ("wb" if args.norm == "layer_norm" else "w")
-    case = cases.Case("check", args.shape, normalized, args.dtype, args.dist, args.eps, affine,
+    return cases.Case("check", args.shape, normalized, args.dtype, args.dist, args.eps, affine,
                       args.param_dtype, args.layout, norm=args.norm)
-    machine.check_fits(machine.check_case_bytes(case.shape, case.dtype),  # before allocating (or importing) anything
-                       f"checking {case.dtype} x of shape {'x'.join(map(str, case.shape))}")
+
+
+def _check_in_process(args: argparse.Namespace, case) -> int:
+    """The check of one backend (the child of :func:`cmd_check`): exit 0 pass, 1 fail, 3 cannot run it."""
+    from normbench.check import conformance
+    from normbench.core import cases
+
     progress(f"creating backend {args.impl} (imports its framework)...")
-    selection = get_registry().select(args.impl)
-    for name, reason in selection.skipped:
-        print(f"SKIP {name}: {reason}")
-    inputs, checked, failed = None, 0, 0
-    for backend in selection.backends:
-        reason = conformance.skip_reason(backend, case)
-        if reason:
-            print(f"SKIP {backend.name} {case.id}: {reason}")
-            continue
-        inputs = inputs or cases.make_inputs(case, args.seed)
-        progress(f"checking {case.id} (seed {args.seed}) on {describe(backend)} against the float64 oracle...")
-        checked += 1
-        try:
-            conformance.check_forward(backend, inputs)
-        except conformance.ConformanceError as exc:
-            print(f"FAIL {exc}")
-            failed += 1
-            continue
-        print(f"PASS {backend.name} {case.id} (seed {args.seed}): within the error model's bound")
-    if not checked:
-        raise NormbenchError(f"cannot check {case.id}: no selected backend can run it (the reasons are above)")
-    return 1 if failed else 0
+    try:
+        [backend] = get_registry().select(args.impl).backends
+    except NormbenchError as exc:
+        if not args.skip_unavailable:  # a backend named: that it cannot run is the error
+            raise
+        print(f"SKIP {args.impl}: {exc}")  # one backend of --impl=all
+        return _CHECK_SKIPPED
+    reason = conformance.skip_reason(backend, case)
+    if reason:
+        print(f"SKIP {backend.name} {case.id}: {reason}")
+        return _CHECK_SKIPPED
+    inputs = cases.make_inputs(case, args.seed)
+    progress(f"checking {case.id} (seed {args.seed}) on {describe(backend)} against the float64 oracle...")
+    try:
+        conformance.check_forward(backend, inputs)
+    except conformance.ConformanceError as exc:
+        print(f"FAIL {exc}")
+        return 1
+    print(f"PASS {backend.name} {case.id} (seed {args.seed}): within the error model's bound")
+    return 0
 
 
 def _one_backend(spec: str):
@@ -286,9 +310,10 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list installed backends and whether they can run here")
     p.add_argument("--probe", action="store_true",
                    help="create each available backend to show its actual device (imports its framework)")
-    p.add_argument("--plugin-timeout", type=options.parse_seconds, default=PLUGIN_TIMEOUT_S, metavar="SECONDS",
+    p.add_argument("--plugin-timeout", type=options.parse_seconds, default=None, metavar="SECONDS",
                    help="how long one backend may take to load (or, with --probe, to be created) before it is left "
-                        "out as hanging. Default: %(default)r")
+                        "out as hanging. Default: the environment variable NORMBENCH_PLUGIN_TIMEOUT, else 60 (every "
+                        "command that loads plugins keeps to it)")
     # the listing itself runs in a child process (cmd_list); these are how the parent talks to it
     p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--progress-file", help=argparse.SUPPRESS)
@@ -311,6 +336,12 @@ def parser() -> argparse.ArgumentParser:
                    help="the normalization to check. Default: %(default)r")
     p.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="Default: %(default)r")
     p.add_argument("--seed", type=options.parse_seed, default=0, help="Default: %(default)r")
+    p.add_argument("--timeout", type=options.parse_seconds, default=CHECK_TIMEOUT_S, metavar="SECONDS",
+                   help="how long one backend's check may take before it is a TIMEOUT (0: no limit). "
+                        "Default: %(default)r")
+    # each backend is checked in a child process (cmd_check); these are how the parent talks to it
+    p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--skip-unavailable", action="store_true", help=argparse.SUPPRESS)
 
     for name, helptext in (("test", "run the suites with pytest (extra arguments go to pytest)"),
                            ("run", "the main job: the conformance and throughput suites on the backends, "

@@ -1,0 +1,149 @@
+"""Plugins tried in a child process before this one loads them.
+
+A third-party plugin is code normbench does not know: importing it, asking its availability or
+creating it may end the process (a segfault in a native extension, ``os._exit``) or never return.
+Loaded in the process that runs the suites, such a plugin would end ``normbench run``, ``normbench
+test`` and ``pytest suites --impl=all`` with nothing measured. So before a selection loads a plugin
+from another distribution than normbench, :func:`vet` does the same three steps in a child process
+(all plugins of the selection in one child, one after another) and watches it: a plugin that ends
+the child, or spends longer than the time limit on one step, gets a verdict (the problem, with the
+fix), and the selection leaves it out, or refuses it where it was named, while the others load as
+usual. normbench's own backends are loaded in process: their code is ours and tested, and a framework
+that cannot be imported says so with an exception.
+
+The verdicts are kept in the environment variable :data:`VERDICTS_ENV` (keyed by the plugin's name,
+target, distribution, version and place), so the processes this one starts (pytest-xdist's workers, a
+``normbench check`` child) reach the same verdicts without trying again.
+
+``normbench list`` watches its own listing child with :func:`watch` and says what happened with
+:func:`problem`: one mechanism, one wording.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: seconds one plugin may take to be imported, answer ``availability()`` and be created
+PLUGIN_TIMEOUT_S = 60.0
+#: the environment variable that sets another limit for every command (``normbench list --plugin-timeout`` wins)
+TIMEOUT_ENV = "NORMBENCH_PLUGIN_TIMEOUT"
+#: the environment variable holding the verdicts reached so far (JSON: key -> problem, "" when fine)
+VERDICTS_ENV = "NORMBENCH_PLUGIN_VERDICTS"
+
+
+def timeout_s() -> float:
+    """The time limit per plugin: :data:`TIMEOUT_ENV` if set to a positive number, else :data:`PLUGIN_TIMEOUT_S`."""
+    try:
+        value = float(os.environ.get(TIMEOUT_ENV, ""))
+    except ValueError:
+        return PLUGIN_TIMEOUT_S
+    return value if value > 0 else PLUGIN_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class Watched:
+    """How a watched child ended: its exit status, the step it was in (``loading``: the plugin's name, ""
+    outside any), that plugin's provider, and whether the watcher ended it for taking too long."""
+
+    returncode: int
+    loading: str
+    provider: str
+    timed_out: bool
+
+
+def watch(command: Sequence[str], progress_file: str, timeout: float, stdout=subprocess.DEVNULL,
+          stderr=subprocess.DEVNULL) -> Watched:
+    """Run ``command``, which writes ``name<TAB>provider`` to ``progress_file`` as it starts on each plugin (and
+    "" when it is outside any); end it when one plugin takes longer than ``timeout`` seconds (anything outside a
+    plugin, e.g. entry-point discovery, twice that)."""
+    child = subprocess.Popen(list(command), stdout=stdout, stderr=stderr)
+    loading, since, timed_out = "", time.monotonic(), False
+    while child.poll() is None:
+        time.sleep(0.05)
+        now = read_text(progress_file)
+        if now != loading:
+            loading, since = now, time.monotonic()
+        elif time.monotonic() - since > timeout * (1 if loading else 2):
+            child.kill()
+            child.wait()
+            timed_out = True
+    name, _, provider = read_text(progress_file).partition("\t")
+    return Watched(child.returncode, name, provider, timed_out)
+
+
+def problem(watched: Watched, timeout: float) -> str:
+    """What a plugin that stopped a watched child did, with the fix (``watched.loading`` names it)."""
+    if watched.timed_out:
+        what = (f"did not finish loading within {timeout:g} s (it hangs, or loads very slowly; the environment "
+                f"variable {TIMEOUT_ENV} sets another limit)")
+    elif watched.returncode < 0:
+        what = f"ended the process with signal {signal_name(-watched.returncode)} while loading (a crash)"
+    else:
+        what = f"ended the process with exit status {watched.returncode} while loading"
+    return (f"backend {watched.loading!r} from distribution {watched.provider} {what}. Fix: report it to the "
+            f"plugin's authors; `pip uninstall` its distribution to silence this")
+
+
+def signal_name(number: int) -> str:
+    """``SIGSEGV`` for 11 (the number itself where no signal has it)."""
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def read_text(path: str) -> str:
+    """A small file's text, "" where it cannot be read (a progress file not written yet)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def key(plugin) -> str:
+    """What identifies a plugin's code for a verdict: name, target, distribution, version and where it is installed."""
+    return f"{plugin.name}={plugin.target} ({plugin.provider}, {plugin.origin})"
+
+
+def _verdicts() -> dict[str, str]:
+    try:
+        found = json.loads(os.environ.get(VERDICTS_ENV, "{}"))
+    except ValueError:
+        return {}
+    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(found, dict) else {}
+
+
+def vet(registry, names: Sequence[str], child: Sequence[str]) -> dict[str, str]:
+    """The problem of each plugin among ``names`` that ends or hangs a process while it is imported, asked its
+    availability or created (name -> problem; the others are absent), from the verdicts already reached or
+    from a child process trying those not judged yet: ``child`` is its command, which is given the progress
+    file and the names (the registry's, which runs :func:`normbench.core.registry.try_loading`)."""
+    verdicts = _verdicts()
+    untried = [n for n in names if key(registry.plugin(n)) not in verdicts]
+    if untried:
+        limit = timeout_s()
+        with tempfile.TemporaryDirectory(prefix="normbench-vet-") as folder:
+            progress_file = os.path.join(folder, "loading")
+            while untried:
+                watched = watch([*child, progress_file, *untried], progress_file, limit)
+                if watched.returncode == 0 or watched.loading not in untried:
+                    # all loaded (or the child ended outside any plugin: then the selection's own load says why)
+                    verdicts.update({key(registry.plugin(n)): "" for n in untried})
+                    break
+                stopped = untried.index(watched.loading)
+                verdicts.update({key(registry.plugin(n)): "" for n in untried[:stopped]})
+                verdicts[key(registry.plugin(watched.loading))] = problem(watched, limit)
+                untried = untried[stopped + 1:]
+                with open(progress_file, "w", encoding="utf-8"):
+                    pass
+        os.environ[VERDICTS_ENV] = json.dumps(verdicts)
+    return {n: verdicts[key(registry.plugin(n))] for n in names if verdicts.get(key(registry.plugin(n)))}
