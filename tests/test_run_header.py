@@ -228,9 +228,13 @@ def test_check_and_table1_say_what_they_are_doing_on_stderr():
     assert out.returncode == 0 and "normbench: measuring Table 1" in out.stderr
 
 
-def test_a_suite_that_cannot_be_collected_is_said_so_in_the_header(tmp_path):
+def test_a_pytest_option_the_suites_cannot_use_is_one_line_before_any_run_folder(tmp_path):
+    """Before: the header said the suite could not be collected, and a folder marked finished with 0 tests was left."""
     out = subprocess.run([str(Path(sys.executable).parent / "normbench"), "run", "--impl=numpy", "--suites=conformance",
                           f"--out={tmp_path}", "--no-report", "-n", "0", f"--normbench-deviations={tmp_path / 'none.txt'}"],
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert "conformance: could not be collected (pytest exit 4)" in out.stdout, out.stdout[-2000:]
-    assert "conformance: 0 tests" not in out.stdout
+    assert out.returncode == 2 and out.stdout == "", out.stdout[-2000:]
+    [line] = out.stderr.splitlines()
+    assert line.startswith("normbench: error: pytest refuses the arguments normbench run passes on to it")
+    assert "none.txt" in line and "Give an existing known-deviations file. Fix:" in line
+    assert list(tmp_path.iterdir()) == [tmp_path / "none.txt"] or not any(tmp_path.iterdir())

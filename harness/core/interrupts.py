@@ -4,12 +4,15 @@ by a backend, and is that backend's result, not the end of the run.
 The pytest plugin (:mod:`normbench.front.isolation`) installs :func:`note_sigint` as the SIGINT
 handler of a session; ``normbench run`` records a SIGTERM with :func:`note_signal` before
 turning it into ``KeyboardInterrupt``. The throughput runner and the suites ask
-:func:`received_signal` when a backend call raises ``KeyboardInterrupt``.
+:func:`received_signal` when a backend call raises ``KeyboardInterrupt``. Once a run is interrupted,
+:func:`deferred` holds further signals off while it writes what ran.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
+from collections.abc import Callable
 
 _RECEIVED: list[int] = []
 
@@ -44,3 +47,29 @@ def backend_raised(exc: BaseException) -> bool:
     """Whether ``exc``, raised by a backend call, is the backend's doing: ``SystemExit``, or a
     ``KeyboardInterrupt`` that no signal caused (a real Ctrl-C must still end the run)."""
     return isinstance(exc, SystemExit) or (isinstance(exc, KeyboardInterrupt) and not received_signal())
+
+
+@contextlib.contextmanager
+def deferred(say: Callable[[str], None]):
+    """While a run that was interrupted writes what it has (its status, summary and report), SIGINT and
+    SIGTERM are recorded, said once through ``say``, and otherwise wait: a second Ctrl-C must not lose the
+    bookkeeping of the first. (SIGKILL still ends the process at once; the journal keeps every row.)"""
+    said = []
+
+    def later(signum, frame):
+        note_signal(signum)
+        if not said:
+            said.append(signum)
+            say(f"{signal.Signals(signum).name} received while normbench writes the run's status, summary and "
+                f"report; they are finished first (SIGKILL ends the process now, keeping every result row)")
+
+    try:
+        previous = {s: signal.signal(s, later) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -52,6 +52,8 @@ class Plan:
     baseline: str = "torch"
     #: the backends, once created (:meth:`select`); never sent to a worker
     selection: Selection | None = None
+    #: how many conformance tests the suites collect, once counted (``normbench run``'s header): workers are capped by it
+    tests: int | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Plan:

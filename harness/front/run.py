@@ -39,7 +39,7 @@ def pytest_args(plan: Plan, extra: Sequence[str], workers: bool = True, isolated
     only its worker, and let xdist replace as many workers as the quarantine can need."""
     out = [str(SUITES_DIRECTORY), *_QUIET_PYTEST]
     if workers and (plan.workers != "0" or isolated):
-        n = plan.workers if plan.workers != "0" else "1"
+        n = worker_count(plan)
         out += ["-n", n]
         if isolated:
             from normbench.front.isolation import CRASH_LIMIT
@@ -47,6 +47,15 @@ def pytest_args(plan: Plan, extra: Sequence[str], workers: bool = True, isolated
             count = int(n) if n.isdigit() else (os.cpu_count() or 1)
             out.append(f"--max-worker-restart={CRASH_LIMIT * isolated + 4 * count}")
     return out + list(extra)
+
+
+def worker_count(plan: Plan) -> str:
+    """``-n`` for the conformance suites: the plan's (at least one worker), never more than the tests counted
+    (``-n 30`` for 5 tests started 30 processes)."""
+    n = plan.workers if plan.workers != "0" else "1"
+    if plan.tests is not None:
+        n = str(max(1, min(int(n) if n.isdigit() else (os.cpu_count() or 1), plan.tests)))
+    return n
 
 
 def conformance_args(plan: Plan, extra: Sequence[str], workers: bool = True, isolated: int = 0) -> list[str]:
@@ -122,23 +131,27 @@ def header(plan: Plan, run_id: str, folder) -> None:
                 f"not failures)")
 
 
-def counts(plan: Plan, run_id: str, extra: Sequence[str]) -> None:
-    """How many conformance tests and throughput cases the suites collect (the end of the header)."""
+def counts(plan: Plan, run_id: str, extra: Sequence[str]) -> int | None:
+    """How many conformance tests and throughput cases the suites collect (the end of the header): their sum, or
+    None where a suite could not be collected. The conformance count caps its workers (``plan.tests``)."""
     from normbench.front.runner import collect
 
-    say, selection = _say, plan.selection
+    say, selection, total = _say, plan.selection, 0
     if "conformance" in plan.suites:
         found = collect(conformance_args(plan, extra, workers=False), PlanPlugin(plan, plan.options()))
         if found.code == INTERRUPTED:  # pytest.main swallowed a Ctrl-C or SIGTERM: the run stops here
             raise KeyboardInterrupt
         skips = f", {sum(found.skips.values())} more collected to skip (the summary says why)" if found.skips else ""
-        workers = "one worker process" if plan.workers == "0" else f"-n {plan.workers}"
         if found.code not in (0, 5):  # the run's own session reports the problem in full
             last = found.output.strip().splitlines()[-1:]
             say(f"  conformance: could not be collected (pytest exit {found.code}): "
                 + (last[0] if last else "pytest's message is above"))
+            total = None
         else:
+            plan.tests = found.runs
+            workers = "one worker process" if worker_count(plan) == "1" else f"-n {worker_count(plan)}"
             say(f"  conformance: {found.runs} tests{skips}; {workers}")
+            total += found.runs
     if "throughput" in plan.suites:
         found = collect(throughput_args(extra), PlanPlugin(plan, plan.options(run_id=run_id)))
         if found.code == INTERRUPTED:
@@ -147,102 +160,215 @@ def counts(plan: Plan, run_id: str, extra: Sequence[str]) -> None:
         untimed = [b.name for b in selection.backends if b.timing_note]
         say(f"  throughput:  {found.runs} case{'s' if found.runs != 1 else ''} on {', '.join(timed) or 'no backend'}, "
             f"one at a time" + (f" ({', '.join(untimed)}: not timed, see above)" if untimed else ""))
+        total = None if total is None or found.code not in (0, 5) else total + found.runs
+    return total
 
 
 def cmd_run(plan: Plan, extra: Sequence[str], argv: Sequence[str]) -> int:
     """The main job, in a claimed run folder: one writer, checked before anything is measured. Every finished
-    test is written at once; SIGINT and SIGTERM end the run but keep what ran and mark the folder interrupted."""
+    test is written at once; SIGINT and SIGTERM end the run but keep what ran, and the run still ends with
+    its status, summary and report (written with further signals held off: :func:`interrupts.deferred`)."""
     from normbench.core.environment import new_run_id
+    from normbench.core.exceptions import NormbenchError
+    from normbench.core.interrupts import deferred
     from normbench.core.registry import get_registry
     from normbench.core.run_folder import claim
+    from normbench.front.runner import refused_arguments
 
     run_id = plan.run_id or new_run_id()
     get_registry().names_in(plan.impl)  # a bad --impl is a usage error before any folder exists
+    refused = refused_arguments(extra)  # so are pytest arguments pytest refuses
+    if refused:
+        raise NormbenchError(f"pytest refuses the arguments normbench run passes on to it ({' '.join(extra)}): "
+                             f"{refused.rstrip('.')}. Fix: `normbench run --help` lists normbench's options; others go to pytest")
     with claim(plan.out, run_id) as run, _signals_end_the_run():  # a bad run id, another writer, results there
+        main = _MainJob(plan, extra, argv, run.path, run_id)
         try:
             header(plan, run_id, run.path)
-            counts(plan, run_id, extra)
-            return _run(plan, extra, argv, run.path, run_id)
+            main.expected = counts(plan, run_id, extra)
+            main.suites()
         except KeyboardInterrupt:  # between the suites' sessions (which keep their own results)
-            from normbench.core.environment import mark_status
             from normbench.core.interrupts import last_signal
 
-            reason = last_signal() or "KeyboardInterrupt"
-            mark_status(run.path, "interrupted", reason)
-            print(f"\nINTERRUPTED ({reason}) before the suites finished; what ran is in {run.path}/", file=sys.stderr)
-            return INTERRUPTED
+            main.interrupted = main.interrupted or last_signal() or "KeyboardInterrupt"
+        with deferred(lambda line: print(f"\nnormbench: {line}", file=sys.stderr, flush=True)):
+            return main.finish()
 
 
-def _run(plan: Plan, extra: Sequence[str], argv: Sequence[str], folder: Path, run_id: str) -> int:
-    from normbench.check.outcomes import CONFORMANCE, NOT_RUN
-    from normbench.core import storage
-    from normbench.core.environment import backends_record, environment, mark_status, write_environment
-    from normbench.core.interrupts import last_signal
-    from normbench.front.runner import Collector, run_pytest, summary
+class _MainJob:
+    """What ``normbench run`` has done so far, so that however the suites end (finished, interrupted
+    between sessions or inside one) :meth:`finish` records the status, prints the summary and writes the
+    report from it."""
 
-    selection = plan.selection
-    env = environment(run_id, ["normbench", *argv])
-    env.update(backends_record(selection))
-    write_environment(folder, env)
-    mark_status(folder, "running")
-    codes, report, collectors, sinks = [], [], [], []
-    if "conformance" in plan.suites:
-        print("\nnormbench: conformance suites", flush=True)
-        sink = _Sink(storage.ResultsWriter(folder, run_id, CONFORMANCE), run_id)
-        collector = Collector(sink=sink)
-        try:
-            code, outcomes = run_pytest(conformance_args(plan, extra, isolated=len(selection.backends)),
+    def __init__(self, plan: Plan, extra: Sequence[str], argv: Sequence[str], folder: Path, run_id: str) -> None:
+        self.plan, self.extra, self.argv, self.folder, self.run_id = plan, extra, argv, folder, run_id
+        self.codes: list[int] = []
+        self.collectors: list = []
+        self.sinks: list[_Sink] = []
+        self.sections: list[str] = []
+        #: the tests the header counted (a run stopped before its suites says "0 of N")
+        self.expected: int | None = None
+        self.interrupted = ""
+        self.problems: list[str] = []
+
+    def suites(self) -> None:
+        from normbench.check.outcomes import CONFORMANCE
+        from normbench.core import storage
+        from normbench.core.environment import backends_record, environment, write_environment
+        from normbench.front.runner import Collector, run_pytest, summary
+
+        plan, folder, run_id = self.plan, self.folder, self.run_id
+        env = environment(run_id, ["normbench", *self.argv])
+        env.update(backends_record(plan.selection))
+        write_environment(folder, env)
+        self._status("running")
+        if "conformance" in plan.suites:
+            print("\nnormbench: conformance suites", flush=True)
+            sink = _Sink(storage.ResultsWriter(folder, run_id, CONFORMANCE), run_id,
+                         reopen=lambda: storage.ResultsWriter(folder, run_id, CONFORMANCE))
+            self.sinks.append(sink)
+            collector = Collector(sink=sink)
+            self.collectors.append(collector)
+            code, outcomes = run_pytest(conformance_args(plan, self.extra, isolated=len(plan.selection.backends)),
                                         PlanPlugin(plan, plan.options()), collector)
-        finally:
+            self.codes.append(code)
+            self.sections.append("normbench conformance summary\n"
+                                 + summary(outcomes, interrupted=collector.interrupted))
+            self.interrupted = collector.interrupted
+        if "throughput" in plan.suites and not self.interrupted:
+            print(f"\nnormbench: throughput suite, results in {folder}/", flush=True)
+            collector = Collector()
+            self.collectors.append(collector)
+            code, _ = run_pytest(throughput_args(self.extra), PlanPlugin(plan, plan.options(run_id=run_id)), collector)
+            self.codes.append(code)
+            self.sections.append(_throughput_report(folder))
+            self.interrupted = collector.interrupted
+
+    def finish(self) -> int:
+        """Close the journals, record the status, print the summary and write the report; the exit status."""
+        from normbench.check.outcomes import NOT_RUN
+        from normbench.core.interrupts import last_signal
+
+        for sink in self.sinks:
             sink.close()
-        collectors.append(collector)
-        sinks.append(sink)
-        codes.append(code)
-        report.append("normbench conformance summary\n" + summary(outcomes, interrupted=collector.interrupted))
-    if "throughput" in plan.suites and not any(c.interrupted for c in collectors):
-        print(f"\nnormbench: throughput suite, results in {folder}/", flush=True)
-        collector = Collector()
-        code, _ = run_pytest(throughput_args(extra), PlanPlugin(plan, plan.options(run_id=run_id)), collector)
-        collectors.append(collector)
-        codes.append(code)
-        report.append(_throughput_report(folder))
-    interrupted = next((c.interrupted for c in collectors if c.interrupted), "")
-    done = sum(1 for c in collectors for o in c.outcomes if o.outcome != NOT_RUN)
-    total = sum(len(c.outcomes) for c in collectors)
-    mark_status(folder, "interrupted" if interrupted else "finished", interrupted or last_signal() or None, done, total)
-    skipped = skipped_lines(selection)
-    if skipped:
-        report.append("\n".join(skipped))
-    if interrupted:
-        report.append(f"INTERRUPTED ({interrupted}) after {done} of {total} tests: what ran is in {folder}/")
-    print("\n" + "\n\n".join(report) + f"\n\nresults: {folder}/")
-    unsaved = [s.error for s in sinks if s.error is not None]
-    if plan.report:
-        _run_report(folder, plan.baseline)
-    if unsaved:
-        print(f"normbench: error: conformance results were not all saved: {unsaved[0]}", file=sys.stderr)
-        return 2
-    return exit_code(codes)
+        outcomes = [o for c in self.collectors for o in c.outcomes]
+        done = sum(1 for o in outcomes if o.outcome != NOT_RUN)
+        total = len(outcomes) if self.collectors else self.expected
+        if self.interrupted and self.expected is not None:  # tests never handed to a worker did not run either
+            total = max(total or 0, self.expected)
+        self._status("interrupted" if self.interrupted else "finished", self.interrupted or last_signal() or None,
+                     done, total, self._rows())
+        report = list(self.sections)
+        if self.plan.selection is not None:
+            report += ["\n".join(skipped_lines(self.plan.selection))] if skipped_lines(self.plan.selection) else []
+        if self.interrupted:
+            of = f" of {total}" if total is not None else ""
+            report.append(f"INTERRUPTED ({self.interrupted}) after {done}{of} tests: what ran is in {self.folder}/")
+        print("\n" + "\n\n".join(report) + f"\n\nresults: {self.folder}/", flush=True)
+        if self.plan.report:
+            _run_report(self.folder, self.plan.baseline)
+        problems = self.problems + [f"{len(s.unsaved)} conformance results could not be written to the run folder "
+                                    f"({s.error}); {s.kept_in}" for s in self.sinks if s.error is not None]
+        for problem in problems:
+            print(f"normbench: error: {problem}", file=sys.stderr)
+        if problems:
+            return 2
+        return INTERRUPTED if self.interrupted and not self.codes else exit_code(self.codes)
+
+    def _rows(self) -> dict[str, int]:
+        """The rows the run wrote into each results file (the conformance rows it could not write count: the loader
+        then says they are missing from the folder); what the loader holds the folder to."""
+        from normbench.check.outcomes import CONFORMANCE
+        from normbench.core import storage
+        from normbench.perf.throughput import THROUGHPUT
+
+        rows = {}
+        for schema in (CONFORMANCE, THROUGHPUT):
+            try:
+                rows[schema.stem] = len(storage.load(self.folder, schema)) if storage.exists(
+                    self.folder / schema.file_name()) else 0
+            except storage.ResultsError:
+                return {}  # a file it cannot read back: no count rather than a wrong one (the loader says why)
+        rows[CONFORMANCE.stem] += sum(len(s.unsaved) for s in self.sinks)
+        return rows
+
+    def _status(self, state: str, reason: str | None = None, done: int = 0, total: int | None = None,
+                rows: dict[str, int] | None = None) -> None:
+        """Record the run's status; a folder that cannot take it (a full disk) is said at the end, not raised."""
+        from normbench.core.environment import mark_status
+        from normbench.core.storage import ResultsError
+
+        try:
+            mark_status(self.folder, state, reason, done, total, rows or None)
+        except ResultsError as exc:
+            self.problems.append(f"the run's status ({state}) could not be recorded: {exc}")
 
 
 class _Sink:
-    """Writes each conformance outcome to the run folder as it arrives; a write that fails
-    (a full disk) is said once and the run goes on (the summary still shows every test)."""
+    """Writes each conformance outcome to the run folder as it arrives. A write that fails (a full disk)
+    is said once and the run goes on (the summary still shows every test), keeping the rows it could not
+    write; :meth:`close` writes them into the folder again (with a new writer from ``reopen``: space may
+    have been freed meanwhile, as the message asks), and what still does not fit into a file in the
+    system's temporary folder (:attr:`kept_in`), so that no finished test is lost."""
 
-    def __init__(self, writer, run_id: str) -> None:
-        self.writer, self.run_id, self.error = writer, run_id, None
+    def __init__(self, writer, run_id: str, reopen=None) -> None:
+        self.writer, self.run_id, self.reopen = writer, run_id, reopen
+        self.error = None
+        self.unsaved: list[dict] = []
+        #: where the rows that the run folder could not take were written in the end ("" if none)
+        self.kept_in = ""
 
     def __call__(self, outcome) -> None:
         from normbench.front.runner import outcome_rows
 
-        if self.error is None:
-            self._try(self.writer.add, outcome_rows([outcome], self.run_id)[0])
+        row = outcome_rows([outcome], self.run_id)[0]
+        if self.error is not None or not self._try(self.writer.add, row):
+            self.unsaved.append(row)
 
     def close(self) -> None:
-        """Write the JSON snapshot; a failure is said once, like a failed row."""
-        self._try(self.writer.close)
+        """Write the JSON snapshot, then the rows that could not be written (see the class)."""
+        if self.error is None:
+            self._try(self.writer.close)
+            return
+        if self.unsaved and self.reopen is not None:
+            self._write_again()
+        if self.unsaved:
+            self._keep_elsewhere()
 
-    def _try(self, write, *args) -> None:
+    def _write_again(self) -> None:
+        from normbench.core.storage import ResultsError
+
+        try:
+            writer = self.reopen()
+            while self.unsaved:
+                writer.add(self.unsaved[0])
+                self.unsaved.pop(0)
+            writer.close()
+        except ResultsError:
+            return
+        print(f"normbench: the rows that could not be written earlier are now in {writer.csv_path}", file=sys.stderr)
+        self.error = None
+
+    def _keep_elsewhere(self) -> None:
+        import csv
+        import io
+        import tempfile
+
+        from normbench.core.files import write_atomic
+
+        text = io.StringIO()
+        out = csv.DictWriter(text, fieldnames=list(self.unsaved[0]))
+        out.writeheader()
+        out.writerows(self.unsaved)
+        path = Path(tempfile.gettempdir()) / f"normbench-{self.run_id}-unsaved-conformance.csv"
+        try:
+            write_atomic(path, text.getvalue())
+        except OSError as exc:
+            self.kept_in = f"they could not be kept in {path} either ({exc.strerror or exc}): they are lost"
+        else:
+            self.kept_in = f"they are in {path} (the run folder's conformance.csv holds the others)"
+
+    def _try(self, write, *args) -> bool:
         from normbench.core.storage import ResultsError
 
         try:
@@ -250,7 +376,11 @@ class _Sink:
         except ResultsError as exc:
             if self.error is None:
                 self.error = exc
-                print(f"\nnormbench: error: {exc}. The run goes on; its summary shows every test", file=sys.stderr)
+                print(f"\nnormbench: error: {exc}. The run goes on (its summary shows every test), keeping the rows "
+                      f"it could not write; free space now, and they are written at the end of the run",
+                      file=sys.stderr, flush=True)
+            return False
+        return True
 
 
 @contextlib.contextmanager

@@ -166,7 +166,12 @@ class Collector:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if hasattr(session.config, "workerinput"):
             return
-        if exitstatus == pytest.ExitCode.INTERRUPTED and not self.interrupted:
+        self.finish(interrupted=exitstatus == pytest.ExitCode.INTERRUPTED)
+
+    def finish(self, interrupted: bool) -> None:
+        """Record every collected test that produced no outcome as not run (saying why); ``interrupted``:
+        the session ended on a signal (or a KeyboardInterrupt)."""
+        if interrupted and not self.interrupted:
             from normbench.core.interrupts import last_signal
 
             self.interrupted = last_signal() or "KeyboardInterrupt"
@@ -208,7 +213,11 @@ def run_pytest(args: list[str], plan: PlanPlugin | Selection | None = None,
     returns (exit code, outcomes)."""
     collector = collector or Collector()
     plugins: list[object] = [collector, *_plugins(plan)]
-    code = pytest.main(args, plugins=plugins)
+    try:
+        code = pytest.main(args, plugins=plugins)
+    except KeyboardInterrupt:  # a second Ctrl-C while pytest was ending the session on the first
+        collector.finish(interrupted=True)
+        code = pytest.ExitCode.INTERRUPTED
     return int(code), collector.outcomes
 
 
@@ -243,6 +252,23 @@ def collect(args: list[str], plan: PlanPlugin | Selection | None = None) -> Coll
         collected.code = int(pytest.main([*args, "--collect-only", "-q"], plugins=plugins))
     collected.output = out.getvalue()
     return collected
+
+
+def refused_arguments(args: Sequence[str]) -> str:
+    """pytest's complaint about ``args`` (its last line, e.g. ``error: unrecognized arguments: --bogus``), or ""
+    where it takes them: checked by collecting an empty folder, in this process, in a fraction of a second."""
+    import tempfile
+
+    if not args:
+        return ""
+    out = io.StringIO()
+    with tempfile.TemporaryDirectory(prefix="normbench-args-") as empty, contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(out):
+        code = pytest.main([empty, "--collect-only", "-q", "-p", "no:cacheprovider", *args])
+    if code != pytest.ExitCode.USAGE_ERROR:
+        return ""
+    lines = [line.strip() for line in out.getvalue().splitlines() if line.strip()]
+    return next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "usage error")
 
 
 def deviation_tally(outcomes: list[Outcome]) -> deviations.Tally:

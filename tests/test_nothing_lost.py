@@ -1,0 +1,249 @@
+"""Nothing lost (the second pass): one plugin that crashes or hangs while it is loaded costs only its own
+tests, in ``normbench run``, ``normbench test``, ``pytest suites`` and ``normbench check`` alike; a
+terminal's Ctrl-C (the whole process group, once or twice) ends as an interrupted run with its status,
+summary and report; a disk that fills mid-run loses no finished test; pytest arguments pytest refuses
+create no run folder; a run never starts more workers than it has tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from normbench.front.plan import Plan
+from normbench.front.run import worker_count
+from tests.plugins import ROOT
+
+BAD_PLUGINS = {
+    "segv_at_import": "import ctypes\nctypes.string_at(0)  # a segfault, as a broken native extension has\n",
+    "bad_backends": '''
+import ctypes, time
+from tests.mutants import Fp32Kernel
+
+class HangsAtCreate(Fp32Kernel):
+    name = "hangs-at-create"
+    def __init__(self):
+        time.sleep(1000)
+
+class CrashesInCheck(Fp32Kernel):
+    name = "crashes-in-check"
+    def layer_norm(self, *args, **kwargs):
+        ctypes.string_at(0)
+
+class HangsInCheck(Fp32Kernel):
+    name = "hangs-in-check"
+    def layer_norm(self, *args, **kwargs):
+        time.sleep(1000)
+''',
+}
+LOADING = {"segv-at-import": "segv_at_import:B", "hangs-at-create": "bad_backends:HangsAtCreate"}
+RUNNING = {"crashes-in-check": "bad_backends:CrashesInCheck", "hangs-in-check": "bad_backends:HangsInCheck"}
+#: a few tests of the forward suite: what runs matters less than that it runs
+FEW = ["-k", "test_forward and float32 and family_rows and not rms and hidden33"]
+
+
+@pytest.fixture(scope="module")
+def loading(make_plugins):
+    """Plugins that end or hang the process while they are imported or created."""
+    plugins = make_plugins(LOADING, dist="acme-bad", modules=BAD_PLUGINS)
+    return {**plugins.env, "NORMBENCH_PLUGIN_TIMEOUT": "3"}
+
+
+@pytest.fixture(scope="module")
+def running(make_plugins):
+    """Plugins that load well and then end or hang the process when they compute."""
+    return make_plugins(RUNNING, dist="acme-worse", modules=BAD_PLUGINS).env
+
+
+def normbench(*args, env=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "normbench", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+CRASHED = ("backend 'segv-at-import' from distribution acme-bad 0.0.0 ended the process with signal SIGSEGV "
+           "while loading (a crash)")
+HUNG = "backend 'hangs-at-create' from distribution acme-bad 0.0.0 did not finish loading within 3 s"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("command", ["run", "test", "pytest"])
+def test_a_plugin_that_crashes_or_hangs_while_loaded_costs_only_its_own_tests(loading, tmp_path, command):
+    """Before: ``--impl=all`` exited 139 with nothing measured, or hung forever."""
+    argv = {"run": ["-m", "normbench", "run", "--suites=conformance", "--no-report", f"--out={tmp_path}",
+                    "--run-id=r1"],
+            "test": ["-m", "normbench", "test", "-p", "no:cacheprovider"],
+            "pytest": ["-m", "pytest", "suites", "-p", "no:cacheprovider"]}[command]
+    out = subprocess.run([sys.executable, *argv, "--impl=all", "-n", "2", *FEW], cwd=ROOT, env=loading,
+                         capture_output=True, text=True, timeout=600)
+    said = out.stdout + out.stderr
+    assert out.returncode in (0, 1), said[-3000:]  # no signal, no usage error: the run happened
+    assert CRASHED in said and HUNG in said, said[-3000:]
+    assert "passed" in said and "numpy" in said
+    if command == "run":
+        status = json.loads((tmp_path / "r1" / "environment.json").read_text())["status"]
+        assert status["state"] == "finished" and status["done"] > 0
+
+
+@pytest.mark.e2e
+def test_a_named_plugin_that_crashes_while_loaded_is_one_line(loading):
+    out = normbench("test", "--impl=segv-at-import", *FEW, env=loading)
+    assert out.returncode == 4 and CRASHED in out.stdout + out.stderr
+
+
+@pytest.mark.e2e
+def test_check_runs_each_backend_where_a_crash_or_hang_is_its_own(running):
+    """Before: a crashing backend ended ``normbench check`` silently, a hanging one never returned."""
+    out = normbench("check", "--impl=numpy,crashes-in-check,hangs-in-check,numpy", "--shape=8x16", "--timeout=5",
+                    env=running, timeout=300)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert lines[0].startswith("PASS numpy float32-rows8-hidden16-normal")
+    assert lines[1] == ("CRASH crashes-in-check float32-rows8-hidden16-normal (seed 0): the backend ended the process "
+                        "with signal SIGSEGV")
+    assert lines[2] == "TIMEOUT hangs-in-check float32-rows8-hidden16-normal (seed 0): no result within 5 s (--timeout)"
+    assert len(lines) == 3  # a backend named twice is checked once
+
+
+@pytest.mark.e2e
+def test_list_says_a_plugin_crashed_not_that_it_hangs(loading):
+    """Before: a plugin that crashed while imported was listed as 'did not finish loading within N s (it hangs?)'."""
+    out = normbench("list", "--plugin-timeout=20", env=loading)
+    assert out.returncode == 0, out.stderr
+    assert f"problem: {CRASHED}. It is left out of this list." in out.stdout
+    assert "segv-at-import" in out.stdout and "did not finish loading within 20 s" not in out.stdout.split(CRASHED)[0]
+
+
+def _run_until(tmp_path, interrupts: int):
+    """``normbench run`` in a process group of its own, as a terminal starts it, sent ``interrupts`` SIGINTs to the
+    whole group (workers included, as Ctrl-C does) once its first results are on disk."""
+    folder, out, err = tmp_path / "r1", tmp_path / "stdout", tmp_path / "stderr"
+    with open(out, "w") as stdout, open(err, "w") as stderr:  # files: a pipe nobody reads would stop the run
+        child = subprocess.Popen([sys.executable, "-m", "normbench", "run", "--impl=numpy", "--seed=0..2", "-n", "2",
+                                  f"--out={tmp_path}", "--run-id=r1"], cwd=ROOT, stdout=stdout, stderr=stderr,
+                                 start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.monotonic() + 300
+        while not _rows(folder) and time.monotonic() < deadline and child.poll() is None:
+            time.sleep(0.1)
+        assert child.poll() is None, err.read_text()[-3000:]
+        for _ in range(interrupts):
+            os.killpg(child.pid, signal.SIGINT)
+            time.sleep(0.3)
+        child.wait(timeout=300)
+    return child.returncode, out.read_text(), err.read_text(), folder
+
+
+def _rows(folder) -> int:
+    csv = folder / "conformance.csv"
+    return max(0, len(csv.read_text().splitlines()) - 1) if csv.exists() else 0
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("interrupts", [1, 2])
+def test_ctrl_c_to_the_process_group_ends_as_an_interrupted_run(tmp_path, interrupts):
+    """Before: after a double Ctrl-C the run printed no summary, marked nothing INCOMPLETE, wrote no report, and
+    environment.json said done: 0, total: null."""
+    code, out, err, folder = _run_until(tmp_path, interrupts)
+    assert code == 2, out[-2000:] + err[-2000:]
+    status = json.loads((folder / "environment.json").read_text())["status"]
+    assert status["state"] == "interrupted" and status["reason"] == "SIGINT"
+    from normbench.check.outcomes import CONFORMANCE
+    from normbench.core import storage
+
+    outcomes = storage.load(folder, CONFORMANCE).outcome
+    assert 0 < status["done"] == int((outcomes != "not run").sum()) < status["total"]
+    assert status["rows"]["conformance"] == len(outcomes)  # the tests that did not run are rows too, "not run"
+    assert f"INTERRUPTED (SIGINT) after {status['done']} of {status['total']} tests" in out
+    assert "INCOMPLETE: some tests did not run" in out and (folder / "report.html").exists()
+    assert "Traceback" not in err
+
+
+SITECUSTOMIZE = '''
+import errno, os
+_limit, _under = os.environ.get("FAKE_DISK_BYTES"), os.environ.get("FAKE_DISK_FOLDER")
+if _limit and _under:
+    _real, _left = os.write, [int(_limit)]
+
+    def _write(fd, data):
+        try:
+            path = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            path = ""
+        if not path.startswith(_under):
+            return _real(fd, data)
+        if _left[0] <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        n = _real(fd, bytes(data[:_left[0]]))
+        _left[0] -= n
+        return n
+
+    os.write = _write
+'''
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not os.path.exists("/proc/self/fd"), reason="the fake full disk finds a file's path in /proc")
+def test_a_disk_that_fills_mid_run_loses_no_finished_test(tmp_path):
+    """Before: 449 of 637 outcomes were in no file, no summary was printed and the status stayed 'running'."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(ROOT)]),
+           "FAKE_DISK_BYTES": "6000", "FAKE_DISK_FOLDER": str(tmp_path / "out"), "TMPDIR": str(elsewhere)}
+    out = normbench("run", "--impl=numpy", "--suites=conformance", "--no-report", f"--out={tmp_path / 'out'}",
+                    "--run-id=r1", "-n", "1", "-k", "test_forward and float32 and family_rows", env=env)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    summary = out.stdout.split("normbench conformance summary", 1)[1]
+    passed = int(summary.splitlines()[2].split()[1])
+    assert passed >= 10 and "No space left on device" in out.stderr
+    kept = elsewhere / "normbench-r1-unsaved-conformance.csv"
+    assert "could not be written to the run folder" in out.stderr and str(kept) in out.stderr
+    assert "the run's status (finished) could not be recorded" in out.stderr
+    in_folder = _rows(tmp_path / "out" / "r1")
+    elsewhere_rows = kept.read_text().splitlines()[1:]
+    assert 0 < in_folder < passed and in_folder + len(elsewhere_rows) == passed
+    assert "Traceback" not in out.stderr
+
+
+def test_rows_a_full_disk_refused_are_written_at_the_end_once_space_is_freed(tmp_path, capsys):
+    from normbench.check.outcomes import CONFORMANCE
+    from normbench.core import storage
+    from normbench.front.run import _Sink
+    from normbench.front.runner import Outcome
+
+    class FullDisk:
+        def add(self, row):
+            raise storage.ResultsError("cannot write row 1 to conformance.csv: No space left on device")
+
+        def close(self):
+            raise AssertionError("a failed writer is not closed again")
+
+    sink = _Sink(FullDisk(), "r1", reopen=lambda: storage.ResultsWriter(tmp_path, "r1", CONFORMANCE))
+    for n in range(3):
+        sink(Outcome(f"suites/test_forward.py::test_forward[numpy-float32-rows{n + 1}-hidden8-normal]", "numpy",
+                     "test_forward", "passed"))
+    sink.close()
+    assert sink.error is None and not sink.unsaved and len(storage.load(tmp_path, CONFORMANCE)) == 3
+    assert "now in" in capsys.readouterr().err
+
+
+def test_pytest_arguments_pytest_refuses_create_no_run_folder(tmp_path):
+    """Before: pytest printed its usage and a run folder marked 'finished' with 0 tests was left."""
+    out = normbench("run", "--impl=numpy", f"--out={tmp_path}", "--no-such-pytest-option")
+    assert out.returncode == 2 and out.stdout == ""
+    [line] = out.stderr.splitlines()
+    assert line.startswith("normbench: error: pytest refuses the arguments normbench run passes on to it "
+                           "(--no-such-pytest-option)") and "unrecognized arguments" in line
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("workers, tests, expected", [("8", 5, "5"), ("auto", 1, "1"), ("0", None, "1"),
+                                                      ("3", None, "3"), ("2", 0, "1"), ("4", 100, "4")])
+def test_a_run_starts_no_more_workers_than_tests(workers, tests, expected):
+    """Before: ``-n 30`` started 30 workers for 5 tests."""
+    assert worker_count(Plan(workers=workers, tests=tests)) == expected
