@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from normbench.core import cases
+from normbench.core import cases, operations
 from normbench.core.dtypes import DTYPES
 from normbench.core.exceptions import InvalidInput
 
@@ -101,3 +101,38 @@ def test_dy_is_laid_out_like_x_or_broadcast():
     assert dy.shape == broadcast.shape and dy.strides[:2] == (0, 0)
     assert cases.make_dy(strided, 0).tobytes() == cases.make_dy(strided, 0).tobytes()
     assert "dybroadcast" in broadcast.id
+
+
+@pytest.mark.parametrize("op", operations.OPERATIONS, ids=str)
+@pytest.mark.parametrize("suite", ["forward", "backward", "gradcheck", "invariance", "geometry"])
+def test_every_family_runs_at_a_multiple_of_128_and_at_an_odd_size(op, suite):
+    """A kernel that takes only multiples of 8 (or 16, or 128) still gets every family, and a vector tail at an odd
+    size is in every family too: before, the layout family ran at hidden 100 alone, so such a kernel had no layout
+    coverage and one that ignored strides at other sizes passed."""
+    sizes: dict[str, set[int]] = {}
+    for case in cases.suite_cases(op, suite):
+        sizes.setdefault(case.family, set()).add(case.hidden)
+    for family, found in sizes.items():
+        assert any(n % 128 == 0 for n in found), f"{op} {suite} {family}: no multiple of 128 in {sorted(found)}"
+        assert any(n % 2 for n in found), f"{op} {suite} {family}: no odd size in {sorted(found)}"
+
+
+def test_a_hidden_size_rule_is_a_skip_with_its_reason_and_layouts_still_run():
+    from normbench.check import conformance
+    from normbench.core.backend import Limits
+    from tests import mutants
+
+    class EightWide(mutants.Fp32Kernel):
+        name = "eight-wide"
+        limits = Limits(hidden_multiple=8, source="its docs: hidden must be a multiple of 8")
+
+    backend = EightWide()
+    layout = [c for c in cases.suite_cases("layer_norm", "forward") if c.family == "layout"]
+    runs = [c for c in layout if conformance.skip_reason(backend, c) is None]
+    assert {c.layout for c in runs} == set(cases.LAYOUTS[1:]) and all(c.hidden % 8 == 0 for c in runs)
+    odd = next(c for c in layout if c.hidden == cases.ODD)
+    assert conformance.skip_reason(backend, odd) == (
+        "outside backend 'eight-wide''s documented limits: the normalized size 127 is not a multiple of 8, which "
+        "the library requires (its docs: hidden must be a multiple of 8)")
+    with pytest.raises(ValueError, match="hidden_multiple=0"):
+        Limits(hidden_multiple=0)

@@ -40,7 +40,8 @@ def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str 
                 f"does not apply")
     if backward and not backend.has_backward:
         return f"backend {backend.name!r} has no backward (has_backward = False)"
-    limit_problem = backend.limits.case_problem(len(case.shape), case.eps_value, case.layout, case.dy_broadcast)
+    limit_problem = backend.limits.case_problem(len(case.shape), case.eps_value, case.layout, case.dy_broadcast,
+                                                case.hidden)
     if limit_problem:
         return f"outside backend {backend.name!r}'s documented limits: {limit_problem}"
     limit = backend.max_elements

@@ -119,17 +119,25 @@ class Limits:
     """The documented limits of the library a backend wraps: cases outside them are skipped,
     saying so, never failed. ``eps``: the closed range of eps it accepts; ``min_rank``: the
     fewest dims x may have; ``layouts``: the layouts it accepts (of ``normbench.core.cases.LAYOUTS``,
-    and ``"dybroadcast"`` for a stride-0 dy), None for every one; ``source``: where the limits
-    are documented, quoted in every skip.
+    and ``"dybroadcast"`` for a stride-0 dy), None for every one; ``hidden_multiple``: the normalized
+    size (the product of ``normalized_shape``) must be a multiple of it (a vectorized kernel's rule,
+    e.g. 8); ``source``: where the limits are documented, quoted in every skip.
 
     >>> Limits(eps=(0.0, 1e-3), source="its docs").eps_problem(0.1)
     'eps 0.1 is outside the documented range [0, 0.001] (its docs)'
+    >>> Limits(hidden_multiple=8).case_problem(2, 1e-5, "contiguous", hidden=100)
+    'the normalized size 100 is not a multiple of 8, which the library requires'
     """
 
     eps: tuple[float, float] = (0.0, float("inf"))
     min_rank: int = 1
     layouts: tuple[str, ...] | None = None
+    hidden_multiple: int = 1
     source: str = ""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.hidden_multiple, int) and self.hidden_multiple >= 1):
+            raise ValueError(f"Limits(hidden_multiple={self.hidden_multiple!r}): give a whole number >= 1, e.g. 8")
 
     def _cite(self) -> str:
         return f" ({self.source})" if self.source else ""
@@ -141,13 +149,18 @@ class Limits:
             return None
         return f"eps {eps:g} is outside the documented range [{low:g}, {high:g}]{self._cite()}"
 
-    def case_problem(self, rank: int, eps: float, layout: str, dy_broadcast: bool = False) -> str | None:
-        """Why a case of x's ``rank``, ``eps`` and ``layout`` is outside the limits, or None."""
+    def case_problem(self, rank: int, eps: float, layout: str, dy_broadcast: bool = False,
+                     hidden: int | None = None) -> str | None:
+        """Why a case of x's ``rank``, ``eps``, ``layout`` and normalized size ``hidden`` is outside the limits,
+        or None."""
         problem = self.eps_problem(eps)
         if problem:
             return problem
         if rank < self.min_rank:
             return f"x has rank {rank}, below the documented minimum {self.min_rank}{self._cite()}"
+        if hidden is not None and hidden % self.hidden_multiple:
+            return (f"the normalized size {hidden} is not a multiple of {self.hidden_multiple}, which the library "
+                    f"requires{self._cite()}")
         for wanted in (layout, "dybroadcast") if dy_broadcast else (layout,):
             if self.layouts is not None and wanted not in self.layouts:
                 return f"layout {wanted} is not among the documented ones, {', '.join(self.layouts)}{self._cite()}"

@@ -31,8 +31,11 @@ HALF = ("float16", "bfloat16")
 #: the hidden sizes of NUMERICS.md, non-powers of two included
 HIDDEN = (1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 192, 255, 256, 257,
           768, 1000, 1023, 1024, 1025, 1536, 3000, 4096, 8192, 16384, 32768, 65536)
-MULTI_DIM = ((2, 3), (2, 2, 5), (8, 16), (6, 129))
+MULTI_DIM = ((2, 3), (2, 2, 5), (8, 16), (6, 129), (3, 11))
 ROWS = (0, 1, 2, 3, 7, 64, 65, 1025)
+#: every family runs at a multiple of 128 (so of 8 and 16: what vectorized kernels take) and at an odd size (a
+#: vector tail) beside its own sizes; a family whose own sizes lack one adds these (``tests/test_cases.py``)
+WIDE, ODD = 128, 127
 EPS = (0.0, 1e-12, 1e-6, 1e-5, 1e-3, 0.1, 0.5)
 #: a case with more elements than this is marked slow (run it where there is time)
 SLOW_ELEMENTS = 1 << 18
@@ -388,6 +391,8 @@ def _rows(add: Add, op: Operation, suite: str) -> None:
     for dtype in ("float32", "bfloat16"):
         for m in ROWS:
             add(_rows_hidden("rows", m, 33, dtype, dist="offset3"))
+    for m in (1, 65):
+        add(_rows_hidden("rows", m, WIDE, "float32", dist="offset3"))
         if suite == "forward":
             add(_rows_hidden("rows", 65537, 8, dtype, dist="offset3"))
     if suite == "forward":
@@ -406,10 +411,12 @@ def _rank(add: Add, op: Operation, suite: str) -> None:
             for lead in ((), (3,), (2, 3), (2, 2, 3), (2, 1, 2, 3)):
                 add(Case("rank", (*lead, 19), (19,), dtype, dist="offset3"))
             add(Case("rank", (4, 3, 2, 5), (3, 2, 5), dtype, dist="offset3"))
+        add(Case("rank", (2, 3, WIDE), (WIDE,), "float32", dist="offset3"))
         return
     for lead in ((), (2, 3), (2, 1, 2, 3)):
         add(Case("rank", (*lead, 19), (19,), "float32", dist="offset3"))
     add(Case("rank", (4, 3, 2, 5), (3, 2, 5), "float32", dist="offset3"))
+    add(Case("rank", (2, 3, WIDE), (WIDE,), "float32", dist="offset3"))
 
 
 def _affine(add: Add, op: Operation, suite: str) -> None:
@@ -417,6 +424,9 @@ def _affine(add: Add, op: Operation, suite: str) -> None:
     for dtype in DTYPES:
         for affine in AFFINES:
             add(_rows_hidden("affine", 7, 100, dtype, dist="uniform9", affine=affine))
+    for n in (WIDE, ODD):
+        for affine in AFFINES:
+            add(_rows_hidden("affine", 7, n, "float32", dist="uniform9", affine=affine))
 
 
 def _mixed(add: Add, op: Operation, suite: str) -> None:
@@ -424,6 +434,8 @@ def _mixed(add: Add, op: Operation, suite: str) -> None:
     for dtype in HALF:
         for affine in ("wb", "w", "b"):
             add(_rows_hidden("mixed", 7, 100, dtype, dist="offset3", affine=affine, param_dtype="float32"))
+    add(_rows_hidden("mixed", 7, WIDE, "bfloat16", dist="offset3", param_dtype="float32"))
+    add(_rows_hidden("mixed", 7, ODD, "float16", dist="offset3", param_dtype="float32"))
 
 
 def _eps(add: Add, op: Operation, suite: str) -> None:
@@ -438,6 +450,7 @@ def _eps(add: Add, op: Operation, suite: str) -> None:
             add(_rows_hidden("eps", 8, n, dtype, dist="sigmasqrteps", eps=0.5))
         for eps in (1e-5, 0.1):
             add(_rows_hidden("eps", 8, 64, dtype, dist="constant", eps=eps))
+    add(_rows_hidden("eps", 8, WIDE, "float32", dist="sigmasqrteps", eps=1e-5))
     if suite == "backward":
         add(_rows_hidden("eps", 8, 1000, "float32", dist="normal", eps=0.0))
     if op.default_eps is not None:
@@ -457,6 +470,8 @@ def _dist(add: Add, op: Operation, suite: str) -> None:
     for dtype in DTYPES:
         for dist in dists:
             add(_rows_hidden("dist", 8, 1000, dtype, dist=dist))
+    for dist in ("offset1e3", "sigma1e-3", "outlier"):
+        add(_rows_hidden("dist", 8, 1023, "float32", dist=dist))
     add(_rows_hidden("dist", 4, 4096, "float16", dist="big300"))
     add(_rows_hidden("dist", 8, 1000, "float32", dist="sigma1e-3", eps=1e-12))
     if suite == "forward":
@@ -475,17 +490,24 @@ def _constant(add: Add, op: Operation, suite: str) -> None:
     for dtype in ("float32", "float16", "bfloat16"):
         for dist in ("constant1e3", "constant1e4"):
             add(_rows_hidden("constant", 8, 1024, dtype, dist=dist))
+    add(_rows_hidden("constant", 8, 1023, "float32", dist="constant1e4"))
     add(_rows_hidden("constant", 4, 8192, "float32", dist="constant"))
     add(_rows_hidden("constant", 2, 65536, "float32", dist="constant"))
 
 
 def _layout(add: Add, op: Operation, suite: str) -> None:
-    """Strided layouts of x (and dy); in the backward a stride-0 (broadcast) dy too."""
+    """Strided layouts of x (and dy); in the backward a stride-0 (broadcast) dy too; at a multiple of 128 and an
+    odd size as well, so that a kernel that takes only multiples of 8 is still tested on strides."""
     for dtype in ("float32", "bfloat16"):
         for layout in LAYOUTS[1:]:
             add(_rows_hidden("layout", 16, 100, dtype, dist="offset3", layout=layout))
         if suite == "backward":
             add(_rows_hidden("layout", 16, 100, dtype, dist="offset3", dy_broadcast=True))
+    for n in (WIDE, ODD):
+        for layout in LAYOUTS[1:]:
+            add(_rows_hidden("layout", 16, n, "float32", dist="offset3", layout=layout))
+        if suite == "backward":
+            add(_rows_hidden("layout", 16, n, "float32", dist="offset3", dy_broadcast=True))
     if suite == "backward":
         add(_rows_hidden("layout", 16, 100, "float32", dist="offset3", layout="transposed", dy_broadcast=True))
         add(Case("layout", (2, 8, 100), (100,), "float32", dist="offset3", dy_broadcast=True))
@@ -496,6 +518,8 @@ def _nonfinite(add: Add, op: Operation, suite: str) -> None:
     rows; dbias, a sum of dy, stays finite)."""
     for dtype in ("float32", "float16") if suite == "forward" else ("float32",):
         add(_rows_hidden("nonfinite", 6, 64, dtype, dist="poisoned"))
+    for n in (WIDE, ODD):
+        add(_rows_hidden("nonfinite", 6, n, "float32", dist="poisoned"))
 
 
 def _gradcheck(add: Add, op: Operation, suite: str) -> None:
@@ -507,6 +531,7 @@ def _gradcheck(add: Add, op: Operation, suite: str) -> None:
         add(_rows_hidden("gradcheck", 4, 1000, "float64", dist=d))
     add(_rows_hidden("gradcheck", 8, 3, "float64", dist="sigmasqrteps", eps=0.5))
     add(_rows_hidden("gradcheck", 8, 64, "float64", dist="normal", eps=0.0))
+    add(_rows_hidden("gradcheck", 4, WIDE, "float64", dist="offset1e3"))
     add(Case("gradcheck", (3, 6, 129), (6, 129), "float64", dist="offset3", affine="b"))
 
 
@@ -532,6 +557,7 @@ def _invariance(add: Add, op: Operation, suite: str) -> None:
     for eps in (0.0, 0.1):
         add(table1_case("float32", eps))
     add(Case("invariance", TABLE1_SHAPE, TABLE1_SHAPE[1:], "bfloat16", param_dtype="float32"))
+    add(Case("invariance", (16, ODD), (ODD,), "float32"))
 
 
 def _geometry(add: Add, op: Operation, suite: str) -> None:
@@ -541,6 +567,7 @@ def _geometry(add: Add, op: Operation, suite: str) -> None:
     add(Case("geometry", (16, 8, 16), (8, 16), "float32"))
     for eps in (0.0, 0.1):
         add(Case("geometry", TABLE1_SHAPE, TABLE1_SHAPE[1:], "float32", eps=eps))
+    add(Case("geometry", (16, ODD), (ODD,), "float32"))
 
 
 #: §3.1: 4 sequences; the RNN's LayerNorm has 64 units, the LSTM's gates 4*32. No
