@@ -172,6 +172,14 @@ class SequentialMean(Fp32Kernel):
     model = hypotheses.BY_KEY["sequential-mean"]
 
 
+class LanesSequential(Fp32Kernel):
+    """#4: the sums in 4 fp32 lanes, each lane's elements added one after another (a SIMD loop): O(N/4*u) error,
+    caught by the constant rows at N = 65536."""
+
+    name = "mutant-lanes-sequential"
+    model = hypotheses.BY_KEY["lanes-sequential-4"]
+
+
 class IgnoresStrides(Fp32Kernel):
     """#9: reads the buffer as contiguous from its start (strides and offset ignored)."""
 
@@ -309,8 +317,8 @@ class WrongOutputDtype(Fp32Kernel):
 
 
 FORWARD_MUTANTS: list[type[Fp32Kernel]] = [
-    OnePassVariance, OnePassNegativeVariance, VarianceFloor, HalfAccumulation, SequentialMean, PaddedLanes,
-    IgnoresStrides,
+    OnePassVariance, OnePassNegativeVariance, VarianceFloor, HalfAccumulation, SequentialMean, LanesSequential,
+    PaddedLanes, IgnoresStrides,
     EpsOutsideSqrt, BesselCorrection, EpsIgnored, EpsNotPropagated, SingleElementIdentity,
     MixedParamsReinterpreted, LastDimOnly, StatisticsWithoutEps, EmptyInputWrongShape, BatchPrescale,
     NonDeterministic, InPlace, WrongOutputDtype,

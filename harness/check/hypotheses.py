@@ -242,6 +242,47 @@ class SequentialMean(Model):
         return mean, self.rstd((centered * centered).mean(axis=1, dtype=acc), eps, acc)
 
 
+class LanesSequential(Model):
+    """Sums (the mean's, and the variance's or mean square's) accumulated in ``lanes`` fp32 lanes, each lane adding
+    its elements one after another (lane j: x[j], x[j + lanes], ...), the lanes then combined: a vectorized CPU
+    loop, or a warp whose threads each stride over the row. Its error grows as N/lanes, not sqrt(N): at a few
+    lanes it fails large rows outright; at many it sits near the bound, where a failure of 1.1-1.5x is this
+    summation order rather than a wrong formula."""
+
+    bug_class = "#4"
+    lanes = 8
+
+    def __init__(self, lanes: int = 8) -> None:
+        self.lanes = lanes
+        self.key = f"lanes-sequential-{lanes}"
+        self.says = (f"sums accumulated in {lanes} fp32 lanes, each lane's elements one after another (error "
+                     f"growing as N/{lanes}, not sqrt(N))")
+
+    def applies(self, dtype, hidden):
+        return dtype != "float64" and hidden > 16 * self.lanes
+
+    def precision(self, dtype):
+        return F32
+
+    def lane_sum(self, a, acc):
+        """Each row's sum: ``lanes`` sequential partial sums (zeros pad the last round), then their sum."""
+        m, n = a.shape
+        if m == 0:
+            return np.zeros(0, acc)
+        padded = np.zeros((m, -(-n // self.lanes) * self.lanes), acc)
+        padded[:, :n] = a
+        partial = np.cumsum(padded.reshape(m, -1, self.lanes), axis=1, dtype=acc)[:, -1, :]
+        return partial.sum(axis=1, dtype=acc)
+
+    def statistics(self, x, eps, acc):
+        n = x.shape[1]
+        if n == 0:
+            return super().statistics(x, eps, acc)
+        mean = (self.lane_sum(x, acc) / acc(n)).astype(acc) if self.centered else np.zeros(x.shape[0], acc)
+        centered = x - mean[:, None]
+        return mean, self.rstd((self.lane_sum(centered * centered, acc) / acc(n)).astype(acc), eps, acc)
+
+
 class PaddedLanes(Model):
     key, bug_class = "padded-lanes", "#5"
     says = "padded lanes counted: the row padded with zeros to a power of two enters the variance"
@@ -463,8 +504,11 @@ def truncate_to_bfloat16(values: np.ndarray) -> np.ndarray:
 
 
 #: every hypothesis, in the order a failure lists ties
+#: the lane counts tried for :class:`LanesSequential`: a SIMD register of fp32 (4, 8), a warp (32)
+LANE_COUNTS = (4, 8, 32)
 REGISTRY: tuple[Model, ...] = tuple(cls() for cls in (
-    EpsFloat32, OnePassVariance, OnePassNegativeVariance, VarianceFloor, HalfAccumulation, SequentialMean,
+    EpsFloat32, OnePassVariance, OnePassNegativeVariance, VarianceFloor, HalfAccumulation, SequentialMean)) + tuple(
+    LanesSequential(k) for k in LANE_COUNTS) + tuple(cls() for cls in (
     PaddedLanes, EpsOutsideSqrt, BesselCorrection, EpsIgnored, EpsFixed, SingleElementIdentity,
     Float64InFloat32, SavedStatisticsInInputDtype, BackwardRstdWithoutEps, ExpandedDx, NoMeanTerm,
     MeanTermTwice, NoProjection, DbiasTimesWeight, DbiasSevered, DweightLastBlockDropped, DweightHalfAccumulation,
