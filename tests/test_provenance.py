@@ -1,6 +1,7 @@
 """environment.json's normbench commit: normbench's own, from its PEP 610 record, never the
 commit of a git repository that merely contains the virtualenv (normbench.core.provenance)."""
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -81,3 +82,28 @@ def test_environment_records_version_and_source():
     assert env["normbench"] == __version__
     assert set(env["normbench_source"]) == {"kind", "location", "commit", "dirty"}
     assert env["git_commit"] == provenance.source().commit_label()
+
+
+def test_the_environment_records_each_gpu_with_compute_capability_mode_and_sm_count(tmp_path, monkeypatch):
+    """What a GPU reference run must say of its GPU (issue 29): compute capability and mode from nvidia-smi; SM count
+    and CUDA runtime from torch where it is imported. A fake nvidia-smi and a stand-in torch, as no GPU is here."""
+    import sys
+    import types
+
+    from normbench.core import environment
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\ncase \"$1\" in *compute_cap*) echo 'NVIDIA H100 80GB HBM3, 570.86, 81559 MiB, 1980 MHz, "
+                   "2619 MHz, 00000000:19:00.0, 9.0, Default';; *) exit 9;; esac\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 1,
+                                 get_device_properties=lambda i: types.SimpleNamespace(multi_processor_count=132))
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda, version=types.SimpleNamespace(cuda="12.8")))
+    [gpu] = environment._gpus()
+    assert gpu["name"] == "NVIDIA H100 80GB HBM3" and gpu["compute_cap"] == "9.0" and gpu["compute_mode"] == "Default"
+    assert gpu["sm_count"] == "132" and gpu["cuda_runtime"] == "12.8"
+    smi.write_text("#!/bin/sh\ncase \"$1\" in *compute_cap*) exit 9;; *) echo 'Tesla V100, 450.1, 16 GiB, 1530 MHz, "
+                   "877 MHz, 0:1:0.0';; esac\n")
+    [old] = environment._gpus()  # an older driver refuses the new fields: asked again without them
+    assert old["name"] == "Tesla V100" and "compute_cap" not in old and old["sm_count"] == "132"

@@ -130,16 +130,36 @@ def _versions() -> dict[str, str]:
     return found
 
 
+#: what nvidia-smi is asked of each GPU; the last two need a driver of 2021 or later (asked again without them
+#: where an older one refuses)
+GPU_FIELDS = ("name", "driver_version", "memory.total", "clocks.max.sm", "clocks.max.mem", "pci.bus_id", "compute_cap",
+              "compute_mode")
+
+
 def _gpus() -> list[dict[str, str]]:
-    fields = ("name", "driver_version", "memory.total", "clocks.max.sm", "clocks.max.mem", "pci.bus_id")
+    """Each GPU nvidia-smi lists (name, driver, memory, clocks, compute capability and mode), with, where this
+    process has imported torch and it sees CUDA, the SM count and the CUDA runtime torch was built with."""
+    found: list[dict[str, str]] = []
+    for fields in (GPU_FIELDS, GPU_FIELDS[:-2]):
+        try:
+            out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.SubprocessError):
+            return []
+        if out.returncode == 0:
+            found = [dict(zip(fields, (v.strip() for v in line.split(",")))) for line in out.stdout.splitlines()
+                     if line.strip()]
+            break
+    torch = sys.modules.get("torch")
     try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return []
-    if out.returncode != 0:
-        return []
-    return [dict(zip(fields, (v.strip() for v in line.split(",")))) for line in out.stdout.splitlines() if line.strip()]
+        cuda = torch is not None and torch.cuda.is_available()
+        for i, gpu in enumerate(found if cuda else []):
+            if i < torch.cuda.device_count():
+                gpu["sm_count"] = str(torch.cuda.get_device_properties(i).multi_processor_count)
+                gpu["cuda_runtime"] = str(torch.version.cuda or "")
+    except Exception:  # a broken CUDA setup must not cost the run its environment record
+        pass
+    return found
 
 
 def environment(run_id: str, command: Sequence[str] | None = None) -> dict[str, Any]:
