@@ -9,7 +9,9 @@ for RMSNorm too, :meth:`JaxBackend.make_rms_forward` with ``"rms_norm"`` in
 * **device**: the first device JAX sees (a GPU if jaxlib has one, else the CPU),
   named in ``device`` as every backend names it (``"cpu"``, ``"cuda:0 (NVIDIA H100 80GB HBM3)"``:
   :func:`normbench.kit.device_label`); :meth:`~JaxBackend.asarray` copies a host array there
-  (JAX arrays have no strides: the host layout is not kept).
+  (JAX arrays have no strides: the host layout is not kept). No normbench process lets JAX preallocate
+  75 % of a GPU (``import normbench`` sets ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless it is set): torch
+  and JAX share the GPU, and each xdist worker is a process of its own.
 * **float64 without touching anyone's global configuration**: JAX truncates
   float64 to float32 unless x64 is enabled, and ``jax.config.update("jax_enable_x64",
   True)`` would change that for every other user in the process. Instead every call
