@@ -201,7 +201,11 @@ class FakeTensor:
         self.gpu, self.nbytes = gpu, nbytes
 
     def zero_(self):
-        self.gpu.launch("flush", 1.0)  # 1 ms: a flush must never land inside a sample
+        self.gpu.launch("fill", 1.0)  # a write of the whole buffer
+        return self
+
+    def max(self):
+        self.gpu.launch("flush", 1.0)  # a read of the whole buffer, 1 ms: a flush must never land inside a sample
         return self
 
 

@@ -10,9 +10,11 @@ and returns its outputs) and returns a :class:`Timing`, one sample per call:
   queued back to back with no synchronize in between; one synchronize per
   batch of samples, so neither the host clock nor a synchronize is in a sample.
 
-Cold cache (the default): before every sample the last-level cache is flushed
-by a read-modify-write of a buffer twice its size (a plain write may use
-non-temporal stores that bypass the cache and evict nothing). Warm cache:
+Cold cache (the default): before every sample the last-level cache is flushed:
+on the CPU by a read-modify-write of a buffer twice its size (a plain write may use
+non-temporal stores that bypass the cache and evict nothing); on a CUDA device by a
+read of a buffer of at least 256 MB (a write would leave dirty lines whose write-back
+the timed kernel pays). Warm cache:
 no flush, and calls are batched so a sample lasts at least ``min_sample_s``.
 Warm-up is the caller's job (:mod:`normbench.perf.throughput` runs the backend's
 ``warmup`` hook and the op a few times untimed first), so compilation and
@@ -236,8 +238,10 @@ class CudaEventTimer:
             if nbytes is None:
                 l2 = int(getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 0) or 0)
                 nbytes = max(FLUSH_MULTIPLE * l2, CUDA_MIN_FLUSH_BYTES)
-            self._flush_buffer = torch.empty(int(nbytes), dtype=torch.uint8, device=self.device)
-        self._flush_buffer.zero_()
+            self._flush_buffer = torch.empty(int(nbytes), dtype=torch.uint8, device=self.device).zero_()  # once
+        # a read: it evicts the L2 without dirtying it (zeroing the buffer left up to 50 MB of dirty lines, whose
+        # write-back the timed kernel then paid, about 10 % of the smallest cases)
+        self._flush_buffer.max()
 
     def _batch(self, op: Op, count: int, calls: int, cold: bool) -> list[float]:
         event = lambda: self.torch.cuda.Event(enable_timing=True)
