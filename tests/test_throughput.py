@@ -21,7 +21,7 @@ CASE = cases.Case("t", (64, 256), (256,), "float32")
 def runner(ceiling_gbps: float = 1e6, **options) -> ThroughputRunner:
     opts = TimingOptions(**({"min_samples": 20, "max_time_s": 0.0} | options))
     return ThroughputRunner(opts, measure_ceiling=fixed_ceiling(ceiling_gbps),
-                            make_timer=lambda key, cache: HostTimer(flush=lambda: None))
+                            make_timer=lambda key, cache, events: HostTimer(flush=lambda: None))
 
 
 @pytest.mark.parametrize("direction", ["forward", "backward", "forward+backward"])

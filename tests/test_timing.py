@@ -125,3 +125,38 @@ def test_replay_clock_hands_recorded_samples_to_a_clock_driven_tool():
 def test_bad_timing_options_say_what_is_wrong(kwargs, message):
     with pytest.raises(InvalidInput, match=message):
         TimingOptions(**kwargs)
+
+
+def test_a_backend_off_torchs_stream_is_timed_by_the_host_clock_on_a_gpu():
+    """JAX on a GPU was timed with torch's CUDA events, which sit on torch's stream while XLA runs on its own: its
+    rows would have been dispatch gaps (issue 29). Only a backend whose work is on torch's stream gets events; any
+    other gets the host clock around its synchronize, cold by a read flush (then a synchronize) through torch."""
+    from normbench.core.backend import Backend
+    from normbench.kit.torch import AutogradBackend
+    from normbench.perf.timing import CudaReadFlush, make_timer
+
+    assert AutogradBackend.timed_by_cuda_events and not Backend.timed_by_cuda_events
+    torch = FakeTorch()
+    assert isinstance(make_timer("cuda:0", 1 << 20, events=True, torch_module=torch), CudaEventTimer)
+    host = make_timer("cuda:0", 1 << 20, events=False, torch_module=torch)
+    assert isinstance(host, HostTimer) and isinstance(host.flush, CudaReadFlush)
+    host.measure(lambda: torch.gpu.launch("xla", 0.25), lambda out: torch.cuda.synchronize(),
+                 TimingOptions(cache="cold", min_samples=3, max_samples=3, max_time_s=0.0))
+    assert torch.gpu.log[:4] == ["fill", "flush", "synchronize", "xla"] and torch.gpu.log.count("fill") == 1
+
+
+def test_the_throughput_runner_asks_for_the_timer_the_backend_needs():
+    from normbench.core import cases
+    from normbench.perf.throughput import ThroughputRunner
+    from tests.synthetic import KnownCost, fixed_ceiling
+
+    asked = []
+
+    def make(key, cache, events):
+        asked.append((key, events))
+        return HostTimer(flush=lambda: None)
+
+    runner = ThroughputRunner(TimingOptions(min_samples=3, max_time_s=0.0), measure_ceiling=fixed_ceiling(1e6),
+                              make_timer=make)
+    runner.measure(KnownCost(1e-4), cases.Case("t", (8, 256), (256,), "float32"), "forward")
+    assert asked == [("cpu", False)]

@@ -220,6 +220,11 @@ class Backend(abc.ABC):
     #: graph first). Without :meth:`prepare_backward` such a backward cannot be timed alone: its
     #: throughput rows are measured and modelled as forward-training+backward, and say so.
     backward_includes_forward: ClassVar[bool] = False
+    #: whether its CUDA work is queued on torch's current stream (torch, Triton kernels launched through torch), so
+    #: that CUDA events recorded there time it; otherwise (JAX/XLA, ONNX Runtime: streams of their own) the host
+    #: clock times it on a CUDA device, around its :meth:`synchronize`, as on a CPU. Default: False (the timer
+    #: that sees any backend's work); ``normbench.kit.torch.AutogradBackend`` sets True
+    timed_by_cuda_events: ClassVar[bool] = False
     #: the documented limits of the library (eps range, minimum rank, layouts): cases outside them
     #: are skipped with the reason, and the paper's invariance checks choose re-scaling factors
     #: whose eps/delta^2 stays inside the eps range (or skip, saying so). Default: none.

@@ -69,6 +69,9 @@ class AutogradBackend(Backend):
     its kernel directly differentiates its autograd function instead). Used by the ``torch`` and
     ``triton`` backends and by the torch-based example plugins."""
 
+    #: its work runs on torch's current CUDA stream: CUDA events time it on a GPU
+    timed_by_cuda_events = True
+
     backward_includes_forward = True  # autograd: the graph comes from a forward (prepare_backward separates them)
 
     def autograd_forward(self, op: str, args: tuple) -> Any:

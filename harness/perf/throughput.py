@@ -132,7 +132,7 @@ class ThroughputRunner:
     seed: int = 0
     run_id: str = ""
     measure_ceiling: Callable[[str, int | None], Ceiling] = measure_ceiling
-    make_timer: Callable[[str, int], Any] = make_timer
+    make_timer: Callable[[str, int, bool], Any] = make_timer
     ceilings: dict[str, Ceiling] = field(default_factory=dict)
     _confirmed: set = field(default_factory=set)
     _timers: dict = field(default_factory=dict)
@@ -144,10 +144,11 @@ class ThroughputRunner:
             self.ceilings[key] = self.measure_ceiling(key, self.ceiling_bytes)
         return self.ceilings[key]
 
-    def _timer(self, key: str):
-        if key not in self._timers:
-            self._timers[key] = self.make_timer(key, last_level_cache().bytes)
-        return self._timers[key]
+    def _timer(self, key: str, events: bool):
+        """The timer of device ``key``; ``events``: the backend's work is on torch's stream (CUDA events see it)."""
+        if (key, events) not in self._timers:
+            self._timers[key, events] = self.make_timer(key, last_level_cache().bytes, events)
+        return self._timers[key, events]
 
     def base_row(self, backend: Backend, case: Case, direction: str) -> dict[str, Any]:
         """The row of ``case`` before it is measured: what was to be measured, where, with which byte model."""
@@ -191,7 +192,8 @@ class ThroughputRunner:
             verifier.check(prepared.op())
             self._warm_up(backend, case, prepared, sync)
             ceiling = self.ceiling(backend.device)
-            timing = self._timer(device_key(backend.device)).measure(prepared.op, sync, self.options)
+            timing = self._timer(device_key(backend.device), backend.timed_by_cuda_events).measure(
+                prepared.op, sync, self.options)
             stage = "wrong-after"
             verifier.check(prepared.op())
             verifier.check_inputs()

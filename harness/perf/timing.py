@@ -9,6 +9,9 @@ and returns its outputs) and returns a :class:`Timing`, one sample per call:
 * CUDA (:class:`CudaEventTimer`): a pair of CUDA events around each launch,
   queued back to back with no synchronize in between; one synchronize per
   batch of samples, so neither the host clock nor a synchronize is in a sample.
+  Only for a backend whose work runs on torch's current stream
+  (``Backend.timed_by_cuda_events``); any other on a CUDA device (JAX) is timed by
+  the host clock around its synchronize (:func:`make_timer`).
 
 Cold cache (the default): before every sample the last-level cache is flushed:
 on the CPU by a read-modify-write of a buffer twice its size (a plain write may use
@@ -267,12 +270,42 @@ class CudaEventTimer:
         return Timing(tuple(samples), self.name, options.cache, calls)
 
 
-def make_timer(device: str, cache_bytes: int) -> HostTimer | CudaEventTimer:
-    """The timer for a device key (see :func:`normbench.perf.roofline.device_key`):
-    CUDA events on ``cuda:N``, the host clock elsewhere, with a cold-cache flush
-    of :data:`FLUSH_MULTIPLE` times ``cache_bytes`` on the CPU."""
+class CudaReadFlush:
+    """The cold-cache flush of a CUDA device for the host clock: a read of a buffer of at least
+    :data:`CUDA_MIN_FLUSH_BYTES` through torch, then a synchronize, so that the sample that follows starts on
+    a cold L2 and an idle device. ``torch`` is imported lazily (tests pass a stand-in)."""
+
+    def __init__(self, device: str, torch_module: Any = None) -> None:
+        self.device = device
+        self.torch = torch_module
+        self._buffer = None
+
+    def __call__(self) -> None:
+        torch = self.torch
+        if self._buffer is None:
+            l2 = int(getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 0) or 0)
+            nbytes = max(FLUSH_MULTIPLE * l2, CUDA_MIN_FLUSH_BYTES)
+            self._buffer = torch.empty(int(nbytes), dtype=torch.uint8, device=self.device).zero_()
+        self._buffer.max()
+        torch.cuda.synchronize(self.device)
+
+
+def make_timer(device: str, cache_bytes: int, events: bool = True,
+               torch_module: Any = None) -> HostTimer | CudaEventTimer:
+    """The timer for a device key (see :func:`normbench.perf.roofline.device_key`) and a backend: on ``cuda:N``,
+    CUDA events for a backend whose work is on torch's stream (``events``, ``Backend.timed_by_cuda_events``),
+    else the host clock around the backend's synchronize (events on torch's stream would time dispatch gaps
+    while XLA runs on a stream of its own), cold by a read flush through torch where torch is installed; the
+    host clock elsewhere, with a cold-cache flush of :data:`FLUSH_MULTIPLE` times ``cache_bytes`` on the CPU."""
     if device.startswith("cuda"):
-        return CudaEventTimer(device)
+        if events:
+            return CudaEventTimer(device, torch_module=torch_module)
+        if torch_module is None:
+            try:
+                import torch as torch_module
+            except ImportError:  # no torch to flush with: timed warm, and the rows say so
+                return HostTimer(None)
+        return HostTimer(CudaReadFlush(device, torch_module))
     if device == "cpu":
         return HostTimer(CpuFlush(FLUSH_MULTIPLE * cache_bytes))
     return HostTimer(None)
