@@ -108,3 +108,43 @@ def test_the_directions_and_backends_of_a_case_share_its_inputs_and_oracle(monke
     assert made == [CASE]
     r.measure(KnownCost(1e-4), cases.Case("t", (8, 256), (256,), "float32"), "forward")
     assert len(made) == 2
+
+
+def test_a_large_case_is_verified_on_sampled_rows_and_the_row_says_so(monkeypatch):
+    """The GPU sweep's cases (up to 8192 x 65536) were verified on every element on the host: 1.5 to 2 hours and
+    ~62 GB for the sweep (issue 29). Above SAMPLE_ABOVE elements y and dx are checked on SAMPLED_ROWS rows spread
+    over the case (first and last included); a wrong sampled row still fails, and an ok row says what was checked."""
+    import numpy as np
+
+    from normbench.perf import verify
+    from tests.synthetic import KnownCost
+
+    monkeypatch.setattr(verify, "SAMPLE_ABOVE", 4096)
+    monkeypatch.setattr(verify, "SAMPLED_ROWS", 16)
+    case = cases.Case("t", (1000, 64), (64,), "float32")
+    reference = verify.Reference(case, 0)
+    assert len(reference.rows) == 16 and reference.rows[0] == 0 and reference.rows[-1] == 999
+    assert reference.forward.y.shape[0] == 16 and reference.checked_inputs.case.rows == 16
+    row = runner().measure(KnownCost(1e-4), case, "backward").row
+    assert row["verdict"] == "ok" and "verified on 16 of 1000 rows" in row["message"], row["message"]
+
+    class WrongLastRow(KnownCost):
+        def layer_norm(self, x, normalized_shape, weight, bias, eps):
+            y = np.array(super().layer_norm(x, normalized_shape, weight, bias, eps))
+            y[-1] += 1.0  # the last row: always among the sampled ones
+            return y
+
+    bad = runner().measure(WrongLastRow(1e-4), case, "forward").row
+    assert bad["verdict"] == "wrong-before" and "y[15, " in bad["message"]
+    assert "row 15 here is row 999 of the case" in bad["message"]
+
+
+def test_a_case_too_large_for_the_host_is_one_message_before_anything_is_made(monkeypatch):
+    from normbench.core import machine
+    from normbench.perf import verify
+    from tests.synthetic import KnownCost
+
+    monkeypatch.setattr(machine, "available_memory", lambda: machine.MemorySize(1 << 20, "test"))
+    row = runner().measure(KnownCost(1e-4), cases.Case("t", (1000, 64), (64,), "float32"), "forward").row
+    assert row["verdict"] == "error" and "needs about" in row["message"] and "1 MiB is available" in row["message"]
+    assert verify.SAMPLE_ABOVE == 1 << 24

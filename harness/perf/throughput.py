@@ -205,9 +205,10 @@ class ThroughputRunner:
             if not backend_raised(exc):
                 raise
             return Measurement({**row, "verdict": "error", "message": f"the backend raised {_error(exc)}"})
-        return Measurement(self._judge(row, timing, ceiling, backend.device), timing)
+        return Measurement(self._judge(row, timing, ceiling, backend.device, reference.sampled), timing)
 
-    def _judge(self, row: dict[str, Any], timing: Timing, ceiling: Ceiling, device: str) -> dict[str, Any]:
+    def _judge(self, row: dict[str, Any], timing: Timing, ceiling: Ceiling, device: str,
+               sampled: str = "") -> dict[str, Any]:
         row = {**row, "timer": timing.timer, "cache": timing.cache, "calls_per_sample": timing.calls_per_sample,
                **timing.statistics()}
         gbps = row["bytes"] / timing.median_s / 1e9 if timing.median_s > 0 else math.inf
@@ -230,6 +231,8 @@ class ThroughputRunner:
             notes.append(f"wide spread: IQR is {100 * timing.rel_spread:.0f}% of the median (a busy machine?)")
         if not ceiling.buffer_ok:
             notes.append("the ceiling's buffer was below 4x the last-level cache")
+        if sampled:
+            notes.append(sampled)
         return {**row, "verdict": "ok", "gbps": gbps, "pct_of_ceiling": 100 * gbps / ceiling.gbps,
                 "message": "; ".join(notes)}
 
