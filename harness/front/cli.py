@@ -359,6 +359,7 @@ def parser() -> argparse.ArgumentParser:
     _add_report(sub)
     _add_survey(sub)
     counts.add_parsers(sub)  # counts and compiler estimates, never speeds
+    _add_preflight(sub)
     return top
 
 
@@ -432,7 +433,22 @@ def cmd_survey(args: argparse.Namespace) -> int:
 
 
 #: every command and what runs it (``run`` and ``test`` take pytest's extra arguments too)
-COMMANDS = ("list", "check", "test", "run", "table1", "report", "survey", "traffic", "kernel-stats")
+COMMANDS = ("list", "check", "test", "run", "table1", "report", "survey", "traffic", "kernel-stats", "preflight")
+
+
+def _add_preflight(sub) -> None:
+    p = sub.add_parser("preflight", help="in seconds, what a run here will use (GPU, CUDA, libraries, backends) and "
+                                         "one line for what is missing; for a GPU node before its slot is spent")
+    p.add_argument("--cpu", action="store_true",
+                   help="a rehearsal on a CPU: no GPU required, the backends may run on the CPU")
+    p.add_argument("--impl", metavar="NAMES", default=None,
+                   help="the backends to create, separated by commas. Default: torch,triton,jax")
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from normbench.front.preflight import cmd_preflight as run
+
+    return run(args)
 
 
 def _add_table1(sub) -> None:
@@ -463,7 +479,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             plan = Plan.from_args(args)
             return run.cmd_test(plan, extra) if args.command == "test" else run.cmd_run(plan, extra, args.argv)
         return {"list": cmd_list, "check": cmd_check, "report": cmd_report, "table1": cmd_table1, "survey": cmd_survey,
-                "traffic": counts.cmd_traffic, "kernel-stats": counts.cmd_kernel_stats}[args.command](args)
+                "traffic": counts.cmd_traffic, "kernel-stats": counts.cmd_kernel_stats,
+                "preflight": cmd_preflight}[args.command](args)
     except NormbenchError as exc:
         print(f"normbench: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,131 @@
+"""``normbench preflight``: in seconds, what a run on this machine will use, and one line for what is missing.
+
+Made for a GPU node reached for a short slot (docs/usage.md): before a minute of it goes to a run that cannot
+work, say normbench's version and commit, each GPU (name, memory, SM count, clocks, compute capability and
+mode, driver, CUDA), the libraries' versions, whether Triton can build its CUDA launcher here (Triton 3.6
+compiles it with the system C compiler against Python's headers; newer ones need neither), and each of
+normbench's backends as created here, with its device. Without ``--cpu`` a CUDA GPU is required: none seen
+is the error. Every check is a :class:`Check`; the first that fails ends the command with exit status 2,
+after everything was printed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+from normbench import __version__
+from normbench.core import environment, provenance
+
+#: the backends of normbench that a GPU run measures, in the order they are tried
+GPU_BACKENDS = ("torch", "triton", "jax")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One thing a run needs: what, what was found, and (if missing) the fix."""
+
+    what: str
+    found: str
+    problem: str = ""
+
+    def line(self) -> str:
+        return f"  {'ok ' if not self.problem else 'NO '} {self.what}: {self.found}"
+
+
+def c_compiler() -> Check:
+    """A C compiler on the PATH ($CC, cc, gcc or clang): Triton 3.6 builds its CUDA launcher with one."""
+    names = [os.environ["CC"].split()[0]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
+    found = next((shutil.which(n) for n in names if shutil.which(n)), None)
+    if found:
+        return Check("C compiler (Triton <= 3.6 builds its CUDA launcher with it)", found)
+    return Check("C compiler (Triton <= 3.6 builds its CUDA launcher with it)", "none on the PATH",
+                 "no C compiler ($CC, cc, gcc or clang) on the PATH, which Triton 3.6 needs to build its CUDA "
+                 "launcher. Fix: install gcc (apt install gcc), or set CC")
+
+
+def python_headers() -> Check:
+    """Python.h, against which Triton 3.6 builds its launcher."""
+    header = Path(sysconfig.get_paths().get("include", "")) / "Python.h"
+    if header.is_file():
+        return Check("Python headers (Triton <= 3.6 compiles against them)", str(header))
+    return Check("Python headers (Triton <= 3.6 compiles against them)", f"no {header}",
+                 f"Python's headers are missing ({header}), which Triton 3.6 needs to build its CUDA launcher. "
+                 f"Fix: install python{sys.version_info.major}.{sys.version_info.minor}-dev")
+
+
+def gpus(require: bool) -> list[Check]:
+    """Each GPU nvidia-smi and torch see (``environment._gpus``); none is a problem when ``require``."""
+    found = environment._gpus()
+    if not found:
+        torch = sys.modules.get("torch")
+        cuda = bool(torch is not None and torch.cuda.is_available())
+        return [Check("GPU", f"none seen (nvidia-smi lists none; torch.cuda.is_available(): {cuda})",
+                      "no CUDA GPU is visible. Fix: run on the GPU node (check nvidia-smi and CUDA_VISIBLE_DEVICES), "
+                      "or add --cpu to rehearse on a CPU" if require else "")]
+    keys = ("memory.total", "sm_count", "clocks.max.sm", "clocks.max.mem", "compute_cap", "compute_mode",
+            "driver_version", "cuda_runtime", "pci.bus_id")
+    return [Check(f"GPU {i}", f"{gpu.get('name', '?')}; " + ", ".join(f"{k} {gpu[k]}" for k in keys if k in gpu))
+            for i, gpu in enumerate(found)]
+
+
+def backends(names: tuple[str, ...], require_gpu: bool) -> list[Check]:
+    """Each backend created here, with its device; one that cannot run, or runs off the GPU when one is required,
+    is a problem naming why."""
+    from normbench.core.exceptions import NormbenchError
+    from normbench.core.registry import get_registry
+
+    out = []
+    for name in names:
+        try:
+            backend = get_registry().create(name)
+        except NormbenchError as exc:
+            out.append(Check(f"backend {name}", "not available", str(exc)))
+            continue
+        device = backend.device
+        off_gpu = require_gpu and not device.startswith("cuda")
+        out.append(Check(f"backend {name}", f"{device} ({type(backend).library_version() or 'version unknown'})",
+                         f"backend {name} runs on {device}, not on the GPU. Fix: install a CUDA build of its "
+                         f"framework" if off_gpu else ""))
+    return out
+
+
+def checks(cpu: bool, names: tuple[str, ...] = GPU_BACKENDS) -> list[Check]:
+    """Every check, in the order they are printed (torch first: it says what CUDA it sees)."""
+    origin = provenance.source()
+    found = [Check("normbench", f"{__version__}, {origin.kind}" + (f", commit {origin.commit_label()}"
+                                                                  if origin.commit else ""))]
+    libraries = environment._versions()
+    found.append(Check("libraries", ", ".join(f"{k} {v}" for k, v in sorted(libraries.items())) or "none"))
+    if "torch" in libraries:
+        try:
+            import torch  # noqa: F401  (so that the GPU checks read its CUDA view)
+        except Exception as exc:  # a broken CUDA install: say it, the checks below say what it costs
+            found.append(Check("torch import", f"failed: {type(exc).__name__}: {exc}",
+                               f"torch does not import: {exc}. Fix: repair the torch installation"))
+    found += gpus(require=not cpu)
+    if "triton" in libraries and not cpu:
+        found += [c_compiler(), python_headers()]
+    return found + backends(names, require_gpu=not cpu)
+
+
+def cmd_preflight(args) -> int:
+    """Print every check; exit 2 with the first problem (one line), 0 when the run can go."""
+    from normbench.core.exceptions import NormbenchError
+    from normbench.core.registry import get_registry
+
+    names = tuple(get_registry().names_in(args.impl)) if args.impl else GPU_BACKENDS  # an unknown name: one line
+    found = checks(args.cpu, names)
+    print(f"normbench preflight ({'CPU rehearsal' if args.cpu else 'GPU run'}):")
+    for check in found:
+        print(check.line(), flush=True)
+    problems = [c.problem for c in found if c.problem]
+    if problems:
+        more = f" (and {len(problems) - 1} more above)" if len(problems) > 1 else ""
+        raise NormbenchError(problems[0] + more)
+    print("preflight: ready")
+    return 0

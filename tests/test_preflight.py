@@ -1,0 +1,69 @@
+"""``normbench preflight``: what a run on this machine will use, in seconds, and one line for what is missing
+(issue 29: a GPU node's short slot must not go to a run that cannot work)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from normbench.front import preflight
+from tests.plugins import ROOT
+
+
+def normbench(*args):
+    return subprocess.run([sys.executable, "-m", "normbench", "preflight", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_a_cpu_rehearsal_says_what_it_found_and_is_ready():
+    out = normbench("--cpu", "--impl=numpy")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "normbench preflight (CPU rehearsal):" and lines[-1] == "preflight: ready"
+    assert any(line.startswith("  ok  normbench: 0.") for line in lines)
+    assert any(line.startswith("  ok  libraries: ") and "numpy " in line for line in lines)
+    assert "  ok  backend numpy: cpu (" in out.stdout
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU may be visible here")
+def test_without_a_gpu_a_gpu_run_is_one_line_after_the_checks():
+    out = normbench("--impl=numpy")
+    assert out.returncode == 2
+    [line] = out.stderr.splitlines()
+    assert line.startswith("normbench: error: no CUDA GPU is visible. Fix: run on the GPU node") and "--cpu" in line
+    assert "  NO  GPU: none seen" in out.stdout and "  NO  backend numpy: cpu" in out.stdout  # everything printed first
+
+
+def test_an_unknown_backend_is_one_line():
+    out = normbench("--cpu", "--impl=nope")
+    assert out.returncode == 2 and out.stderr.startswith("normbench: error: unknown backend 'nope'")
+
+
+def test_what_triton_36_needs_to_build_its_launcher_is_checked(monkeypatch, tmp_path):
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    missing = preflight.c_compiler()
+    assert missing.problem.startswith("no C compiler ($CC, cc, gcc or clang) on the PATH")
+    (tmp_path / "gcc").write_text("#!/bin/sh\n")
+    (tmp_path / "gcc").chmod(0o755)
+    assert preflight.c_compiler().found == str(tmp_path / "gcc") and not preflight.c_compiler().problem
+    monkeypatch.setattr(preflight.sysconfig, "get_paths", lambda: {"include": str(tmp_path / "none")})
+    assert "Python's headers are missing" in preflight.python_headers().problem
+    (tmp_path / "none").mkdir()
+    (tmp_path / "none" / "Python.h").write_text("")
+    assert not preflight.python_headers().problem
+
+
+def test_each_gpu_is_said_with_what_a_reference_run_records(monkeypatch):
+    gpu = {"name": "NVIDIA H200", "memory.total": "143771 MiB", "sm_count": "132", "compute_cap": "9.0",
+           "driver_version": "570.86", "cuda_runtime": "12.8"}
+    monkeypatch.setattr(preflight.environment, "_gpus", lambda: [gpu])
+    [check] = preflight.gpus(require=True)
+    assert not check.problem and check.found.startswith("NVIDIA H200; memory.total 143771 MiB, sm_count 132")
+    assert "compute_cap 9.0" in check.found and "cuda_runtime 12.8" in check.found
+    [numpy] = preflight.backends(("numpy",), require_gpu=True)
+    assert numpy.problem == ("backend numpy runs on cpu, not on the GPU. Fix: install a CUDA build of its "
+                             "framework")
