@@ -253,3 +253,59 @@ def test_pytest_arguments_pytest_refuses_create_no_run_folder(tmp_path):
 def test_a_run_starts_no_more_workers_than_tests(workers, tests, expected):
     """Before: ``-n 30`` started 30 workers for 5 tests."""
     assert worker_count(Plan(workers=workers, tests=tests)) == expected
+
+
+# -- a run in a time budget (issue 29): the most valuable first, the rest 'not run', never passed -----------------
+
+
+def test_under_a_budget_the_most_valuable_tests_come_first():
+    from types import SimpleNamespace as NS
+
+    from normbench.front.isolation import budget_rank
+
+    def item(backend, dtype, seed=0):
+        return NS(callspec=NS(params={"backend": NS(name=backend), "case": NS(dtype=dtype), "seed": seed}))
+
+    items = [item("numpy", "bfloat16"), item("jax", "float32"), item("torch", "float32", 1), item("triton", "float32"),
+             item("torch", "bfloat16"), item("mine", "float16"), item("torch", "float32")]
+    ranked = [(i.callspec.params["backend"].name, i.callspec.params["case"].dtype, i.callspec.params["seed"])
+              for i in sorted(items, key=budget_rank)]
+    assert ranked == [("triton", "float32", 0), ("torch", "bfloat16", 0), ("torch", "float32", 0),
+                      ("torch", "float32", 1), ("jax", "float32", 0), ("numpy", "bfloat16", 0), ("mine", "float16", 0)]
+
+
+RUN_OUTCOMES = """
+import json, sys
+from dataclasses import asdict
+from normbench.front.runner import run_pytest
+code, outcomes = run_pytest(sys.argv[1:])
+print("OUTCOMES " + json.dumps([asdict(o) for o in outcomes]))
+"""
+
+
+def test_a_test_not_started_when_the_budget_is_spent_is_not_run_never_passed():
+    from normbench.suites import DIRECTORY
+
+    out = subprocess.run([sys.executable, "-c", RUN_OUTCOMES, str(DIRECTORY / "test_forward.py"), "--impl=numpy",
+                          "--normbench-stop-at=1", "-q", "-p", "no:cacheprovider", *FEW], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    line = next(x for x in out.stdout.splitlines() if x.startswith("OUTCOMES "))
+    outcomes = json.loads(line.removeprefix("OUTCOMES "))
+    assert outcomes and {o["outcome"] for o in outcomes} == {"not run"}
+    assert all("the run's time budget (--budget) was spent" in o["message"] for o in outcomes)
+
+
+def test_a_run_in_a_budget_measures_throughput_first_and_records_its_budget(tmp_path):
+    out = normbench("run", "--impl=numpy", "--budget=300", "--no-report", f"--out={tmp_path}", "--run-id=r1", "-n", "1",
+                    "--shape=16384x256", "--dtype=float32", "--direction=forward", *FEW)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.stdout.index("normbench: throughput suite") < out.stdout.index("normbench: conformance suites")
+    assert "  budget:      300 s: tests start until " in out.stdout and "BUDGET SPENT" not in out.stdout
+    env = json.loads((tmp_path / "r1" / "environment.json").read_text())
+    assert env["budget"]["seconds"] == 300 and env["budget"]["tests_start_until"]
+    assert env["status"]["state"] == "finished" and env["status"]["reason"] is None
+
+
+def test_a_budget_too_small_for_the_run_itself_is_one_line(tmp_path):
+    out = normbench("run", "--impl=numpy", "--budget=5", f"--out={tmp_path}")
+    assert out.returncode == 2 and "A budget is at least 30 s" in out.stderr and not any(tmp_path.iterdir())

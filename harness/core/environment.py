@@ -85,6 +85,7 @@ ENVIRONMENT_FIELDS = record({}, {
     "backends": mapping(record({}, {"version": nullable(text()), "device": nullable(text())})),
     "skipped_backends": mapping(text()), "not_timed": mapping(text()), "runtime_notes": mapping(text()),
     "sessions": list_of(text()),
+    "budget": record({"seconds": number(low=0.0), "tests_start_until": text()}),
     "status": STATUS_FIELDS,
 })
 _FIX = f"correct or remove that field (the file was edited or damaged), or re-run to write a new {ENVIRONMENT_FILE}"

@@ -371,6 +371,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="do not write report.html into the run folder. Default: write it")
     p.add_argument("--baseline", default="torch", metavar="NAME",
                    help="the report's speedup baseline backend. Default: %(default)r")
+    p.add_argument("--budget", type=options.parse_budget, default=None, metavar="SECONDS",
+                   help="the whole run's time limit: the throughput suite first (triton and torch, then jax, then the "
+                        "rest; bf16 first), then conformance; a test not started when the budget is spent is 'not "
+                        "run', and the run ends with its summary and report within it. Default: no limit")
 
 
 def _add_report(sub) -> None:

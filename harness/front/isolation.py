@@ -33,11 +33,13 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from normbench.check.outcomes import NOT_RUN
 from normbench.core.interrupts import forget_signals, note_sigint, received_signal
 from normbench.front import options
 from normbench.front.plan import SELECTION
@@ -58,6 +60,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--normbench-maxfail", type=options.parse_count(0), default="0", metavar="N",
                     help="After N failed tests of one backend, skip its remaining tests as 'not run' (the other "
                          "backends go on). 0: no limit. Default: %(default)r.")
+    group.addoption("--normbench-stop-at", type=float, default=None, metavar="UNIX_TIME",
+                    help="A time budget's end (normbench run --budget sets it): the most valuable tests run first "
+                         "(budget_rank), and a test not started by then is recorded as 'not run'. Default: none.")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -183,7 +188,26 @@ def _backend(item: pytest.Item):
     return callspec.params.get("backend") if callspec is not None else None
 
 
+#: under a time budget, the backends measured first (the GPU reference run's order: our Triton kernels and torch,
+#: then jax, then anything else) and the dtypes (bf16 first)
+BUDGET_BACKENDS = ("triton", "torch", "jax")
+BUDGET_DTYPES = ("bfloat16", "float16", "float32", "float64")
+
+
+def budget_rank(item: pytest.Item) -> tuple[int, int, int]:
+    """Where a test comes under a time budget: by backend (:data:`BUDGET_BACKENDS`), then dtype
+    (:data:`BUDGET_DTYPES`), then seed (seed 0 first)."""
+    backend, params = _backend(item), getattr(getattr(item, "callspec", None), "params", {})
+    name = getattr(backend, "name", "")
+    dtype = getattr(params.get("case"), "dtype", "")
+    rank = lambda order, value: order.index(value) if value in order else len(order)
+    return rank(BUDGET_BACKENDS, name), rank(BUDGET_DTYPES, dtype), int(params.get("seed", 0) or 0)
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("normbench_stop_at") is not None:  # the most valuable first (a stable sort keeps the rest)
+        items.sort(key=budget_rank)
     limit = config.getoption("normbench_timeout")
     if not limit or not config.pluginmanager.hasplugin("timeout") or _timeout_given(config):
         return
@@ -202,6 +226,9 @@ def _timeout_given(config: pytest.Config) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     backend = _backend(item)
+    stop_at = item.config.getoption("normbench_stop_at")
+    if backend is not None and stop_at is not None and time.time() >= stop_at:
+        pytest.skip(f"{NOT_RUN}: the run's time budget (--budget) was spent before this test started")
     quarantine = item.config.stash.get(QUARANTINE, None)
     if backend is not None and quarantine is not None:
         reason = quarantine.reason(backend.name)

@@ -273,6 +273,19 @@ def parse_seconds(value: str) -> float:
         raise _error(value, "Use seconds >= 0, e.g. 1.0") from None
 
 
+def parse_budget(value: str) -> float:
+    """A time budget: a finite number of seconds, at least :data:`MIN_BUDGET_S` (the summary and report need some)."""
+    seconds = parse_seconds(value)
+    if seconds < MIN_BUDGET_S:
+        raise _error(value, f"A budget is at least {MIN_BUDGET_S:g} s (the run's own start, summary and report take "
+                            f"some), e.g. --budget=600")
+    return seconds
+
+
+#: the smallest ``--budget``
+MIN_BUDGET_S = 30.0
+
+
 def _parse_choices(kind: str, plural: str, value: str, valid: Sequence[str]) -> tuple[str, ...]:
     """One or more of ``valid``, separated by commas (case-insensitive, repeats dropped)."""
     chosen = tuple(dict.fromkeys(v.strip().lower() for v in value.split(",") if v.strip()))

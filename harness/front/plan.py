@@ -54,6 +54,10 @@ class Plan:
     selection: Selection | None = None
     #: how many conformance tests the suites collect, once counted (``normbench run``'s header): workers are capped by it
     tests: int | None = None
+    #: ``normbench run --budget``: seconds the whole run may take (None: no limit), and the time (UNIX) after which
+    #: no test starts, set when the run starts (the budget less the time kept for the summary and report)
+    budget: float | None = None
+    stop_at: float | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Plan:
@@ -61,7 +65,7 @@ class Plan:
         by ``normbench.front.options``' types)."""
         given = {name: getattr(args, name) for name in ("threads", "require", "workers", "suites", "out",
                                                         "run_id", "cache", "direction", "dtype", "shape", "norm",
-                                                        "report", "baseline") if hasattr(args, name)}
+                                                        "report", "baseline", "budget") if hasattr(args, name)}
         given["seeds"] = list(args.seed)
         return cls(impl=args.impl or ALL, **given)
 
@@ -77,7 +81,7 @@ class Plan:
         """The pytest plugin's option values (dest -> parsed value) this plan sets; ``throughput`` adds the
         throughput session's own (``run_id``: the run's folder name)."""
         values = {"normbench_impl": self.impl, "normbench_seed": list(self.seeds), "normbench_threads": self.threads,
-                  "normbench_require": tuple(self.require)}
+                  "normbench_require": tuple(self.require), "normbench_stop_at": self.stop_at}
         if throughput:
             values.update({"normbench_out": self.out, "normbench_run_id": throughput.get("run_id", self.run_id),
                            "normbench_cache": self.cache, "normbench_direction": self.direction,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -103,6 +104,10 @@ def header(plan: Plan, run_id: str, folder) -> None:
     say(f"  output:      {folder}/" + (" (report.html too)" if plan.report else ""))
     say(f"  seeds:       {options.format_seeds(plan.seeds)}" + (" (throughput: the first)" if len(plan.seeds) > 1 else ""))
     say(f"  suites:      {', '.join(plan.suites)}")
+    if plan.budget is not None:
+        say(f"  budget:      {plan.budget:g} s: tests start until {_utc(plan.stop_at)} (the last "
+            f"{budget_reserve(plan.budget):g} s are the summary's and the report's); the throughput suite first, "
+            f"triton and torch first, bf16 first")
     say(f"  backends:    --impl={plan.impl}, creating each (imports its framework)...")
     shown = set()
 
@@ -164,6 +169,11 @@ def counts(plan: Plan, run_id: str, extra: Sequence[str]) -> int | None:
     return total
 
 
+def budget_reserve(budget: float) -> float:
+    """Seconds of a ``--budget`` kept for the run's end (status, summary, report): a tenth, 10 s to 60 s."""
+    return min(60.0, max(10.0, 0.1 * budget))
+
+
 def cmd_run(plan: Plan, extra: Sequence[str], argv: Sequence[str]) -> int:
     """The main job, in a claimed run folder: one writer, checked before anything is measured. Every finished
     test is written at once; SIGINT and SIGTERM end the run but keep what ran, and the run still ends with
@@ -175,6 +185,8 @@ def cmd_run(plan: Plan, extra: Sequence[str], argv: Sequence[str]) -> int:
     from normbench.core.run_folder import claim
     from normbench.front.runner import refused_arguments
 
+    if plan.budget is not None:  # from the command's start; the summary and report get the end of the budget
+        plan.stop_at = time.time() + plan.budget - budget_reserve(plan.budget)
     run_id = plan.run_id or new_run_id()
     get_registry().names_in(plan.impl)  # a bad --impl is a usage error before any folder exists
     refused = refused_arguments(extra)  # so are pytest arguments pytest refuses
@@ -210,39 +222,58 @@ class _MainJob:
         self.expected: int | None = None
         self.interrupted = ""
         self.problems: list[str] = []
+        #: the suites a spent budget left unstarted
+        self.unstarted: list[str] = []
 
     def suites(self) -> None:
+        """Both suites, in the plan's order (under a budget the throughput suite first: the reference run's most
+        valuable rows), each only while the budget lasts; one not started is said, its tests counted not run."""
+        from normbench.core.environment import backends_record, environment, write_environment
+
+        plan = self.plan
+        env = environment(self.run_id, ["normbench", *self.argv])
+        env.update(backends_record(plan.selection))
+        if plan.budget is not None:
+            env["budget"] = {"seconds": plan.budget, "tests_start_until": _utc(plan.stop_at)}
+        write_environment(self.folder, env)
+        self._status("running")
+        for suite in sorted(plan.suites, key=lambda s: s != "throughput") if plan.budget else plan.suites:
+            if self.interrupted:
+                break
+            if plan.stop_at is not None and time.time() >= plan.stop_at:
+                self.unstarted.append(suite)
+                continue
+            (self._conformance if suite == "conformance" else self._throughput)()
+
+    def _conformance(self) -> None:
         from normbench.check.outcomes import CONFORMANCE
         from normbench.core import storage
-        from normbench.core.environment import backends_record, environment, write_environment
         from normbench.front.runner import Collector, run_pytest, summary
 
         plan, folder, run_id = self.plan, self.folder, self.run_id
-        env = environment(run_id, ["normbench", *self.argv])
-        env.update(backends_record(plan.selection))
-        write_environment(folder, env)
-        self._status("running")
-        if "conformance" in plan.suites:
-            print("\nnormbench: conformance suites", flush=True)
-            sink = _Sink(storage.ResultsWriter(folder, run_id, CONFORMANCE), run_id,
-                         reopen=lambda: storage.ResultsWriter(folder, run_id, CONFORMANCE))
-            self.sinks.append(sink)
-            collector = Collector(sink=sink)
-            self.collectors.append(collector)
-            code, outcomes = run_pytest(conformance_args(plan, self.extra, isolated=len(plan.selection.backends)),
-                                        PlanPlugin(plan, plan.options()), collector)
-            self.codes.append(code)
-            self.sections.append("normbench conformance summary\n"
-                                 + summary(outcomes, interrupted=collector.interrupted))
-            self.interrupted = collector.interrupted
-        if "throughput" in plan.suites and not self.interrupted:
-            print(f"\nnormbench: throughput suite, results in {folder}/", flush=True)
-            collector = Collector()
-            self.collectors.append(collector)
-            code, _ = run_pytest(throughput_args(self.extra), PlanPlugin(plan, plan.options(run_id=run_id)), collector)
-            self.codes.append(code)
-            self.sections.append(_throughput_report(folder))
-            self.interrupted = collector.interrupted
+        print("\nnormbench: conformance suites", flush=True)
+        sink = _Sink(storage.ResultsWriter(folder, run_id, CONFORMANCE), run_id,
+                     reopen=lambda: storage.ResultsWriter(folder, run_id, CONFORMANCE))
+        self.sinks.append(sink)
+        collector = Collector(sink=sink)
+        self.collectors.append(collector)
+        code, outcomes = run_pytest(conformance_args(plan, self.extra, isolated=len(plan.selection.backends)),
+                                    PlanPlugin(plan, plan.options()), collector)
+        self.codes.append(code)
+        self.sections.append("normbench conformance summary\n" + summary(outcomes, interrupted=collector.interrupted))
+        self.interrupted = collector.interrupted
+
+    def _throughput(self) -> None:
+        from normbench.front.runner import Collector, run_pytest
+
+        plan, folder, run_id = self.plan, self.folder, self.run_id
+        print(f"\nnormbench: throughput suite, results in {folder}/", flush=True)
+        collector = Collector()
+        self.collectors.append(collector)
+        code, _ = run_pytest(throughput_args(self.extra), PlanPlugin(plan, plan.options(run_id=run_id)), collector)
+        self.codes.append(code)
+        self.sections.append(_throughput_report(folder))
+        self.interrupted = collector.interrupted
 
     def finish(self) -> int:
         """Close the journals, record the status, print the summary and write the report; the exit status."""
@@ -254,16 +285,19 @@ class _MainJob:
         outcomes = [o for c in self.collectors for o in c.outcomes]
         done = sum(1 for o in outcomes if o.outcome != NOT_RUN)
         total = len(outcomes) if self.collectors else self.expected
-        if self.interrupted and self.expected is not None:  # tests never handed to a worker did not run either
+        budget = self._budget_spent(outcomes)
+        if (self.interrupted or budget) and self.expected is not None:  # tests never handed to a worker: not run
             total = max(total or 0, self.expected)
-        self._status("interrupted" if self.interrupted else "finished", self.interrupted or last_signal() or None,
-                     done, total, self._rows())
+        self._status("interrupted" if self.interrupted else "finished",
+                     self.interrupted or last_signal() or budget or None, done, total, self._rows())
         report = list(self.sections)
         if self.plan.selection is not None:
             report += ["\n".join(skipped_lines(self.plan.selection))] if skipped_lines(self.plan.selection) else []
         if self.interrupted:
             of = f" of {total}" if total is not None else ""
             report.append(f"INTERRUPTED ({self.interrupted}) after {done}{of} tests: what ran is in {self.folder}/")
+        elif budget:
+            report.append(f"BUDGET SPENT: {budget}; {done} of {total} tests ran, the others are 'not run'")
         print("\n" + "\n\n".join(report) + f"\n\nresults: {self.folder}/", flush=True)
         if self.plan.report:
             _run_report(self.folder, self.plan.baseline)
@@ -274,6 +308,19 @@ class _MainJob:
         if problems:
             return 2
         return INTERRUPTED if self.interrupted and not self.codes else exit_code(self.codes)
+
+    def _budget_spent(self, outcomes) -> str:
+        """What a spent ``--budget`` left undone, for the status and the summary ("" if nothing)."""
+        from normbench.check.outcomes import NOT_RUN
+
+        if self.plan.budget is None:
+            return ""
+        skipped = sum(1 for o in outcomes if o.outcome == NOT_RUN and "time budget" in o.message)
+        if not (skipped or self.unstarted):
+            return ""
+        where = [f"{skipped} tests not started"] if skipped else []
+        where += [f"the {suite} suite not started" for suite in self.unstarted]
+        return f"the time budget of {self.plan.budget:g} s was spent ({', '.join(where)})"
 
     def _rows(self) -> dict[str, int]:
         """The rows the run wrote into each results file (the conformance rows it could not write count: the loader
@@ -431,3 +478,10 @@ def _throughput_report(folder) -> str:
     env = json.loads((folder / "environment.json").read_text())
     lines = ceiling_lines(env.get("ceilings", {}).values())
     return "normbench throughput summary\n" + throughput_table(df) + "".join(f"\n{line}" for line in lines)
+
+
+def _utc(unix_time: float | None) -> str:
+    import datetime
+
+    return "" if unix_time is None else datetime.datetime.fromtimestamp(unix_time, datetime.timezone.utc).isoformat(
+        timespec="seconds")
