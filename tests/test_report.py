@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from normbench.core.storage import ResultsError
-from normbench.report import load_result_sets, render_html, write_report
+from normbench.report import load_result_sets, render_html, survey, write_report
 from tests.plugins import ROOT
 from tests.report_data import HOSTILE, write_run
 
@@ -74,7 +78,7 @@ def test_several_result_sets_render_side_by_side(tmp_path):
 
 
 @pytest.mark.parametrize("parts, stated", [
-    ({"throughput": False}, "No throughput rows in any result set"),
+    ({"throughput": False}, "No throughput was measured: this result set holds no throughput rows"),
     ({"conformance": False}, "No conformance rows in this result set"),
     ({"env": False}, "Missing: the environment"),
     ({"throughput": False, "conformance": False}, "Missing: throughput results"),
@@ -82,6 +86,92 @@ def test_several_result_sets_render_side_by_side(tmp_path):
 def test_a_partial_run_renders_and_says_what_is_missing(tmp_path, parts, stated):
     folder = write_run(tmp_path / "p", "p", {"numpy": 0.1}, **parts)
     assert stated in html_of(folder)
+
+
+#: a finding as long as the survey's: an unbroken token and a command far wider than a table cell
+LONG_FINDING = dict(zip(survey.FINDING_FIELDS, (
+    "torch", "PyTorch", "2.13.0+cpu", "layer_norm", "float16, bfloat16", "defect",
+    "The CPU kernel stores the saved statistics in the input dtype " * 4 + "x" * 300,
+    "968x the bound: dx = 0.0221 where float64 gives 0.000327 " * 3,
+    "pytest 'suites/test_backward.py::test_backward[torch-bfloat16-rows65537-hidden8-offset3-" + "y" * 200 + "]' "
+    "--impl=torch --normbench-seed=0 --normbench-strict",
+    "aten/src/ATen/native/cpu/layer_norm_kernel.cpp " * 10)))
+
+
+def survey_set(folder, findings=(LONG_FINDING,), throughput=False):
+    """A conformance run (no throughput rows, as a survey) with judged findings beside its rows."""
+    write_run(folder, folder.name, {"numpy": 0.1, "torch": 0.3}, throughput=throughput)
+    survey.write_findings(folder / survey.FINDINGS_FILE, list(findings))
+    return folder
+
+
+def h2s(html):
+    return re.findall(r"<h2[^>]*>(.*?)</h2>", html)
+
+
+def test_a_set_without_throughput_opens_with_its_findings_and_no_empty_throughput_section(tmp_path):
+    """A survey is conformance only: its findings come first, before any result, and the throughput sections (at a
+    glance, byte model, throughput, speedups) are left out, with one line at the top saying why."""
+    html = html_of(survey_set(tmp_path / "survey"))
+    assert h2s(html) == ["Findings (1)", "Environment", "Conformance", "Data"]
+    assert html.count("No throughput was measured") == 1
+    assert html.index("No throughput was measured") < html.index('<h2 id="findings">')
+    for gone in ("At a glance", "Byte model", "Throughput", "Speedup against", "No correct throughput row",
+                 "No throughput rows in any result set"):
+        assert gone not in html, gone
+    findings = html[html.index('<h2 id="findings">'):html.index("<h2>Environment")]
+    assert '<table class="findings">' in findings and "x" * 300 in findings  # all of it, in the first section
+    assert "<summary>evidence</summary>aten/src/ATen" in findings  # the evidence folded under the finding
+    conformance = html[html.index("<h2>Conformance"):]
+    assert '<table class="findings">' not in conformance and 'href="#findings"' in conformance
+
+
+def test_findings_come_first_in_a_report_with_throughput_too(tmp_path):
+    """With throughput rows the throughput sections stay, after the findings; a second set without any says so in
+    its own place, not with an empty table."""
+    measured = survey_set(tmp_path / "measured", throughput=True)
+    bare = write_run(tmp_path / "bare", "bare", {"numpy": 0.1}, throughput=False)
+    html = html_of(measured, bare)
+    assert h2s(html)[:3] == ["Findings (1)", "At a glance", "Environment"]
+    assert {"Byte model", "Throughput", "Speedup against torch", "Conformance"} <= set(h2s(html))
+    assert "No throughput was measured: " not in html  # the one-line summary is for a report without any
+    assert html.count("No throughput was measured in this result set.") == 2  # bare's at-a-glance and speedups
+
+
+def test_the_findings_table_is_as_wide_as_the_page(tmp_path):
+    """Fixed layout at the page's width, every cell breaking long words: no finding widens the page."""
+    html = html_of(survey_set(tmp_path / "survey"))
+    css = html[html.index("<style>"):html.index("</style>")]
+    assert "table.findings{table-layout:fixed;width:100%}" in css
+    assert "table.findings td{overflow-wrap:anywhere" in css
+    assert '<table class="findings"><colgroup><col class="n">' in html
+
+
+CHROMIUM = os.environ.get("NORMBENCH_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+#: measures, once loaded, how wide the page and the findings table are (allowed by its hash, as in test_report_browser)
+WIDTH_PROBE = ("window.addEventListener('load', () => { const t = document.querySelector('table.findings'); "
+               "const out = document.createElement('pre'); out.id = 'probe'; out.textContent = JSON.stringify("
+               "{page: document.documentElement.scrollWidth, viewport: window.innerWidth, "
+               "table: t.getBoundingClientRect().right}); document.body.appendChild(out); });")
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not CHROMIUM, reason="no chromium (see tests/test_report_browser.py)")
+def test_in_a_browser_no_finding_widens_the_page(tmp_path):
+    html = html_of(survey_set(tmp_path / "survey"))
+    digest = base64.b64encode(hashlib.sha256(WIDTH_PROBE.encode()).digest()).decode()
+    html = html.replace("script-src 'none'", f"script-src 'sha256-{digest}'").replace(
+        "</head>", f"<script>{WIDTH_PROBE}</script></head>")
+    page = tmp_path / "probed.html"
+    page.write_text(html)
+    out = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                          "--window-size=1280,900", f"--user-data-dir={tmp_path / 'profile'}",
+                          "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    found = re.search(r'<pre id="probe">(.*?)</pre>', out.stdout, re.S)
+    assert found, f"the probe did not run:\n{out.stderr[-3000:]}"
+    measured = json.loads(found.group(1).replace("&quot;", '"'))
+    assert measured["page"] <= measured["viewport"] and measured["table"] <= measured["viewport"], measured
 
 
 def test_a_single_file_is_a_result_set(run):

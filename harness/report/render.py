@@ -5,10 +5,22 @@ that forbids both; charts are inline SVG drawn by the template; the measured
 rows are embedded as JSON (``<script type="application/json">``, escaped by
 Jinja2's ``tojson``) so the file carries its own data.
 
+A survey's judged findings (``findings.csv`` beside its rows) come first, before
+any result, in a table as wide as the page: long words, commands and evidence
+wrap inside their cells (the evidence folded under each finding).
+
+The throughput sections (at a glance, the byte model, throughput, speedups)
+appear only when some set holds throughput rows; a report of conformance runs
+alone says once, at the top, that no throughput was measured.
+
 A set holding traffic counts (``traffic.csv``) or kernel statistics
 (``kernels-*.csv``) adds the traffic section: counts and compiler estimates,
 said to be no speeds. A report of such sets alone shows only that section (and
 the byte model it divides by): there is no run to report on.
+
+The header names the normbench that rendered the page, with its commit where it
+is a checkout (``normbench.core.provenance``): a published report says whether
+it was rendered from a committed tree.
 """
 
 from __future__ import annotations
@@ -19,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from normbench import __version__
+from normbench.core import provenance
 from normbench.core.files import write_atomic
 from normbench.core.storage import ResultsError
 from normbench.report import errors, properties, shape, survey, svg
@@ -64,18 +77,21 @@ def context(sets: list[ResultSet], baseline: str = "torch") -> dict[str, Any]:
     traffic = shape.traffic_panels(sets)
     return {
         "runs": any(rs.is_run for rs in sets),
+        "measured": any(not rs.throughput.empty for rs in sets),
         "traffic_panels": [{"panel": p, "unique": svg.ratio_chart(p, "unique"),
                             "requested": svg.ratio_chart(p, "requested")} for p in traffic],
         "counted": [{"label": rs.label, "traffic": shape.traffic_summary(rs), "kernels": shape.kernel_table(rs),
                      "has_traffic": rs.traffic is not None, "has_kernels": rs.kernel_stats is not None}
                     for rs in sets if rs.traffic is not None or rs.kernel_stats is not None],
         "version": __version__,
+        "commit": provenance.source().commit_label(),
         "baseline": baseline,
         "sets": [{"label": rs.label, "source": rs.source, "missing": rs.missing, "notes": rs.notes,
                   "environment": shape.environment_items(rs), "glance": shape.at_a_glance(rs),
                   "speedups": shape.speedups(rs, baseline),
                   "problems": shape.throughput_problems(rs), "matrix": shape.conformance_matrix(rs),
                   "details": shape.conformance_details(rs), "table1": rs.table1, "findings": rs.findings,
+                  "n_findings": None if rs.findings is None else len(rs.findings),
                   "properties": properties.properties_table(rs), "errors": errors.error_pictures(rs),
                   "n_throughput": len(rs.throughput), "n_conformance": len(rs.conformance),
                   "n_traffic": None if rs.traffic is None else len(rs.traffic),
