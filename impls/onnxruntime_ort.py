@@ -86,12 +86,13 @@ class OnnxRuntimeBackend(Backend):
     #: measured on seeds 0..2 with onnxruntime 1.32.0 (the reasons carry the numbers); the first match explains
     known_deviations: ClassVar[dict[str, str]] = {
         "*float64-* | \\): y\\[": (
-            "limitation: ONNX's epsilon attribute is a float (32-bit), so a float64 model computes with eps "
+            "defect (of the ONNX operator schema, which ORT follows; the same verdict as PaddlePaddle's float32 eps, "
+            "docs/survey.md): ONNX's epsilon attribute is a float (32-bit), so a float64 model computes with eps "
             "rounded to float32 (1e-5 -> 9.99999975e-06): y agrees with a float64 LayerNorm/RMSNorm of float32(eps) "
             "to 4e-16, and is off the exact one by up to 1.3e-8 where var ~ eps (LayerNorm sigma^2 ~ eps = 0.1: "
             "8.4e5x the bound; eps 1e-5, mean 3 sigma, N 2: 1.3e-11, 101x)"),
         "test_*_rescaling[*float64-*] | is invariant to .*re-scaling .*changed y\\[": (
-            "limitation: ONNX's float epsilon attribute again: Table 1's re-scaling compares LN_eps(delta*a) with "
+            "defect (the ONNX schema's float epsilon attribute again): Table 1's re-scaling compares LN_eps(delta*a) with "
             "LN_(eps/delta^2)(a), and the two eps (1e-5, 1.165) round to float32 differently; y changes by up to "
             "6e-8 (1.8e6x the float64 bound), a float64 NumPy LayerNorm of the float32-rounded eps changes by 3.8e-8 "
             "without weight and bias, with the exact eps by 4e-16"),

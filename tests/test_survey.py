@@ -138,6 +138,52 @@ def test_the_published_survey_matches_its_findings_page():
     survey.check_findings(findings, set(df.backend))
 
 
+def published_findings() -> list[dict[str, str]]:
+    path = Path(__file__).resolve().parents[1] / "reports" / "survey-cpu" / survey.FINDINGS_FILE
+    if not path.exists():
+        pytest.skip("reports/survey-cpu is not published yet")
+    return survey.read_findings(path)
+
+
+#: the start of a case id (``float16-rows8-...``, ``bfloat16-paramsfloat32-rows7-...``), ``rms-`` first for RMSNorm
+#: (normbench.core.cases)
+CASE_ID = re.compile(r"(?<![A-Za-z0-9])(rms-)?(?:float64|float32|float16|bfloat16)-(?:params[a-z0-9]+-)?rows")
+
+
+def test_every_published_command_selects_its_findings_normalization():
+    """A finding's command reproduces it: an RMSNorm finding names RMSNorm case ids (``rms-``), or
+    ``--norm=rms_norm`` for ``normbench check``, and a LayerNorm finding names none of them."""
+    for row in published_findings():
+        command, rms = row["command"], row["normalization"] == "rms_norm"
+        ids = CASE_ID.findall(command)
+        where = f"{row['backend']} {row['normalization']} {row['dtype']}: {command}"
+        if "normbench check" in command:
+            assert ("--norm=rms_norm" in command) == rms, where
+        elif ids:
+            assert all(bool(prefix) == rms for prefix in ids), where
+
+
+#: mechanisms that occur in several libraries' findings, found by their words: each has one verdict (docs/survey.md,
+#: "How a verdict is decided")
+MECHANISMS = {
+    "eps held as a float32 attribute or scalar in a float64 normalization":
+        r"epsilon attribute is a 32-bit float|epsilon is a C\+\+ float attribute|eps as a float32 scalar",
+    "float64 computed in float32":
+        r"computes? float64 inputs in float32|computes a float64 x in float32|casts? x to float32",
+    "half-precision statistics, arithmetic or sums in the input dtype":
+        r"in (?:a bfloat16/float16 x's|its|x's) own dtype|in x's half dtype|all arithmetic in float16"
+        r"|in the input dtype|dgamma/dbeta buffers of type T|saves mean and rstd in x's half dtype",
+}
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_one_mechanism_has_one_verdict_in_every_library(mechanism):
+    found = [r for r in published_findings() if re.search(MECHANISMS[mechanism], r["what"])]
+    assert len({r["library"].split(" ")[0] for r in found}) >= 2, found  # a mechanism of several libraries
+    verdicts = {f"{r['backend']} {r['normalization']} {r['dtype']}": r["verdict"] for r in found}
+    assert len(set(verdicts.values())) == 1, verdicts
+
+
 def test_the_merged_rows_are_compressed_and_read_back_by_name_or_folder(tmp_path):
     a = run_folder(tmp_path, "a", {"numpy": "2.4.6"})
     out = tmp_path / "s"

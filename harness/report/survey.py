@@ -18,8 +18,8 @@ environment runs ``normbench run --suites=conformance`` on its backends into a r
   class of failure, with its verdict: :data:`VERDICTS`), from the findings files given, checked against the
   runs (a finding names a backend the survey ran).
 * ``findings.md``: the findings as a Markdown table (docs/survey.md holds the same table), every value from a run
-  or a findings file escaped (:func:`md`: no HTML of its own reaches the page), and ``report.html``, whose
-  conformance section shows the findings above the matrix across libraries.
+  or a findings file escaped (:func:`md`: no HTML of its own reaches the page), and ``report.html``, which shows
+  the findings first, before any result (``normbench.report.render``).
 
 A findings file is CSV with :data:`FINDING_FIELDS` as its header, written by whoever judged the failures: each
 row says what is wrong in words a library maintainer can act on, how large (the ratio to normbench's bound and
