@@ -360,6 +360,7 @@ def parser() -> argparse.ArgumentParser:
     _add_survey(sub)
     counts.add_parsers(sub)  # counts and compiler estimates, never speeds
     _add_preflight(sub)
+    _add_bundle(sub)
     return top
 
 
@@ -371,6 +372,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="do not write report.html into the run folder. Default: write it")
     p.add_argument("--baseline", default="torch", metavar="NAME",
                    help="the report's speedup baseline backend. Default: %(default)r")
+    p.add_argument("--bundle", default=None, metavar="DIR",
+                   help="at the end (finished, interrupted or out of budget), also pack the run folder into DIR: at "
+                        "most 8 files of 16 MB with a manifest (normbench bundle). Default: none")
     p.add_argument("--budget", type=options.parse_budget, default=None, metavar="SECONDS",
                    help="the whole run's time limit: the throughput suite first (triton and torch, then jax, then the "
                         "rest; bf16 first), then conformance; a test not started when the budget is spent is 'not "
@@ -437,7 +441,24 @@ def cmd_survey(args: argparse.Namespace) -> int:
 
 
 #: every command and what runs it (``run`` and ``test`` take pytest's extra arguments too)
-COMMANDS = ("list", "check", "test", "run", "table1", "report", "survey", "traffic", "kernel-stats", "preflight")
+COMMANDS = ("list", "check", "test", "run", "table1", "report", "survey", "traffic", "kernel-stats", "preflight",
+            "bundle")
+
+
+def _add_bundle(sub) -> None:
+    p = sub.add_parser("bundle", help="pack a run folder into at most 8 files of at most 16 MB each, with a manifest "
+                                      "(what a GPU slot can carry back)")
+    p.add_argument("run", metavar="RUN", help="the run folder, reports/<run-id>")
+    p.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) folder for the bundle")
+    p.add_argument("--log", metavar="FILE", help="the run's output, saved beside it as run.log. Default: none")
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from normbench.report.bundle import write_bundle
+
+    manifest = write_bundle(args.run, args.out, args.log)
+    print(f"bundle: {manifest.parent}/ ({manifest.name} lists its files)")
+    return 0
 
 
 def _add_preflight(sub) -> None:
@@ -484,7 +505,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run.cmd_test(plan, extra) if args.command == "test" else run.cmd_run(plan, extra, args.argv)
         return {"list": cmd_list, "check": cmd_check, "report": cmd_report, "table1": cmd_table1, "survey": cmd_survey,
                 "traffic": counts.cmd_traffic, "kernel-stats": counts.cmd_kernel_stats,
-                "preflight": cmd_preflight}[args.command](args)
+                "preflight": cmd_preflight, "bundle": cmd_bundle}[args.command](args)
     except NormbenchError as exc:
         print(f"normbench: error: {exc}", file=sys.stderr)
         return 2

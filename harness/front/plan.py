@@ -58,6 +58,8 @@ class Plan:
     #: no test starts, set when the run starts (the budget less the time kept for the summary and report)
     budget: float | None = None
     stop_at: float | None = None
+    #: ``normbench run --bundle``: the folder the run is packed into at its end (None: not packed)
+    bundle: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Plan:
@@ -65,7 +67,8 @@ class Plan:
         by ``normbench.front.options``' types)."""
         given = {name: getattr(args, name) for name in ("threads", "require", "workers", "suites", "out",
                                                         "run_id", "cache", "direction", "dtype", "shape", "norm",
-                                                        "report", "baseline", "budget") if hasattr(args, name)}
+                                                        "report", "baseline", "budget", "bundle")
+                 if hasattr(args, name)}
         given["seeds"] = list(args.seed)
         return cls(impl=args.impl or ALL, **given)
 

@@ -301,6 +301,8 @@ class _MainJob:
         print("\n" + "\n\n".join(report) + f"\n\nresults: {self.folder}/", flush=True)
         if self.plan.report:
             _run_report(self.folder, self.plan.baseline)
+        if self.plan.bundle:
+            self._bundle()
         problems = self.problems + [f"{len(s.unsaved)} conformance results could not be written to the run folder "
                                     f"({s.error}); {s.kept_in}" for s in self.sinks if s.error is not None]
         for problem in problems:
@@ -308,6 +310,16 @@ class _MainJob:
         if problems:
             return 2
         return INTERRUPTED if self.interrupted and not self.codes else exit_code(self.codes)
+
+    def _bundle(self) -> None:
+        """Pack the run folder (``--bundle``); a bundle that cannot be written is said at the end."""
+        from normbench.core.storage import ResultsError
+        from normbench.report.bundle import write_bundle
+
+        try:
+            print(f"bundle: {write_bundle(self.folder, self.plan.bundle).parent}/", flush=True)
+        except (ResultsError, OSError) as exc:
+            self.problems.append(f"the bundle was not written: {exc}")
 
     def _budget_spent(self, outcomes) -> str:
         """What a spent ``--budget`` left undone, for the status and the summary ("" if nothing)."""
