@@ -60,7 +60,7 @@ def test_what_triton_36_needs_to_build_its_launcher_is_checked(monkeypatch, tmp_
 def test_each_gpu_is_said_with_what_a_reference_run_records(monkeypatch):
     gpu = {"name": "NVIDIA H200", "memory.total": "143771 MiB", "sm_count": "132", "compute_cap": "9.0",
            "driver_version": "570.86", "cuda_runtime": "12.8"}
-    monkeypatch.setattr(preflight.environment, "_gpus", lambda: [gpu])
+    monkeypatch.setattr(preflight.environment, "gpus", lambda: [gpu])
     [check] = preflight.gpus(require=True)
     assert not check.problem and check.found.startswith("NVIDIA H200; memory.total 143771 MiB, sm_count 132")
     assert "compute_cap 9.0" in check.found and "cuda_runtime 12.8" in check.found

@@ -100,10 +100,10 @@ def test_the_environment_records_each_gpu_with_compute_capability_mode_and_sm_co
     cuda = types.SimpleNamespace(is_available=lambda: True, device_count=lambda: 1,
                                  get_device_properties=lambda i: types.SimpleNamespace(multi_processor_count=132))
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda, version=types.SimpleNamespace(cuda="12.8")))
-    [gpu] = environment._gpus()
+    [gpu] = environment.gpus()
     assert gpu["name"] == "NVIDIA H100 80GB HBM3" and gpu["compute_cap"] == "9.0" and gpu["compute_mode"] == "Default"
     assert gpu["sm_count"] == "132" and gpu["cuda_runtime"] == "12.8"
     smi.write_text("#!/bin/sh\ncase \"$1\" in *compute_cap*) exit 9;; *) echo 'Tesla V100, 450.1, 16 GiB, 1530 MHz, "
                    "877 MHz, 0:1:0.0';; esac\n")
-    [old] = environment._gpus()  # an older driver refuses the new fields: asked again without them
+    [old] = environment.gpus()  # an older driver refuses the new fields: asked again without them
     assert old["name"] == "Tesla V100" and "compute_cap" not in old and old["sm_count"] == "132"

@@ -133,13 +133,13 @@ def test_a_backend_off_torchs_stream_is_timed_by_the_host_clock_on_a_gpu():
     other gets the host clock around its synchronize, cold by a read flush (then a synchronize) through torch."""
     from normbench.core.backend import Backend
     from normbench.kit.torch import AutogradBackend
-    from normbench.perf.timing import CudaReadFlush, make_timer
+    from normbench.perf.timing import CudaL2Flush, make_timer
 
     assert AutogradBackend.timed_by_cuda_events and not Backend.timed_by_cuda_events
     torch = FakeTorch()
     assert isinstance(make_timer("cuda:0", 1 << 20, events=True, torch_module=torch), CudaEventTimer)
     host = make_timer("cuda:0", 1 << 20, events=False, torch_module=torch)
-    assert isinstance(host, HostTimer) and isinstance(host.flush, CudaReadFlush)
+    assert isinstance(host, HostTimer) and isinstance(host.flush, CudaL2Flush)
     host.measure(lambda: torch.gpu.launch("xla", 0.25), lambda out: torch.cuda.synchronize(),
                  TimingOptions(cache="cold", min_samples=3, max_samples=3, max_time_s=0.0))
     assert torch.gpu.log[:4] == ["fill", "flush", "synchronize", "xla"] and torch.gpu.log.count("fill") == 1

@@ -121,7 +121,7 @@ def device_name(device: str) -> str:
     return device
 
 
-def _versions() -> dict[str, str]:
+def library_versions() -> dict[str, str]:
     found = {}
     for name in LIBRARIES:
         try:
@@ -137,7 +137,7 @@ GPU_FIELDS = ("name", "driver_version", "memory.total", "clocks.max.sm", "clocks
               "compute_mode")
 
 
-def _gpus() -> list[dict[str, str]]:
+def gpus() -> list[dict[str, str]]:
     """Each GPU nvidia-smi lists (name, driver, memory, clocks, compute capability and mode), with, where this
     process has imported torch and it sees CUDA, the SM count and the CUDA runtime torch was built with."""
     found: list[dict[str, str]] = []
@@ -181,7 +181,7 @@ def environment(run_id: str, command: Sequence[str] | None = None) -> dict[str, 
         "python": sys.version.split()[0], "platform": platform.platform(),
         "cpu_model": cpu_model(), "threads": threads,
         "last_level_cache": {"bytes": cache.bytes, "source": cache.source},
-        "gpus": _gpus(), "libraries": _versions(), "ceilings": {},
+        "gpus": gpus(), "libraries": library_versions(), "ceilings": {},
     }
 
 

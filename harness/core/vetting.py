@@ -77,8 +77,9 @@ def watch(command: Sequence[str], progress_file: str, timeout: float, stdout=sub
     return Watched(child.returncode, name, provider, timed_out)
 
 
-def problem(watched: Watched, timeout: float) -> str:
-    """What a plugin that stopped a watched child did, with the fix (``watched.loading`` names it)."""
+def problem(watched: Watched, timeout: float, consequence: str = "") -> str:
+    """What a plugin that stopped a watched child did, ``consequence`` (a sentence: what normbench did about it),
+    and the fix (``watched.loading`` names it)."""
     if watched.timed_out:
         what = (f"did not finish loading within {timeout:g} s (it hangs, or loads very slowly; the environment "
                 f"variable {TIMEOUT_ENV} sets another limit)")
@@ -86,8 +87,8 @@ def problem(watched: Watched, timeout: float) -> str:
         what = f"ended the process with signal {signal_name(-watched.returncode)} while loading (a crash)"
     else:
         what = f"ended the process with exit status {watched.returncode} while loading"
-    return (f"backend {watched.loading!r} from distribution {watched.provider} {what}. Fix: report it to the "
-            f"plugin's authors; `pip uninstall` its distribution to silence this")
+    return (f"backend {watched.loading!r} from distribution {watched.provider} {what}. {consequence}Fix: report it to "
+            f"the plugin's authors; `pip uninstall` its distribution to silence this")
 
 
 def signal_name(number: int) -> str:

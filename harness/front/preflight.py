@@ -59,8 +59,8 @@ def python_headers() -> Check:
 
 
 def gpus(require: bool) -> list[Check]:
-    """Each GPU nvidia-smi and torch see (``environment._gpus``); none is a problem when ``require``."""
-    found = environment._gpus()
+    """Each GPU nvidia-smi and torch see (``environment.gpus``); none is a problem when ``require``."""
+    found = environment.gpus()
     if not found:
         torch = sys.modules.get("torch")
         cuda = bool(torch is not None and torch.cuda.is_available())
@@ -99,7 +99,7 @@ def checks(cpu: bool, names: tuple[str, ...] = GPU_BACKENDS) -> list[Check]:
     origin = provenance.source()
     found = [Check("normbench", f"{__version__}, {origin.kind}" + (f", commit {origin.commit_label()}"
                                                                   if origin.commit else ""))]
-    libraries = environment._versions()
+    libraries = environment.library_versions()
     found.append(Check("libraries", ", ".join(f"{k} {v}" for k, v in sorted(libraries.items())) or "none"))
     if "torch" in libraries:
         try:

@@ -291,8 +291,9 @@ class _MainJob:
         self._status("interrupted" if self.interrupted else "finished",
                      self.interrupted or last_signal() or budget or None, done, total, self._rows())
         report = list(self.sections)
-        if self.plan.selection is not None:
-            report += ["\n".join(skipped_lines(self.plan.selection))] if skipped_lines(self.plan.selection) else []
+        skipped = skipped_lines(self.plan.selection) if self.plan.selection is not None else []
+        if skipped:
+            report.append("\n".join(skipped))
         if self.interrupted:
             of = f" of {total}" if total is not None else ""
             report.append(f"INTERRUPTED ({self.interrupted}) after {done}{of} tests: what ran is in {self.folder}/")
@@ -409,21 +410,16 @@ class _Sink:
         self.error = None
 
     def _keep_elsewhere(self) -> None:
-        import csv
-        import io
         import tempfile
 
-        from normbench.core.files import write_atomic
+        from normbench.check.outcomes import CONFORMANCE
+        from normbench.core.storage import ResultsError, write_csv
 
-        text = io.StringIO()
-        out = csv.DictWriter(text, fieldnames=list(self.unsaved[0]))
-        out.writeheader()
-        out.writerows(self.unsaved)
         path = Path(tempfile.gettempdir()) / f"normbench-{self.run_id}-unsaved-conformance.csv"
         try:
-            write_atomic(path, text.getvalue())
-        except OSError as exc:
-            self.kept_in = f"they could not be kept in {path} either ({exc.strerror or exc}): they are lost"
+            write_csv(path, self.unsaved, CONFORMANCE)  # the schema's own CSV: `normbench report` reads it
+        except ResultsError as exc:
+            self.kept_in = f"they could not be kept in {path} either ({exc}): they are lost"
         else:
             self.kept_in = f"they are in {path} (the run folder's conformance.csv holds the others)"
 

@@ -231,20 +231,7 @@ class CudaEventTimer:
             import torch as torch_module
         self.torch = torch_module
         self.device = device
-        self.flush_bytes = flush_bytes
-        self._flush_buffer = None
-
-    def _flush(self) -> None:
-        if self._flush_buffer is None:
-            torch = self.torch
-            nbytes = self.flush_bytes
-            if nbytes is None:
-                l2 = int(getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 0) or 0)
-                nbytes = max(FLUSH_MULTIPLE * l2, CUDA_MIN_FLUSH_BYTES)
-            self._flush_buffer = torch.empty(int(nbytes), dtype=torch.uint8, device=self.device).zero_()  # once
-        # a read: it evicts the L2 without dirtying it (zeroing the buffer left up to 50 MB of dirty lines, whose
-        # write-back the timed kernel then paid, about 10 % of the smallest cases)
-        self._flush_buffer.max()
+        self._flush = CudaL2Flush(device, torch_module, flush_bytes)
 
     def _batch(self, op: Op, count: int, calls: int, cold: bool) -> list[float]:
         event = lambda: self.torch.cuda.Event(enable_timing=True)
@@ -270,24 +257,28 @@ class CudaEventTimer:
         return Timing(tuple(samples), self.name, options.cache, calls)
 
 
-class CudaReadFlush:
-    """The cold-cache flush of a CUDA device for the host clock: a read of a buffer of at least
-    :data:`CUDA_MIN_FLUSH_BYTES` through torch, then a synchronize, so that the sample that follows starts on
-    a cold L2 and an idle device. ``torch`` is imported lazily (tests pass a stand-in)."""
+class CudaL2Flush:
+    """The cold-cache flush of a CUDA device: a read of a buffer of ``nbytes`` (default :data:`FLUSH_MULTIPLE`
+    times the L2, at least :data:`CUDA_MIN_FLUSH_BYTES`), queued on torch's stream. A read evicts the L2
+    without dirtying it (zeroing the buffer left up to 50 MB of dirty lines, whose write-back the timed kernel
+    then paid, about 10 % of the smallest cases); the buffer is written once, when it is made. ``sync``: then
+    wait for the device, as the host clock needs (:func:`make_timer`)."""
 
-    def __init__(self, device: str, torch_module: Any = None) -> None:
-        self.device = device
-        self.torch = torch_module
+    def __init__(self, device: str, torch_module: Any, nbytes: int | None = None, sync: bool = False) -> None:
+        self.device, self.torch, self.nbytes, self.sync = device, torch_module, nbytes, sync
         self._buffer = None
 
     def __call__(self) -> None:
         torch = self.torch
         if self._buffer is None:
-            l2 = int(getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 0) or 0)
-            nbytes = max(FLUSH_MULTIPLE * l2, CUDA_MIN_FLUSH_BYTES)
+            nbytes = self.nbytes
+            if nbytes is None:
+                l2 = int(getattr(torch.cuda.get_device_properties(self.device), "L2_cache_size", 0) or 0)
+                nbytes = max(FLUSH_MULTIPLE * l2, CUDA_MIN_FLUSH_BYTES)
             self._buffer = torch.empty(int(nbytes), dtype=torch.uint8, device=self.device).zero_()
         self._buffer.max()
-        torch.cuda.synchronize(self.device)
+        if self.sync:
+            torch.cuda.synchronize(self.device)
 
 
 def make_timer(device: str, cache_bytes: int, events: bool = True,
@@ -305,7 +296,7 @@ def make_timer(device: str, cache_bytes: int, events: bool = True,
                 import torch as torch_module
             except ImportError:  # no torch to flush with: timed warm, and the rows say so
                 return HostTimer(None)
-        return HostTimer(CudaReadFlush(device, torch_module))
+        return HostTimer(CudaL2Flush(device, torch_module, sync=True))
     if device == "cpu":
         return HostTimer(CpuFlush(FLUSH_MULTIPLE * cache_bytes))
     return HostTimer(None)
