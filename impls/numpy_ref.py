@@ -1,7 +1,8 @@
 """The NumPy reference backend: float64 math, one rounding to the input dtype.
 
-Supports all four dtypes, LayerNorm and RMSNorm, forward and backward, and exposes
-LayerNorm's statistics.
+Supports all four dtypes, LayerNorm and RMSNorm and both with the residual add fused in (``add_layer_norm``,
+``add_rms_norm``: the sum rounded once to the residual's dtype, y the normalization of that stored sum), forward
+and backward, and exposes LayerNorm's statistics.
 It is written independently of ``normbench.check.oracle`` (on the original shape,
 reducing over the trailing axes) so that the two check each other.
 """
@@ -21,7 +22,7 @@ def _axes(x: np.ndarray, normalized_shape: tuple[int, ...]) -> tuple[int, ...]:
 class NumpyBackend(Backend):
     name = "numpy"
     description = "NumPy reference: float64 math, one rounding to the input dtype"
-    operations = ("layer_norm", "rms_norm")
+    operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
     strided = True
     requires = ("numpy",)
 
@@ -49,7 +50,7 @@ class NumpyBackend(Backend):
     def layer_norm(self, x, normalized_shape, weight, bias, eps):
         return self._normalize(x, normalized_shape, weight, bias, eps)
 
-    def _normalize(self, x, normalized_shape, weight, bias, eps, centered=True):
+    def _normalize(self, x, normalized_shape, weight, bias, eps, centered=True, dtype=None):
         _, centered, _, rstd = self._statistics64(x, normalized_shape, eps, centered)
         with np.errstate(invalid="ignore", over="ignore"):
             y = centered * rstd
@@ -57,7 +58,7 @@ class NumpyBackend(Backend):
                 y = y * np.asarray(weight, dtype=np.float64)
             if bias is not None:
                 y = y + np.asarray(bias, dtype=np.float64)
-            return y.astype(x.dtype)
+            return y.astype(dtype or x.dtype)
 
     def layer_norm_statistics(self, x, normalized_shape, weight, bias, eps):
         _, _, mean, rstd = self._statistics64(x, normalized_shape, eps)
@@ -73,7 +74,31 @@ class NumpyBackend(Backend):
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
         return self._gradients(dy, x, normalized_shape, weight, bias, eps)
 
-    def _gradients(self, dy, x, normalized_shape, weight, bias, eps, centered=True):
+    # -- the residual add fused in: residual_out = x + residual rounded once, y = norm(residual_out) in x's dtype --
+
+    @staticmethod
+    def _add(x, residual):
+        with np.errstate(invalid="ignore", over="ignore"):
+            return (np.asarray(x, dtype=np.float64) + np.asarray(residual, dtype=np.float64)).astype(residual.dtype)
+
+    def add_layer_norm(self, x, residual, normalized_shape, weight, bias, eps):
+        out = self._add(x, residual)
+        return self._normalize(out, normalized_shape, weight, bias, eps, dtype=x.dtype), out
+
+    def add_rms_norm(self, x, residual, normalized_shape, weight, eps):
+        out = self._add(x, residual)
+        return self._normalize(out, normalized_shape, weight, None, eps, centered=False, dtype=x.dtype), out
+
+    def add_layer_norm_backward(self, dy, dresidual_out, residual_out, normalized_shape, weight, bias, eps):
+        return self._gradients(dy, residual_out, normalized_shape, weight, bias, eps, plus=dresidual_out)
+
+    def add_rms_norm_backward(self, dy, dresidual_out, residual_out, normalized_shape, weight, eps):
+        dsum, dweight, _ = self._gradients(dy, residual_out, normalized_shape, weight, None, eps, centered=False,
+                                           plus=dresidual_out)
+        return dsum, dweight
+
+    def _gradients(self, dy, x, normalized_shape, weight, bias, eps, centered=True, plus=None):
+        """``(dx, dweight, dbias)``; with ``plus`` (a fused operation's dresidual_out), dx + plus, rounded once."""
         _, centered_x, _, rstd = self._statistics64(x, normalized_shape, eps, centered)
         axes = _axes(centered_x, normalized_shape)
         lead = tuple(range(centered_x.ndim - len(axes)))
@@ -83,7 +108,8 @@ class NumpyBackend(Backend):
             g = dy64 * (np.asarray(weight, dtype=np.float64) if weight is not None else 1.0)
             mean_g = g.mean(axis=axes, keepdims=True) if centered else 0.0
             mean_gx = (g * xhat).mean(axis=axes, keepdims=True)
-            dx = (rstd * (g - mean_g - xhat * mean_gx)).astype(x.dtype)
+            dx = rstd * (g - mean_g - xhat * mean_gx)
+            dx = (dx if plus is None else dx + np.asarray(plus, dtype=np.float64)).astype(x.dtype)
             dweight = None if weight is None else (dy64 * xhat).sum(axis=lead).astype(weight.dtype)
             dbias = None if bias is None else dy64.sum(axis=lead).astype(bias.dtype)
         return dx, dweight, dbias

@@ -1,5 +1,6 @@
 """PyTorch's ``torch.nn.functional.layer_norm`` and ``torch.nn.functional.rms_norm``, on CUDA
-when present, else CPU.
+when present, else CPU; the fused operations (``add_layer_norm``, ``add_rms_norm``) as a PyTorch user composes
+them, ``residual = x + residual`` then the normalization (two kernels: what a fused kernel is measured against).
 
 Backward through autograd, for both. ``rms_norm`` gets normbench's arguments as they are,
 ``eps=None`` included (torch then uses the machine epsilon of its computation dtype:
@@ -17,7 +18,7 @@ class TorchBackend(AutogradBackend):
     name = "torch"
     description = ("torch.nn.functional.layer_norm and rms_norm (ATen), CUDA if available else CPU; "
                    "backward via autograd")
-    operations = ("layer_norm", "rms_norm")
+    operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
     strided = True
     requires = ("torch",)
     install_hint = "pip install 'normbench[torch]'"
@@ -58,6 +59,29 @@ class TorchBackend(AutogradBackend):
 
     def rms_norm(self, x, normalized_shape, weight, eps):
         return self.torch.nn.functional.rms_norm(x, list(normalized_shape), weight, eps)
+
+    # -- the residual add and the normalization as a PyTorch user composes them (eager: two kernels) --------
+
+    def _sum(self, x, residual):
+        """``x + residual`` rounded once to the residual's dtype (torch promotes a half x and a float32 residual to
+        float32)."""
+        return self.torch.add(x, residual).to(residual.dtype)
+
+    def _params(self, out, *params):
+        """The parameters upcast to the sum's dtype where it is wider (exact): F.layer_norm takes no narrower ones."""
+        return tuple(None if p is None else p.to(self.torch.promote_types(p.dtype, out.dtype)) for p in params)
+
+    def add_layer_norm(self, x, residual, normalized_shape, weight, bias, eps):
+        out = self._sum(x, residual)
+        weight, bias = self._params(out, weight, bias)
+        return self.torch.nn.functional.layer_norm(out, normalized_shape, weight, bias, eps).to(x.dtype), out
+
+    def add_rms_norm(self, x, residual, normalized_shape, weight, eps):
+        out = self._sum(x, residual)
+        (weight,) = self._params(out, weight)
+        if eps is None:  # the default of x's dtype, as the operation defines it (float32's for every narrower one)
+            eps = self.torch.finfo(self.torch.promote_types(x.dtype, self.torch.float32)).eps
+        return self.torch.nn.functional.rms_norm(out, list(normalized_shape), weight, eps).to(x.dtype), out
 
     def synchronize(self):
         if self._device.type == "cuda":

@@ -1,5 +1,6 @@
-"""Forward conformance: every case of ``normbench.core.cases.FORWARD_CASES`` (LayerNorm's, and RMSNorm's,
-whose ids start with ``rms-``) on every selected backend that implements the case's normalization,
+"""Forward conformance: every case of ``normbench.core.cases.FORWARD_CASES`` (LayerNorm's, RMSNorm's,
+whose ids start with ``rms-``, and the fused operations', ``add-`` and ``add-rms-``: residual_out bit for bit,
+y under ``normbench.check.fused``) on every selected backend that implements the case's operation,
 judged against the float64 oracle by ``normbench.check.error_model``.
 
 Each case checks: y (and the saved statistics, if exposed) within the

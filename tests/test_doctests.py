@@ -32,6 +32,7 @@ import normbench.core.backend
 import normbench.impls
 import normbench.suites
 from normbench.check import conformance
+from normbench.core import operations
 from tests.plugins import ROOT, PluginFolder
 
 if sys.version_info >= (3, 11):
@@ -186,7 +187,8 @@ def test_the_suites_pass_on_the_example_backend(example, plugin_folder, pytester
     reasons = set(re.findall(r"^SKIPPED \[\d+\] \S+: (.*)$", result.stdout.str(), flags=re.M))
     lacks = {f"backend '{name}' does not support {d} (it declares float64, float32)" for d in ("float16", "bfloat16")}
     lacks.add(f"backend '{name}' has no backward (has_backward = False)")
-    lacks.add(f"{name} implements layer_norm only, not rms_norm (declare operations = ('layer_norm', 'rms_norm') "
-              f"and define rms_norm(x, normalized_shape, weight, eps) -> y to add it)")
+    for op in operations.OPERATIONS[1:]:
+        lacks.add(f"{name} implements layer_norm only, not {op.name} (declare operations = ('layer_norm', "
+                  f"'{op.name}') and define {op.signature()} to add it)")
     unstrided = {r for r in reasons if r.startswith(f"backend '{name}' has no strided arrays (strided = False), so ")}
     assert lacks <= reasons and reasons - unstrided == lacks and unstrided, reasons

@@ -51,7 +51,7 @@ class TruncatingBf16(Fp32Kernel):
         return bits.view(np.float32).reshape(x.shape).astype(x.dtype)  # exact: the low bits are zero
 
 
-SELECT = "test_forward and (hidden1000-offset3 or bfloat16-rows1025-hidden33-offset3)"
+SELECT = "test_forward and (hidden1000-offset3 or bfloat16-rows1025-hidden33-offset3) and not add-"
 
 
 @pytest.fixture(scope="module")

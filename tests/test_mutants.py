@@ -14,20 +14,26 @@ from collections import Counter, defaultdict
 import pytest
 
 from normbench.suites import DIRECTORY as SUITES
-from tests import mutants, rms_mutants
+from tests import fused_mutants, mutants, rms_mutants
 from tests.plugins import ROOT, outcomes_by_backend, pytest_command
 
 pytestmark = pytest.mark.e2e
 #: direction -> its mutants, and how many of its suite's tests the control must pass, more than;
-#: the rms- directions run RMSNorm's cases (``-k rms``) with the RMSNorm control and mutants
+#: the rms- directions run RMSNorm's cases (``-k rms``) with the RMSNorm control and mutants, the add- ones the
+#: fused operations' cases (``-k add-``) with the fused control and mutants (``tests/fused_mutants.py``)
 DIRECTIONS = {
     "forward": (mutants.FORWARD_MUTANTS, 200),
     "backward": (mutants.BACKWARD_MUTANTS, 250),
     "rms-forward": (rms_mutants.FORWARD_MUTANTS, 200),
     "rms-backward": (rms_mutants.BACKWARD_MUTANTS, 250),
+    "add-forward": (fused_mutants.FORWARD_MUTANTS, 400),
+    "add-backward": (fused_mutants.BACKWARD_MUTANTS, 300),
 }
 CONTROLS = {"forward": mutants.Fp32Kernel, "backward": mutants.Fp32Kernel,
-            "rms-forward": rms_mutants.RmsKernel, "rms-backward": rms_mutants.RmsKernel}
+            "rms-forward": rms_mutants.RmsKernel, "rms-backward": rms_mutants.RmsKernel,
+            "add-forward": fused_mutants.FusedKernel, "add-backward": fused_mutants.FusedKernel}
+#: the cases each direction runs (a pytest -k expression), by its prefix
+SELECTED = {"rms-": ["-k", "rms and not add-"], "add-": ["-k", "add-"]}
 MUTANTS = [pytest.param(direction, mutant, id=f"{direction}-{mutant.name}")
            for direction, (classes, _) in DIRECTIONS.items() for mutant in classes]
 
@@ -44,15 +50,16 @@ def outcomes(direction, make_plugins, once_per_run) -> dict[str, Counter]:
     (computed once per run, whichever xdist workers its tests land on)."""
     classes = [CONTROLS[direction], *DIRECTIONS[direction][0]]
     names = [c.name for c in classes]
-    suite = direction.removeprefix("rms-")
-    only_rms = ["-k", "rms"] if direction.startswith("rms-") else []
+    prefix = direction[:direction.index("-") + 1] if "-" in direction else ""
+    suite = direction.removeprefix(prefix)
+    only = SELECTED.get(prefix, ["-k", "not add-"])
 
     def run() -> dict[str, Counter]:
         plugins = make_plugins({c.name: f"{c.__module__}:{c.__name__}" for c in classes}, dist="normbench-mutants")
         xml = plugins.path / f"{direction}.xml"
         proc = subprocess.run(
             pytest_command(str(SUITES / f"test_{suite}.py"), f"--normbench-impl={','.join(names)}", "-q", "-n", "2",
-                           f"--junitxml={xml}", "--normbench-seed=0", "--normbench-maxfail=1", *only_rms),
+                           f"--junitxml={xml}", "--normbench-seed=0", "--normbench-maxfail=1", *only),
             cwd=ROOT, env=plugins.env, capture_output=True, text=True, timeout=1200)
         output = proc.stdout[-2000:] + proc.stderr[-2000:]
         assert proc.returncode in (0, 1), f"the {direction} suite did not run (exit {proc.returncode}):\n{output}"

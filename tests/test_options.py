@@ -275,7 +275,8 @@ def pytest_run(*args, cwd, timeout=300):
 @pytest.mark.parametrize("spelling", [["--impl=numpy"], ["--normbench-impl=numpy"],
                                       ["--impl=numpy", "--normbench-impl=numpy"]])
 def test_either_spelling_selects_the_backends_on_the_suites(spelling, tmp_path):
-    out = pytest_run(FORWARD, *spelling, "--collect-only", "-q", "-k", f"test_forward and {ONE_CASE} and not rms", cwd=tmp_path)
+    out = pytest_run(FORWARD, *spelling, "--collect-only", "-q", "-k",
+                     f"test_forward and {ONE_CASE} and not rms and not add-", cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert [line.rpartition("::")[2] for line in out.stdout.splitlines() if "::" in line] == \
         [f"test_forward[numpy-{ONE_CASE}]"]
@@ -316,7 +317,8 @@ def test_a_projects_own_impl_option_works_with_normbench_installed(project_with_
 def test_a_projects_own_impl_and_normbenchs_suites_in_one_session(project_with_impl):
     """The suites' alias stands back where --impl is taken; --normbench-impl selects the backends."""
     out = pytest_run("test_mine.py", "--pyargs", "normbench.suites.test_forward", "--impl=fast",
-                     "--normbench-impl=numpy", "-q", "-k", f"test_mine or ({ONE_CASE} and not rms)", cwd=project_with_impl)
+                     "--normbench-impl=numpy", "-q", "-k", f"test_mine or ({ONE_CASE} and not rms and not add-)",
+                     cwd=project_with_impl)
     assert out.returncode == 0 and counts(out.stdout) == {"passed": 2}, out.stdout[-2000:] + out.stderr[-2000:]
 
 
@@ -331,7 +333,7 @@ def test_the_reproduce_line_outside_the_suites_says_normbench_impl(tmp_path):
 @pytest.mark.e2e
 def test_normbench_test_passes_the_backends_and_seeds_on(tmp_path):
     out = subprocess.run([sys.executable, "-m", "normbench", "test", "--impl=numpy", "--seed=1..3", "-n", "0",
-                          "--collect-only", "-q", "-k", f"test_forward and {ONE_CASE} and not rms"], cwd=tmp_path,
+                          "--collect-only", "-q", "-k", f"test_forward and {ONE_CASE} and not rms and not add-"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert [line.rpartition("::")[2] for line in out.stdout.splitlines() if "::" in line] == \

@@ -91,10 +91,11 @@ def test_families_are_markers(plugins):
     out = run(plugins, FORWARD, "--impl=numpy", "--collect-only", "-q", "-m", "family_layout")
     assert out.returncode == 0
     collected = [line for line in out.stdout.splitlines() if "::" in line]
-    # both normalizations: LayerNorm's 16 layout cases (4 layouts: float32 and bfloat16 at hidden 100, float32 at
-    # 128 and 127) and their RMSNorm twins
-    assert len(collected) == 32 and all("-offset3-" in line for line in collected)
+    # every operation: LayerNorm's 16 layout cases (4 layouts: float32 and bfloat16 at hidden 100, float32 at
+    # 128 and 127) and their RMSNorm, Add+LayerNorm and Add+RMSNorm twins
+    assert len(collected) == 64 and all("-offset3-" in line for line in collected)
     assert sum("numpy-rms-" in line for line in collected) == 16
+    assert sum("numpy-add-rms-" in line for line in collected) == 16
 
 
 def test_a_failure_says_how_to_reproduce_it(plugins):

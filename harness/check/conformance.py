@@ -12,14 +12,15 @@ that wrote into one (``layer_norm modified its input x in place``) before anythi
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from normbench.check import coherence, error_model, hypotheses, oracle
+from normbench.check import coherence, error_model, fused, hypotheses, oracle
 from normbench.check.outcomes import HISTOGRAM_BINS, HISTOGRAM_WIDTH, Histogram
 from normbench.check.worst import ConformanceError, Worst, worst_violation
-from normbench.core import operations
+from normbench.core import cases, operations
 from normbench.core.backend import Backend
 from normbench.core.cases import Case, Inputs
 from normbench.core.dtypes import dtype_name, host_dtype
@@ -244,8 +245,10 @@ class ForwardRun:
 
     y: np.ndarray
     statistics: tuple[np.ndarray, np.ndarray] | None  # float64 (M,) each
-    native: tuple  # the native (x, weight, bias) handed to the backend
-    originals: tuple  # copies of the host (x, weight, bias), taken before the call (``Handover.pristine``)
+    native: tuple  # the native (x, residual, weight, bias) handed to the backend (residual None: a plain one)
+    originals: tuple  # copies of the host (x, residual, weight, bias), taken before the call (``Handover.pristine``)
+    #: a fused operation's residual_out (the residual's dtype), else None
+    residual_out: np.ndarray | None = None
 
 
 def forward_entry(backend: Backend, norm: operations.Operation, statistics: bool) -> str:
@@ -271,15 +274,19 @@ def run_forward(backend: Backend, inputs: Inputs, *, statistics: bool = True) ->
     __tracebackhide__ = True
     case = inputs.case
     norm = operations.of(case.norm)
-    handed = Handover.of(backend, x=inputs.x, weight=inputs.weight, bias=inputs.bias)
-    args = norm.arguments(x=handed["x"], normalized_shape=case.normalized_shape, weight=handed["weight"],
-                          bias=handed["bias"], eps=case.eps)
+    handed = Handover.of(backend, x=inputs.x, residual=inputs.residual, weight=inputs.weight, bias=inputs.bias)
+    args = norm.arguments(x=handed["x"], residual=handed["residual"], normalized_shape=case.normalized_shape,
+                          weight=handed["weight"], bias=handed["bias"], eps=case.eps)
     if statistics:
         y, stats = norm.forward_with_statistics(backend, args)
     else:
         y, stats = norm.forward(backend, args), None
     backend.synchronize()
     handed.check(forward_entry(backend, norm, statistics), _context(backend, inputs))
+    if norm.fuses:
+        y, out = _outputs(backend, case, norm, y)
+        return ForwardRun(host_array("y", y, backend, case.shape, case.dtype), None, handed.native, handed.pristine,
+                          host_array("residual_out", out, backend, case.shape, case.residual_type))
     y_host = host_array("y", y, backend, case.shape, case.dtype)
     if stats is None:
         return ForwardRun(y_host, None, handed.native, handed.pristine)
@@ -291,21 +298,69 @@ def run_forward(backend: Backend, inputs: Inputs, *, statistics: bool = True) ->
     return ForwardRun(y_host, as64, handed.native, handed.pristine)
 
 
+def _outputs(backend: Backend, case: Case, norm: operations.Operation, out) -> tuple:
+    """A fused forward's ``(y, residual_out)``, or :class:`ConformanceError` saying what it returned instead."""
+    __tracebackhide__ = True
+    if not isinstance(out, (tuple, list)) or len(out) != len(norm.outputs):
+        got = f"a {type(out).__name__}" + (f" of {len(out)}" if isinstance(out, (tuple, list)) else "")
+        raise ConformanceError(f"{backend.name} {case.id}: {norm.entry} returned {got}; it must return the tuple "
+                               f"({', '.join(norm.outputs)}) (an in-place library: copy x and the residual first, "
+                               f"docs/fused.md)")
+    return tuple(out)
+
+
 def reference(inputs: Inputs) -> oracle.Forward:
-    """The oracle's forward of ``inputs``. The oracle copies what it reads, so the reference shares no memory
-    with the arrays a backend is handed: :func:`check_forward` and :func:`check_backward` compute it before
-    calling the backend, from the inputs as the harness made them."""
+    """The oracle's forward of ``inputs`` (a fused case's: of its ``residual_out``, :func:`normbench.check.fused.normalized`).
+    The oracle copies what it reads, so the reference shares no memory with the arrays a backend is handed:
+    :func:`check_forward` and :func:`check_backward` compute it before calling the backend, from the inputs as the
+    harness made them."""
     case = inputs.case
-    return oracle.forward(inputs.x, case.normalized_shape, inputs.weight, inputs.bias, case.eps_value, case.norm)
+    x = fused.normalized(inputs).x
+    return oracle.forward(x, case.normalized_shape, inputs.weight, inputs.bias, case.eps_value, case.norm)
+
+
+def check_residual_out(backend: Backend, inputs: Inputs, got: np.ndarray) -> None:
+    """A fused forward's ``residual_out`` bit for bit: ``x + residual`` rounded once to the residual's dtype
+    (``normbench.check.fused``), a NaN equal to any NaN."""
+    __tracebackhide__ = True
+    want = fused.residual_out(inputs)
+    change = changed(want, np.ascontiguousarray(got))
+    if change is None:
+        return
+    count, at = int(change.sum()), np.unravel_index(int(np.argmax(change)), change.shape)
+    exact = fused.exact_sum(inputs)[at]
+    dtype = inputs.case.residual_type
+    raise ConformanceError(
+        f"{_context(backend, inputs)}residual_out[{', '.join(map(str, at))}] = {_value(got[at])}, expected "
+        f"{_value(want[at])}: x + residual = {_value(inputs.x[at])} + {_value(inputs.residual[at])} = {exact:.17g} "
+        f"rounded once to {dtype} ({count:,} of {want.size:,} elements differ); residual_out is checked bit for bit, "
+        f"one rounding of an exact sum (a sum not written, written unrounded, rounded twice, or of other operands)\n"
+        f"  inputs: normbench.core.cases.make_inputs(<case {inputs.case.id}>, seed={inputs.seed})")
 
 
 def check_forward_values(backend: Backend, inputs: Inputs, run: ForwardRun, ref: oracle.Forward | None = None) -> None:
     """y, and the statistics if exposed, within the error model's bounds (``ref``: the oracle's
-    forward of ``inputs``, computed when not given)."""
+    forward of ``inputs``, computed when not given); a fused case's ``residual_out`` bit for bit, first, and its y
+    within the bound of the normalization of ``residual_out`` or of the unrounded sum (either convention is correct:
+    ``normbench.check.fused``)."""
     __tracebackhide__ = True
     ref = reference(inputs) if ref is None else ref
     case = inputs.case
     y = oracle.rows_view(run.y, case.normalized_shape)
+    if operations.of(case.norm).fuses:
+        check_residual_out(backend, inputs, run.residual_out)
+        bound = error_model.forward_bound(ref, case.dtype)
+        if worst_violation(y, ref.y, bound) is None:
+            return
+        exact = fused.unrounded_reference(inputs)
+        other = worst_violation(y, exact.y, error_model.forward_bound(exact, case.dtype))
+        if other is None:  # it normalizes the unrounded sum: the other correct convention
+            return
+        note = (f"nor within the bound of the unrounded sum's normalization (the other correct convention): "
+                f"y[{other.where}] off by {other.error:.3g}, {other.ratio:.3g}x its bound",)
+        _fail("y", y, ref.y, bound, fused.normalized(inputs), backend, ref, note,
+              bound_for=lambda dtype: error_model.forward_bound(ref, dtype))
+        return
     _fail("y", y, ref.y, error_model.forward_bound(ref, case.dtype), inputs, backend, ref,
           bound_for=lambda dtype: error_model.forward_bound(ref, dtype))
     if run.statistics is not None:
@@ -509,6 +564,9 @@ def check_deterministic(backend: Backend, inputs: Inputs, run: ForwardRun, prope
     properties = properties if properties is not None else Properties()
     again = run_forward(backend, inputs, statistics=False)
     differs = bit_differences(run.y, again.y)
+    if not differs and run.residual_out is not None:
+        differs = bit_differences(run.residual_out, again.residual_out)
+        differs = differs and f"{differs} (in residual_out)"
     detail = ""
     if differs:
         overridden = (inputs.case.norm == "layer_norm"
@@ -534,7 +592,14 @@ def check_forward(backend: Backend, inputs: Inputs, properties: Properties | Non
                                           inputs.case.dtype))
     check_forward_values(backend, inputs, run, ref)
     check_deterministic(backend, inputs, run, properties)
-    coherence.check_forward_coherence(backend, inputs, run.y, ref)
+    if not operations.of(inputs.case.norm).fuses:
+        coherence.check_forward_coherence(backend, inputs, run.y, ref)
+        return
+    try:
+        coherence.check_forward_coherence(backend, fused.normalized(inputs), run.y, ref)
+    except ConformanceError:  # a kernel that normalizes the unrounded sum is judged against that sum's normalization
+        coherence.check_forward_coherence(backend, dataclasses.replace(inputs, x=fused.exact_sum(inputs)), run.y,
+                                          fused.unrounded_reference(inputs))
 
 
 def check_rows_independent(backend: Backend, inputs: Inputs, properties: Properties | None = None) -> None:
@@ -590,10 +655,10 @@ def check_rows_independent(backend: Backend, inputs: Inputs, properties: Propert
 class BackwardRun:
     """What a backend's ``layer_norm_backward`` produced for one case, as host arrays."""
 
-    dx: np.ndarray                 # x's shape and dtype
+    dx: np.ndarray                 # x's shape and dtype (a fused operation's dsum: the residual's dtype)
     dweight: np.ndarray | None     # normalized_shape, the parameters' dtype; None without weight
     dbias: np.ndarray | None
-    native: tuple                  # the native (dy, x, weight, bias) handed to the backend
+    native: tuple                  # the native arrays handed to the backend (``Handover.native``)
     originals: tuple               # copies of the host (dy, x, weight, bias), taken before the call (``Handover.pristine``)
 
 
@@ -620,10 +685,18 @@ def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRu
     __tracebackhide__ = True
     case = inputs.case
     norm = operations.of(case.norm)
-    handed = Handover.of(backend, dy=dy, x=inputs.x, weight=inputs.weight, bias=inputs.bias)
-    args = norm.arguments(x=handed["x"], normalized_shape=case.normalized_shape, weight=handed["weight"],
-                          bias=handed["bias"], eps=case.eps)
-    out = norm.backward(backend, args, (handed["dy"],))
+    if norm.fuses:
+        handed = Handover.of(backend, dy=dy, dresidual_out=cases.make_dresidual(case, inputs.seed),
+                             residual_out=fused.residual_out(inputs), weight=inputs.weight, bias=inputs.bias)
+        args = norm.backward_arguments(residual_out=handed["residual_out"], normalized_shape=case.normalized_shape,
+                                       weight=handed["weight"], bias=handed["bias"], eps=case.eps)
+        cotangents = (handed["dy"], handed["dresidual_out"])
+    else:
+        handed = Handover.of(backend, dy=dy, x=inputs.x, weight=inputs.weight, bias=inputs.bias)
+        args = norm.arguments(x=handed["x"], normalized_shape=case.normalized_shape, weight=handed["weight"],
+                              bias=handed["bias"], eps=case.eps)
+        cotangents = (handed["dy"],)
+    out = norm.backward(backend, args, cotangents)
     backend.synchronize()
     handed.check(norm.backward_entry, _context(backend, inputs))
     arity = len(norm.gradients)
@@ -633,9 +706,11 @@ def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRu
         wanted = f"the tuple ({', '.join(norm.gradients)}), None for an absent {absent.replace(' and ', ' or ')}"
         raise ConformanceError(f"{backend.name} {case.id}: {norm.backward_entry} returned {got}; it must return {wanted}")
     out = tuple(out) + (None,) * (3 - arity)
+    first = norm.gradients[0]
     if out[0] is None:
-        raise ConformanceError(f"{backend.name} {case.id}: dx is None; return d(loss)/d(x) of x's shape {case.shape}")
-    dx = host_array("dx", out[0], backend, case.shape, case.dtype)
+        raise ConformanceError(f"{backend.name} {case.id}: {first} is None; return d(loss)/d(x) of x's shape "
+                               f"{case.shape}")
+    dx = host_array(first, out[0], backend, case.shape, case.residual_type or case.dtype)
     dweight = check_gradient("dweight", out[1], inputs.weight, backend, case, case.normalized_shape, case.params)
     dbias = check_gradient("dbias", out[2], inputs.bias, backend, case, case.normalized_shape, case.params)
     return BackwardRun(dx, dweight, dbias, handed.native, handed.pristine)
@@ -680,11 +755,22 @@ def check_backward_values(backend: Backend, inputs: Inputs, dy: np.ndarray, run:
     case = inputs.case
     ref = reference(inputs) if ref is None else ref
     grads = oracle.backward(dy, ref) if grads is None else grads
-    bound_dx, bound_dw, bound_db = error_model.backward_bounds(dy, ref, grads, case.dtype, case.params)
     notes = gradient_notes(inputs)
-    bounds_in = lambda dtype, i: error_model.backward_bounds(dy, ref, grads, dtype, case.params)[i]
-    _fail("dx", oracle.rows_view(run.dx, case.normalized_shape), grads.dx, bound_dx, inputs, backend, ref, notes,
-          dy=dy, bound_for=lambda dtype: bounds_in(dtype, 0))
+    if operations.of(case.norm).fuses:
+        dresidual = oracle.rows_view(cases.make_dresidual(case, inputs.seed), case.normalized_shape)
+        with np.errstate(invalid="ignore", over="ignore"):
+            dsum = dresidual + grads.dx
+        bounds_in = lambda dtype, i: fused.dsum_bound(dy, ref, grads, dresidual, dsum, dtype, case.params)[i]
+        bound_dx, bound_dw, bound_db = (bounds_in(case.residual_type, i) for i in range(3))
+        notes += (f"dresidual_out: normbench.core.cases.make_dresidual(<case {case.id}>, seed={inputs.seed}); "
+                  f"dsum = dresidual_out + dx, the gradient of x and of the residual",)
+        _fail("dsum", oracle.rows_view(run.dx, case.normalized_shape), dsum, bound_dx, fused.normalized(inputs),
+              backend, ref, notes, dy=dy, bound_for=lambda dtype: bounds_in(dtype, 0))
+    else:
+        bound_dx, bound_dw, bound_db = error_model.backward_bounds(dy, ref, grads, case.dtype, case.params)
+        bounds_in = lambda dtype, i: error_model.backward_bounds(dy, ref, grads, dtype, case.params)[i]
+        _fail("dx", oracle.rows_view(run.dx, case.normalized_shape), grads.dx, bound_dx, inputs, backend, ref, notes,
+              dy=dy, bound_for=lambda dtype: bounds_in(dtype, 0))
     column = (f"each element of dweight and dbias is a sum over the {case.rows} rows; bound = output rounding "
               f"+ k(M) accumulation of the sum of magnitudes",)
     for i, (what, got, exact, bound) in enumerate((("dweight", run.dweight, grads.dweight, bound_dw),
@@ -709,7 +795,8 @@ def check_backward_deterministic(backend: Backend, inputs: Inputs, dy: np.ndarra
     properties = properties if properties is not None else Properties()
     again = run_backward(backend, inputs, dy)
     differing = []
-    for what, a, b in (("dx", run.dx, again.dx), ("dweight", run.dweight, again.dweight),
+    first = operations.of(inputs.case.norm).gradients[0]
+    for what, a, b in ((first, run.dx, again.dx), ("dweight", run.dweight, again.dweight),
                        ("dbias", run.dbias, again.dbias)):
         differs = "" if a is None else bit_differences(a, b)
         if differs:
@@ -732,4 +819,5 @@ def check_backward(backend: Backend, inputs: Inputs, dy: np.ndarray, properties:
                            run))
     check_backward_values(backend, inputs, dy, run, ref, grads)
     check_backward_deterministic(backend, inputs, dy, run, properties)
-    coherence.check_backward_coherence(backend, inputs, dy, run, ref, grads)
+    if not operations.of(inputs.case.norm).fuses:  # dsum's error is dx's plus the add's; the plain cases judge dx's
+        coherence.check_backward_coherence(backend, inputs, dy, run, ref, grads)

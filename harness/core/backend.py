@@ -347,7 +347,8 @@ class Backend(abc.ABC):
         as the entry point and ``<op>_backward`` return them. The default calls the two, right unless
         the backward runs a forward itself (``backward_includes_forward``): such a backend overrides it."""
         operation = operations.of(op)
-        return operation.forward(self, args), operation.backward(self, args, cotangents)
+        outputs = operation.forward(self, args)
+        return outputs, operation.backward(self, operation.backward_args_from(args, outputs), cotangents)
 
     def separates_backward(self, op: str = "layer_norm") -> bool:
         """Whether a backward of ``op`` can be timed alone: it runs no forward, or :meth:`prepare_backward`

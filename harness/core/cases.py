@@ -115,6 +115,31 @@ DISTRIBUTIONS: dict[str, Callable[[np.random.Generator, tuple[int, int], float],
 }
 
 
+def _residual_same(rng, shape, eps, x, dist):
+    """Another draw of x's distribution; for constant rows at a large offset (``_constant_at``), constant rows of
+    small integers, so that the sum stays a constant row of integers near that offset, whose mean every correct
+    kernel computes exactly (two draws would double the offset, and 1023 terms of 2e4 pass 2**24)."""
+    if dist.startswith("constant1e"):
+        return np.repeat(rng.integers(-5, 6, (shape[0], 1)), shape[1], axis=1).astype(np.float64)
+    return DISTRIBUTIONS[dist](rng, shape, eps)
+
+
+def _residual_cancel(rng, shape, eps, x, dist):
+    """-x plus N(0, 1e-4): x + residual is near zero, about 1e-2, what is left of two cancelling terms."""
+    return -x + 1e-2 * rng.standard_normal(shape)
+
+
+#: name -> generator of a fused operation's residual, float64 (M, N) values before rounding to the residual's dtype,
+#: from ``(rng, shape, eps, x, dist)``: x the rounded input as float64 values, dist x's distribution's name
+RESIDUALS: dict[str, Callable[..., np.ndarray]] = {
+    "same": _residual_same,          # another draw of x's own distribution: every family keeps its purpose
+    "normal": lambda rng, shape, eps, x, dist: rng.standard_normal(shape),
+    "zero": lambda rng, shape, eps, x, dist: np.zeros(shape),   # the first layer: residual_out is x
+    "dominant": lambda rng, shape, eps, x, dist: 1e2 * rng.standard_normal(shape),  # x's bits mostly rounded away
+    "cancel": _residual_cancel,
+}
+
+
 def validate_eps(eps: float | None, norm: str = "layer_norm") -> None:
     """eps must be a finite number >= 0 (it is added to the variance under the sqrt); an operation
     with a default eps (RMSNorm: ``normbench.core.dtypes.default_rms_eps``) also takes None."""
@@ -159,11 +184,23 @@ class Case:
     #: backward cases: dy is one row broadcast over the rows (stride 0), not ``layout``
     dy_broadcast: bool = False
     norm: str = "layer_norm"
+    #: a fused operation's residual: its distribution (:data:`RESIDUALS`; default "same", another draw of x's) and
+    #: dtype (default x's; float32 with half x is a float32 residual stream); None for a plain normalization
+    residual: str | None = None
+    residual_dtype: str | None = None
 
     def __post_init__(self) -> None:
         validate_shapes(self.shape, self.normalized_shape, None, None)
         norm = operations.of(self.norm)
         validate_eps(self.eps, norm.name)
+        if norm.fuses and self.residual is None:
+            object.__setattr__(self, "residual", "same")
+        if not norm.fuses and (self.residual is not None or self.residual_dtype is not None):
+            raise InvalidInput(f"{norm.label} adds no residual; residual and residual_dtype must be None")
+        if self.residual is not None and self.residual not in RESIDUALS:
+            raise InvalidInput(f"unknown residual {self.residual!r}; expected one of {', '.join(RESIDUALS)}")
+        if self.residual_dtype is not None and self.residual_dtype not in DTYPES:
+            raise InvalidInput(f"unknown residual dtype {self.residual_dtype!r}; expected one of {', '.join(DTYPES)}")
         if not norm.has_bias and self.affine == "wb":
             object.__setattr__(self, "affine", "w")  # the default affine, without the bias it cannot have
         if not norm.has_bias and self.affine not in ("w", "none"):
@@ -189,6 +226,12 @@ class Case:
         return self.param_dtype or self.dtype
 
     @property
+    def residual_type(self) -> str | None:
+        """The residual stream's dtype (residual, residual_out, dresidual_out, dsum): ``residual_dtype``, else x's;
+        None for a plain normalization."""
+        return None if self.residual is None else (self.residual_dtype or self.dtype)
+
+    @property
     def eps_value(self) -> float:
         """eps as the exact function uses it: ``eps``, or RMSNorm's default for None."""
         return operations.of(self.norm).oracle_eps(self.eps, self.dtype)
@@ -205,6 +248,8 @@ class Case:
         parts = [operations.of(self.norm).id_prefix + self.dtype]
         if self.param_dtype and self.param_dtype != self.dtype:
             parts.append(f"params{self.param_dtype}")
+        if self.residual_dtype and self.residual_dtype != self.dtype:
+            parts.append(f"residual{self.residual_dtype}")
         parts.append("rows" + ("x".join(map(str, lead)) if lead else "none"))
         parts.append("hidden" + "x".join(map(str, self.normalized_shape)))
         parts.append(self.dist)
@@ -218,6 +263,8 @@ class Case:
             parts.append(self.layout)
         if self.dy_broadcast:
             parts.append("dybroadcast")
+        if self.residual not in (None, "same"):
+            parts.append(f"residual{self.residual}")
         return "-".join(parts)
 
     def __str__(self) -> str:
@@ -234,6 +281,8 @@ class Inputs:
     x: np.ndarray
     weight: np.ndarray | None
     bias: np.ndarray | None
+    #: a fused operation's residual (the case's ``residual_type``, laid out like x); None for a plain normalization
+    residual: np.ndarray | None = None
 
 
 def inputs_from_arrays(x: np.ndarray, normalized_shape: tuple[int, ...], weight: np.ndarray | None = None,
@@ -284,7 +333,20 @@ def make_inputs(case: Case, seed: int) -> Inputs:
     pdt = host_dtype(case.params)
     weight = rng.standard_normal(case.normalized_shape).astype(pdt) if case.affine in ("wb", "w") else None
     bias = rng.standard_normal(case.normalized_shape).astype(pdt) if case.affine in ("wb", "b") else None
-    return Inputs(case, seed, x, weight, bias)
+    return Inputs(case, seed, x, weight, bias, _residual(case, seed, values))
+
+
+def _residual(case: Case, seed: int, x_values: np.ndarray) -> np.ndarray | None:
+    """A fused case's residual from its own random stream (x and the parameters are unaffected), rounded to the
+    residual's dtype and laid out like x, garbage around it."""
+    if case.residual is None:
+        return None
+    rng = rng_for(case, seed, "residual")
+    shape = (case.rows, case.hidden)
+    with np.errstate(over="ignore", invalid="ignore"):
+        x64 = np.asarray(x_values, dtype=np.float64)
+        values = RESIDUALS[case.residual](rng, shape, case.eps, x64, case.dist).astype(host_dtype(case.residual_type))
+    return _with_layout(values, case.layout, rng) if case.layout != "contiguous" else values.reshape(case.shape)
 
 
 def make_dy(case: Case, seed: int) -> np.ndarray:
@@ -305,6 +367,18 @@ def make_dy(case: Case, seed: int) -> np.ndarray:
         return np.broadcast_to(row.astype(dtype).reshape(case.normalized_shape), case.shape)
     offsets = rng.choice([-1.0, 1.0], (m, 1)) * rng.uniform(0.5, 2.0, (m, 1))
     values = (offsets + rng.standard_normal((m, n))).astype(dtype)
+    return _with_layout(values, case.layout, rng) if case.layout != "contiguous" else values.reshape(case.shape)
+
+
+def make_dresidual(case: Case, seed: int) -> np.ndarray:
+    """A fused case's second cotangent, ``dresidual_out`` (the gradient arriving along the residual stream): in the
+    residual's dtype, laid out like dy (broadcast where dy is), N(0, 1), from its own random stream."""
+    rng = rng_for(case, seed, "dresidual")
+    m, n = case.rows, case.hidden
+    dtype = host_dtype(case.residual_type or case.dtype)
+    if case.dy_broadcast:
+        return np.broadcast_to(rng.standard_normal(n).astype(dtype).reshape(case.normalized_shape), case.shape)
+    values = rng.standard_normal((m, n)).astype(dtype)
     return _with_layout(values, case.layout, rng) if case.layout != "contiguous" else values.reshape(case.shape)
 
 
@@ -340,7 +414,9 @@ def _collector(op: Operation) -> tuple[list[Case], Add]:
     def add(case: Case) -> None:
         if case.norm != op.name:
             affine = case.affine if op.has_bias else {"wb": "w", "b": "none"}.get(case.affine, case.affine)
-            case = dataclasses.replace(case, norm=op.name, affine=affine)
+            case = dataclasses.replace(case, norm=op.name, affine=affine,
+                                       residual=case.residual if op.fuses else None,
+                                       residual_dtype=case.residual_dtype if op.fuses else None)
         if case.id not in seen:
             seen.add(case.id)
             cases.append(case)
@@ -535,6 +611,31 @@ def _gradcheck(add: Add, op: Operation, suite: str) -> None:
     add(Case("gradcheck", (3, 6, 129), (6, 129), "float64", dist="offset3", affine="b"))
 
 
+#: the hidden sizes where fused kernels failed in the field (a vector tail at 769 wrote into the next row; 5120 to
+#: 5137 around a block boundary) and the widths models ship
+FIELD_HIDDEN = (769, 5120, 5125, 5137, 8192, 16384)
+
+
+def _residual_family(add: Add, op: Operation, suite: str) -> None:
+    """A fused operation's residuals that matter: one that dominates x, one that cancels it (the sum near zero), a
+    zero one; a float32 residual stream with half x; the hidden sizes fused kernels failed at in the field, at batch
+    sizes that are no block multiples."""
+    for dtype in ("float32", "bfloat16", "float16"):
+        for residual in ("normal", "dominant", "cancel", "zero"):
+            add(_rows_hidden("residual", 7, 769, dtype, dist="offset3", residual=residual, norm=op.name))
+    for dtype in HALF:
+        for n in (ODD, 1000):
+            add(_rows_hidden("residual", 7, n, dtype, dist="offset3", residual_dtype="float32", norm=op.name))
+        add(_rows_hidden("residual", 7, WIDE, dtype, dist="offset3", residual="dominant", residual_dtype="float32",
+                         norm=op.name))
+    add(_rows_hidden("residual", 7, 1000, "bfloat16", dist="offset3", residual_dtype="float32", param_dtype="float32",
+                     norm=op.name))
+    for n in FIELD_HIDDEN if suite == "forward" else FIELD_HIDDEN[:4]:
+        add(_rows_hidden("residual", 3, n, "bfloat16", dist="normal", norm=op.name))
+    add(_rows_hidden("residual", 65, 769, "bfloat16", dist="normal", norm=op.name))
+    add(_rows_hidden("residual", 33, 5125, "float16", dist="normal", norm=op.name))
+
+
 # -- the invariance suite's cases (the paper's §3.1, §5.1 and §5.2) ------------------------
 # The layer model (normbench.paper.layer) draws its own x and W; "normal" names the summed inputs'
 # distribution, ~N(0, 1). Rows are training cases, hidden the layer's units.
@@ -611,7 +712,8 @@ def _throughput_cpu(add: Add, op: Operation, suite: str) -> None:
 FAMILIES: dict[str, Callable[[Add, Operation, str], None]] = {
     "hidden": _hidden, "multidim": _multidim, "rows": _rows, "rank": _rank, "affine": _affine, "mixed": _mixed,
     "eps": _eps, "dist": _dist, "constant": _constant, "layout": _layout, "nonfinite": _nonfinite,
-    "gradcheck": _gradcheck, "invariance": _invariance, "geometry": _geometry, "throughput_gpu": _throughput_gpu,
+    "residual": _residual_family, "gradcheck": _gradcheck, "invariance": _invariance, "geometry": _geometry,
+    "throughput_gpu": _throughput_gpu,
     "throughput_cpu": _throughput_cpu,
 }
 

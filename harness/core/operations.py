@@ -42,7 +42,10 @@ deprecated (:data:`LEGACY_HOOKS`).
 >>> RMS_NORM.backward_entry, RMS_NORM.gradients
 ('rms_norm_backward', ('dx', 'dweight'))
 >>> of("rms_norm").label, [op.name for op in OPERATIONS]
-('RMSNorm', ['layer_norm', 'rms_norm'])
+('RMSNorm', ['layer_norm', 'rms_norm', 'add_layer_norm', 'add_rms_norm'])
+>>> ADD_RMS_NORM.signature(), ADD_RMS_NORM.signature(backward=True)
+('add_rms_norm(x, residual, normalized_shape, weight, eps) -> (y, residual_out)', \
+'add_rms_norm_backward(dy, dresidual_out, residual_out, normalized_shape, weight, eps) -> (dsum, dweight)')
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ OpName = str
 class Traffic:
     """One tensor a direction must move: ``tensor`` is ``read`` or ``written``; it holds ``extent``
     elements (``"M*N"``, ``"N"`` or ``"M"``: rows M, normalized size N) of ``element`` bytes: ``"x"``
-    (x's dtype), ``"weight"``/``"bias"`` (the parameters' dtype, 0 where the case has none) or
+    (x's dtype), ``"residual"`` (the residual stream's dtype, a fused operation's), ``"weight"``/``"bias"``
+    (the parameters' dtype, 0 where the case has none) or
     ``"fp32"`` (4, statistics)."""
 
     tensor: str
@@ -72,7 +76,7 @@ class Traffic:
 
     def __post_init__(self) -> None:
         assert self.access in ("read", "written") and self.extent in ("M*N", "N", "M") \
-            and self.element in ("x", "weight", "bias", "fp32"), self
+            and self.element in ("x", "residual", "weight", "bias", "fp32"), self
 
 
 def _reads(*terms: tuple[str, str, str]) -> tuple[Traffic, ...]:
@@ -142,11 +146,26 @@ class Operation:
     traffic: Mapping[str, tuple[Traffic, ...]] = field(default_factory=dict)
     #: the keys of the ``normbench.check.hypotheses`` models that apply, in the order a failure lists ties
     hypotheses: tuple[str, ...] = ()
+    #: the plain normalization a fused operation adds a residual into (``add_rms_norm`` fuses ``rms_norm``), or None
+    fuses: str | None = None
+    #: the backward entry point's parameters after its cotangents, when they differ from :attr:`params` (a fused
+    #: operation's backward takes ``residual_out``, what its forward wrote, in place of x and the residual)
+    backward_params: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return self.name
 
     # -- the contract ------------------------------------------------------------------------------
+
+    @property
+    def normalization(self) -> Operation:
+        """The normalization it computes: itself, or for a fused operation the plain one it fuses."""
+        return of(self.fuses) if self.fuses else self
+
+    @property
+    def backward_parameters(self) -> tuple[str, ...]:
+        """The backward entry point's parameters after its cotangents: :attr:`backward_params`, else :attr:`params`."""
+        return self.backward_params or self.params
 
     @property
     def entry(self) -> str:
@@ -166,7 +185,8 @@ class Operation:
     def signature(self, backward: bool = False) -> str:
         """``layer_norm(x, normalized_shape, weight, bias, eps) -> y`` (or the backward's), for messages and docs."""
         if backward:
-            return f"{self.backward_entry}({', '.join(self.cotangents + self.params)}) -> ({', '.join(self.gradients)})"
+            return (f"{self.backward_entry}({', '.join(self.cotangents + self.backward_parameters)}) -> "
+                    f"({', '.join(self.gradients)})")
         out = self.outputs[0] if len(self.outputs) == 1 else f"({', '.join(self.outputs)})"
         return f"{self.entry}({', '.join(self.params)}) -> {out}"
 
@@ -186,6 +206,25 @@ class Operation:
     def argument(self, args: tuple, param: str) -> Any:
         """The value of ``param`` in ``args``."""
         return args[self.params.index(param)]
+
+    def backward_arguments(self, values: Mapping[str, Any] | None = None, **named: Any) -> tuple:
+        """The backward's arguments after its cotangents, from values by name (as :meth:`arguments`): for a
+        plain normalization the forward's, for a fused one ``(residual_out, normalized_shape, weight, [bias,] eps)``.
+
+        >>> ADD_RMS_NORM.backward_arguments(residual_out="r", normalized_shape=(4,), weight=None, eps=None)
+        ('r', (4,), None, None)
+        """
+        values = {**(values or {}), **named}
+        return tuple(values.get(p) for p in self.backward_parameters)
+
+    def backward_args_from(self, args: tuple, outputs: Any) -> tuple:
+        """The backward's arguments for a forward called on ``args`` that returned ``outputs``: ``args`` for a plain
+        normalization; for a fused one, ``args`` with x and the residual replaced by the ``residual_out`` it wrote."""
+        if not self.backward_params:
+            return args
+        values = dict(zip(self.params, args))
+        values.update(zip(self.outputs, outputs))
+        return self.backward_arguments(values)
 
     def oracle_eps(self, eps: float | None, dtype: str) -> float:
         """The eps the exact function uses: ``eps``, or for None the operation's default."""
@@ -213,7 +252,8 @@ class Operation:
         return self.forward(backend, args), None if stats is None else stats(*args)
 
     def backward(self, backend: Any, args: tuple, cotangents: tuple) -> Any:
-        """The backward entry point: ``<name>_backward(*cotangents, *args)``, returned as the backend gives it."""
+        """The backward entry point: ``<name>_backward(*cotangents, *args)``, returned as the backend gives it; ``args``
+        are the backward's (:meth:`backward_arguments`: the forward's, except for a fused operation)."""
         method = getattr(backend, self.backward_entry, None)
         if method is None:
             raise NotImplementedError(f"backend {backend.name!r} defines no {self.backward_entry}; define it, or set "
@@ -305,8 +345,46 @@ RMS_NORM = Operation(
                 "interpreter-bf16-truncation"),
 )
 
+
+
+def _fused(plain: Operation, name: str, label: str, id_prefix: str) -> Operation:
+    """The operation that adds a residual into ``plain``'s input first: ``residual_out = x + residual``, rounded once
+    to the residual's dtype, and ``y = plain(residual_out)`` in x's dtype (docs/fused.md)."""
+    params = ("x", "residual") + plain.params[1:]
+    backward_params = ("residual_out",) + plain.params[1:]
+    bias = plain.has_bias
+    parameters = (("weight", "N", "weight"),) + ((("bias", "N", "bias"),) if bias else ())
+    statistics = tuple(("mean", "M", "fp32") for _ in range(plain.centered)) + (("rstd", "M", "fp32"),)
+    inference = (_reads(("x", "M*N", "x"), ("residual", "M*N", "residual"), *parameters)
+                 + _writes(("y", "M*N", "x"), ("residual_out", "M*N", "residual")))
+    gradients = ("dweight", "N", "weight"), *((("dbias", "N", "bias"),) if bias else ())
+    return Operation(
+        name, label, f"residual_out = x + residual; y = {plain.formula.removeprefix('y = ').replace('x', 'residual_out')}",
+        id_prefix, params=params, outputs=("y", "residual_out"), cotangents=("dy", "dresidual_out"),
+        gradients=("dsum",) + plain.gradients[1:], differentiable=("x",) + plain.differentiable[1:],
+        statistics=(), centered=plain.centered, has_bias=bias, default_eps=plain.default_eps,
+        error_terms=("residual_out: bit for bit, x + residual rounded once to the residual's dtype",
+                     f"y: {plain.label}'s bound around the normalization of residual_out, or of the unrounded sum "
+                     f"(either convention, each whole)",
+                     "dsum: dx's bound on residual_out plus one rounding of dsum = dresidual_out + dx"),
+        families=Families(NORMALIZATION_FORWARD + ("residual",), NORMALIZATION_BACKWARD + ("residual",),
+                          gradcheck=(), invariance=(), geometry=(), throughput_gpu=(), throughput_cpu=()),
+        traffic={
+            "forward-inference": inference,
+            "forward-training": inference + _writes(*statistics),
+            "backward": _reads(("dy", "M*N", "x"), ("dresidual_out", "M*N", "residual"),
+                               ("residual_out", "M*N", "residual"), ("weight", "N", "weight"), *statistics)
+            + _writes(("dsum", "M*N", "residual"), *gradients),
+        },
+        hypotheses=plain.hypotheses, fuses=plain.name, backward_params=backward_params)
+
+
+#: the residual add fused into the normalization, as every transformer layer computes it (docs/fused.md)
+ADD_LAYER_NORM = _fused(LAYER_NORM, "add_layer_norm", "Add+LayerNorm", "add-")
+ADD_RMS_NORM = _fused(RMS_NORM, "add_rms_norm", "Add+RMSNorm", "add-rms-")
+
 #: every operation, in the order suites, tables and reports show them
-OPERATIONS: tuple[Operation, ...] = (LAYER_NORM, RMS_NORM)
+OPERATIONS: tuple[Operation, ...] = (LAYER_NORM, RMS_NORM, ADD_LAYER_NORM, ADD_RMS_NORM)
 NAMES: tuple[str, ...] = tuple(op.name for op in OPERATIONS)
 assert len(set(NAMES)) == len(NAMES) and len({op.id_prefix for op in OPERATIONS}) == len(OPERATIONS)
 
@@ -327,11 +405,11 @@ def of_case_id(case_id: str) -> Operation:
 
     >>> of_case_id("rms-float16-rows5-hidden33-offset3").name, of_case_id("float16-rows5-hidden33-offset3").name
     ('rms_norm', 'layer_norm')
+    >>> of_case_id("add-rms-float16-rows5-hidden33-offset3").name, of_case_id("add-float16-rows5-hidden33").name
+    ('add_rms_norm', 'add_layer_norm')
     """
-    for op in OPERATIONS:
-        if op.id_prefix and case_id.startswith(op.id_prefix):
-            return op
-    return LAYER_NORM
+    prefixed = [op for op in OPERATIONS if op.id_prefix and case_id.startswith(op.id_prefix)]
+    return max(prefixed, key=lambda op: len(op.id_prefix)) if prefixed else LAYER_NORM
 
 
 def strip_id(case_id: str) -> str:

@@ -64,7 +64,9 @@ class AutogradBackend(Backend):
     ``self.torch`` (the torch module, in ``__init__``) and defines its operations' entry points; this base
     gives their backward entry points (``layer_norm_backward``, ``rms_norm_backward``), the training step
     and the backward prepared for timing alone (the forward and the graph built first, the callable only
-    differentiates, the graph retained), each through :meth:`graph`. The graph is the entry point's own
+    differentiates, the graph retained), each through :meth:`graph`; a fused operation's backward
+    (``add_rms_norm_backward``) differentiates its own forward at ``x = residual_out`` (:meth:`fused_backward`).
+    The graph is the entry point's own
     forward unless :meth:`autograd_forward` says otherwise (a Triton backend whose entry point launches
     its kernel directly differentiates its autograd function instead). Used by the ``torch`` and
     ``triton`` backends and by the torch-based example plugins."""
@@ -96,17 +98,42 @@ class AutogradBackend(Backend):
 
     def prepare_backward(self, op, args, cotangents):
         y, leaves = self.graph(op, args)
-        return lambda: gradients(self.torch, y, leaves, cotangents[0], retain_graph=True)
+        return lambda: self._differentiate(y, leaves, cotangents, retain_graph=True)
 
     def forward_backward(self, op, args, cotangents):
         y, leaves = self.graph(op, args)
-        return y.detach(), gradients(self.torch, y, leaves, cotangents[0])
+        grads = self._differentiate(y, leaves, cotangents)
+        return (tuple(o.detach() for o in y) if isinstance(y, (tuple, list)) else y.detach()), grads
+
+    def _differentiate(self, outputs: Any, leaves: list, cotangents: tuple, retain_graph: bool = False) -> tuple:
+        """The gradients of ``outputs`` (one tensor, or a fused operation's ``(y, residual_out)``, each cotangent cast
+        to its output's dtype) against ``cotangents``, one per leaf (None for a None leaf)."""
+        if not isinstance(outputs, (tuple, list)):
+            return gradients(self.torch, outputs, leaves, cotangents[0], retain_graph)
+        grads = iter(self.torch.autograd.grad(list(outputs), [t for t in leaves if t is not None],
+                                              [c.to(o.dtype) for o, c in zip(outputs, cotangents)],
+                                              retain_graph=retain_graph))
+        return tuple(next(grads) if t is not None else None for t in leaves)
 
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
         return self.forward_backward("layer_norm", (x, normalized_shape, weight, bias, eps), (dy,))[1]
 
     def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
         return self.forward_backward("rms_norm", (x, normalized_shape, weight, eps), (dy,))[1]
+
+    def fused_backward(self, op: str, cotangents: tuple, residual_out: Any, rest: tuple) -> tuple:
+        """A fused operation's backward through autograd: its own forward on ``x = residual_out`` and a zero
+        residual (their sum is residual_out, exactly), differentiated against ``(dy, dresidual_out)``: x's gradient
+        is ``dresidual_out + dx``, dsum (``rest``: the arguments after x and the residual)."""
+        args = (residual_out, self.torch.zeros_like(residual_out), *rest)
+        return self.forward_backward(op, args, cotangents)[1]
+
+    def add_layer_norm_backward(self, dy, dresidual_out, residual_out, normalized_shape, weight, bias, eps):
+        return self.fused_backward("add_layer_norm", (dy, dresidual_out), residual_out,
+                                   (normalized_shape, weight, bias, eps))
+
+    def add_rms_norm_backward(self, dy, dresidual_out, residual_out, normalized_shape, weight, eps):
+        return self.fused_backward("add_rms_norm", (dy, dresidual_out), residual_out, (normalized_shape, weight, eps))
 
 
 class AutogradBackward(AutogradBackend):
