@@ -1,5 +1,6 @@
-"""ONNX Runtime's CPU kernels of ``LayerNormalization`` (opset 17) and ``RMSNormalization`` (opset 23),
-each run as a one-node ONNX model (``pip install 'normbench[onnxruntime]'``).
+"""ONNX Runtime's CPU kernels of ``LayerNormalization`` (opset 17) and ``RMSNormalization`` (opset 23), and of the
+fused ``SkipLayerNormalization`` and ``SkipSimplifiedLayerNormalization`` (com.microsoft), each run as a one-node
+ONNX model (``pip install 'normbench[onnxruntime]'``).
 
 One model per signature, built with ``onnx.helper`` and run by an ``onnxruntime.InferenceSession``
 on ``CPUExecutionProvider``: (normalization, dtype, rank of x, normalized rank, weight/bias
@@ -21,6 +22,12 @@ The mapping of normbench's call, one to one:
   dtype when weight is None. ONNX's RMSNormalization has torch's parameterization
   (``x / sqrt(mean(x^2) + epsilon) * scale``), so weight is passed as it is.
 * y has x's type and shape (ONNX's ``Y`` is of type ``T``, x's).
+* The fused operations (docs/fused.md): ``add_layer_norm`` is ``SkipLayerNormalization(input, skip, gamma, beta)``,
+  ``add_rms_norm`` is ``SkipSimplifiedLayerNormalization(input, skip, gamma)``, both with ``epsilon = eps`` (eps
+  None -> torch's default), gamma = weight or ones, beta = bias or omitted, no ``bias`` input (normbench's fused
+  add has none); outputs 0 (y) and 3 (``input_skip_bias_sum``: residual_out). The ops normalize the last dim of a
+  3-D input, so x and the residual are handed as (rows, 1, hidden), views of the same contiguous buffers. ORT's
+  float16 kernel normalizes the float32 sum it also stores rounded (the unrounded-sum convention, which passes).
 
 What the library supports, so skipped here with the reason, never failed:
 
@@ -35,6 +42,9 @@ What the library supports, so skipped here with the reason, never failed:
   "Type parameter (T) ... bound to different types"). RMSNormalization-23 allows a scale of
   another type V, but then Y is of type V, not x's, and ORT's CPU kernel registers V = T only.
   Both raise pytest's skip with that reason.
+* the fused ops: input, skip, gamma and beta share one type T, float or float16 (the com.microsoft schema; a
+  float64 or bfloat16 model is INVALID_GRAPH): other dtypes, a float32 residual with half x and parameters of
+  another dtype skip; so does a normalized_shape of more than one dim (they normalize the last dim only).
 * no backward: ORT inference has none (``has_backward = False``).
 * not strided: :meth:`asarray` makes contiguous host arrays (ORT takes NumPy, C order).
 
@@ -60,6 +70,8 @@ _MIXED_LN = ("ONNX LayerNormalization-17 types X, Scale and B with one type para
              "inconsistent type; ORT: Type parameter (T) bound to different types)")
 _MIXED_RMS = ("ONNX RMSNormalization-23 gives a scale of another type V an output Y of type V, not x's "
               "({params} with {dtype} x), and ORT's CPU kernel registers V = T only (rms_norm.cc)")
+_SKIP_TYPES = ("ONNX Runtime's {op} (com.microsoft) types input, skip, gamma and beta with one type T, float or "
+               "float16 (a float64 or bfloat16 model is INVALID_GRAPH): {what}")
 _RMS_BF16 = ("ORT's CPU execution provider has no bfloat16 RMSNormalization kernel (rms_norm.cc registers float, "
              "double, float16; the function-body fallback's Mul(14) has no bfloat16 CPU kernel: NOT_IMPLEMENTED)")
 
@@ -75,8 +87,9 @@ class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     description = ("ONNX Runtime CPU: one-node LayerNormalization-17 (axis = first normalized dim, epsilon = eps, "
                    "stash_type 1, Scale = weight or ones, B = bias or omitted) and RMSNormalization-23 (scale = "
-                   "weight or ones, eps None -> torch's default); y in x's dtype; no backward")
-    operations = ("layer_norm", "rms_norm")
+                   "weight or ones, eps None -> torch's default); the fused add: SkipLayerNormalization / "
+                   "SkipSimplifiedLayerNormalization (com.microsoft; outputs 0 and 3); y in x's dtype; no backward")
+    operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
     dtypes = ("float64", "float32", "float16", "bfloat16")
     has_backward = False
     strided = False
@@ -96,7 +109,13 @@ class OnnxRuntimeBackend(Backend):
             "LN_(eps/delta^2)(a), and the two eps (1e-5, 1.165) round to float32 differently; y changes by up to "
             "6e-8 (1.8e6x the float64 bound), a float64 NumPy LayerNorm of the float32-rounded eps changes by 3.8e-8 "
             "without weight and bias, with the exact eps by 4e-16"),
-        "test_forward[*rms-float32-rows2-hidden65536-constant*] | \\): y\\[": (
+        "test_forward[*add-rms-float32-*-constant*] | \\): y\\[": (
+            "defect (the plain RMSNormalization's mechanism, below, in one lane): ORT's CPU "
+            "SkipSimplifiedLayerNormalization sums the squares of the float32 sum one after another in one float32 "
+            "accumulator (contrib_ops/cpu/skip_layer_norm.cc, ComputeJob); a NumPy model of that sequential sum gives "
+            "its y to 9e-8 relative, the float64 sum is 4e-4 away; on constant rows the error grows as N*u: 1.2x the "
+            "bound at N = 1000, 3.6x at 8192, 13x at 65536"),
+        "test_forward[onnxruntime-rms-float32-rows2-hidden65536-constant*] | \\): y\\[": (
             "defect: ORT's CPU RMSNormalization sums x^2 in 8 float32 lanes of 8192 terms each at N = 65536 "
             "(a NumPy model of 8 sequential lanes gives its 1/rms 0.3228407 exactly); on a constant row that sum "
             "drifts by -8.2e-5 relative, y = 2.0207345 where float64 gives 2.0206517 (1.3x the bound)"),
@@ -183,6 +202,54 @@ class OnnxRuntimeBackend(Backend):
         session = self._session("LayerNormalization", x.dtype, x.ndim, axis, bias is not None, eps)
         feeds = {"X": x, "Scale": scale, **({"B": bias} if bias is not None else {})}
         return self._run(session, feeds, x)
+
+    # -- the fused add: com.microsoft's SkipLayerNormalization and SkipSimplifiedLayerNormalization ---------------
+
+    def _skip_session(self, op: str, dtype: np.dtype, beta: bool, eps: float):
+        key = (op, dtype, beta, float(np.float32(eps)), self._threads)
+        session = self._sessions.get(key)
+        if session is None:
+            session = self._sessions[key] = self._build_skip(*key)
+        return session
+
+    def _build_skip(self, op, dtype, beta, eps, threads):
+        helper, elem = self.onnx.helper, self._elem[dtype]
+        dims = ["rows", "one", "hidden"]
+        inputs = [helper.make_tensor_value_info("X", elem, dims), helper.make_tensor_value_info("Skip", elem, dims),
+                  helper.make_tensor_value_info("Gamma", elem, ["hidden"])]
+        if beta:
+            inputs.append(helper.make_tensor_value_info("Beta", elem, ["hidden"]))
+        # outputs 1 and 2 (mean, inv_std_var) are not asked for; output 3 is input + skip, residual_out
+        node = helper.make_node(op, [i.name for i in inputs], ["Y", "", "", "Sum"], domain="com.microsoft", epsilon=eps)
+        outputs = [helper.make_tensor_value_info(name, elem, dims) for name in ("Y", "Sum")]
+        graph = helper.make_graph([node], f"normbench_{op}", inputs, outputs)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                                  producer_name="normbench")
+        model.ir_version = min(model.ir_version, 10)
+        options = self.ort.SessionOptions()
+        if threads is not None:
+            options.intra_op_num_threads = threads
+        return self.ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+    def _fused(self, op, x, residual, normalized_shape, weight, bias, eps):
+        if x.dtype not in (np.float32, np.float16) or residual.dtype != x.dtype:
+            _skip(_SKIP_TYPES.format(op=op, what=f"{x.dtype.name} x with a {residual.dtype.name} residual"))
+        if len(normalized_shape) != 1:
+            _skip(f"ONNX Runtime's {op} normalizes the last dim only, not normalized_shape {tuple(normalized_shape)}")
+        scale, bias = self._params(x, normalized_shape, weight, bias,
+                                   _SKIP_TYPES.format(op=op, what="{params} parameters with {dtype} x"))
+        n = normalized_shape[0]
+        feeds = {"X": x.reshape(-1, 1, n), "Skip": residual.reshape(-1, 1, n), "Gamma": scale,
+                 **({"Beta": bias} if bias is not None else {})}
+        y, out = self._skip_session(op, x.dtype, bias is not None, eps).run(["Y", "Sum"], feeds)
+        return y.reshape(x.shape), out.reshape(x.shape)
+
+    def add_layer_norm(self, x, residual, normalized_shape, weight, bias, eps):
+        return self._fused("SkipLayerNormalization", x, residual, normalized_shape, weight, bias, eps)
+
+    def add_rms_norm(self, x, residual, normalized_shape, weight, eps):
+        eps = default_rms_eps(x.dtype.name) if eps is None else eps
+        return self._fused("SkipSimplifiedLayerNormalization", x, residual, normalized_shape, weight, None, eps)
 
     def rms_norm(self, x, normalized_shape, weight, eps):
         if x.dtype == self._bf16:

@@ -1,7 +1,8 @@
 """The built-in ``onnxruntime`` backend (``pip install 'normbench[onnxruntime]'``): its registration, its
 light import, a forward that agrees with NumPy, the limits it skips with their reasons, and its declared
 findings, so they can never silently disappear: ONNX's float32 ``epsilon`` attribute in float64
-models, and the 8-lane float32 sum of squares of ORT's CPU RMSNormalization on a long constant row.
+models, the 8-lane float32 sum of squares of ORT's CPU RMSNormalization on a long constant row, and the one-lane
+sum of squares of its SkipSimplifiedLayerNormalization (the fused add, docs/fused.md).
 Skipped where onnxruntime or onnx is not installed.
 """
 
@@ -24,6 +25,7 @@ FINDINGS = [
     "test_forward[{}-float64-rows8-hidden64-sigmasqrteps-eps0.1]",
     "test_forward[{}-rms-float64-rows8-hidden1000-normal]",
     "test_forward[{}-rms-float32-rows2-hidden65536-constant]",
+    "test_forward[{}-add-rms-float32-rows4-hidden8192-constant]",
     "test_dataset_rescaling[{}-float64-rows16-hidden100-normal]",
 ]
 
@@ -45,7 +47,8 @@ def test_registered_as_a_built_in_backend():
     assert (plugin.distribution, plugin.target) == ("normbench", "normbench.impls.onnxruntime_ort:OnnxRuntimeBackend")
     cls = registry.load_class("onnxruntime")
     assert cls.name == "onnxruntime" and registry.availability("onnxruntime")
-    assert cls.operations == ("layer_norm", "rms_norm") and not cls.has_backward and not cls.strided
+    assert cls.operations == ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
+    assert not cls.has_backward and not cls.strided
 
 
 def test_importing_the_module_imports_neither_onnx_nor_onnxruntime():
@@ -91,6 +94,37 @@ def test_what_onnx_cannot_express_is_a_skip_with_its_reason(ort):
 
     with pytest.raises(pytest.skip.Exception, match="no bfloat16 RMSNormalization kernel"):
         ort.rms_norm(x.astype(ml_dtypes.bfloat16), (8,), None, 1e-5)
+
+
+def test_the_fused_ops_are_skip_layer_normalization_with_its_sum(ort):
+    """SkipLayerNormalization's output 3 is residual_out, bit for bit; float16 normalizes the unrounded sum (the
+    other correct convention, which passes); what the schema cannot express skips with its reason."""
+    for case_id in ("add-float16-rows7-hidden769-offset3-residualdominant", "add-rms-float32-rows7-hidden769-offset3-"
+                    "residualcancel", "add-float16-rows5-hidden1023-offset3"):
+        conformance.check_forward(ort, cases.make_inputs(_case(case_id), 0))
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 8)).astype(np.float16)
+    with pytest.raises(pytest.skip.Exception, match="SkipLayerNormalization .* one type T.*float16 x with a float32"):
+        ort.add_layer_norm(x, x.astype(np.float32), (8,), None, None, 1e-5)
+    with pytest.raises(pytest.skip.Exception, match="normalizes the last dim only"):
+        ort.add_rms_norm(x.reshape(2, 2, 4), x.reshape(2, 2, 4), (2, 4), None, None)
+
+
+def test_the_fused_rms_finding_is_a_one_lane_sum_of_squares(ort):
+    """SkipSimplifiedLayerNormalization on float32 constant rows at N = 8192: a NumPy model summing the squares one
+    after another in float32 gives its y to 1e-6 relative; the float64 sum is 40 times farther."""
+    case = _case("add-rms-float32-rows4-hidden8192-constant")
+    inputs = cases.make_inputs(case, 0)
+    with pytest.raises(conformance.ConformanceError, match=r"(?s)\): y\[.*explained: y matches sums accumulated in one"):
+        conformance.check_forward(ort, inputs)
+    y, out = ort.add_rms_norm(inputs.x, inputs.residual, (8192,), inputs.weight, case.eps)
+    total = np.float32(0) * out[:, 0]
+    for column in out.T:
+        total = (total + column * column).astype(np.float32)
+    model = out.astype(np.float64) / np.sqrt(total.astype(np.float64)[:, None] / 8192 + 1e-5) * inputs.weight
+    exact = out.astype(np.float64) / np.sqrt((out.astype(np.float64) ** 2).mean(1, keepdims=True) + 1e-5) * inputs.weight
+    near, far = (np.abs(y / m - 1).max() for m in (model, exact))
+    assert near < 1e-6 and far > 40 * near, (near, far)
 
 
 def test_float64_uses_eps_rounded_to_float32(ort):

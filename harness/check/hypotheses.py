@@ -256,7 +256,9 @@ class LanesSequential(Model):
         self.lanes = lanes
         self.key = f"lanes-sequential-{lanes}"
         self.says = (f"sums accumulated in {lanes} fp32 lanes, each lane's elements one after another (error "
-                     f"growing as N/{lanes}, not sqrt(N))")
+                     f"growing as N/{lanes}, not sqrt(N))" if lanes > 1 else
+                     "sums accumulated in one fp32 accumulator, element after element (a plain loop: error growing as "
+                     "N, not sqrt(N))")
 
     def applies(self, dtype, hidden):
         return dtype != "float64" and hidden > 16 * self.lanes
@@ -504,8 +506,8 @@ def truncate_to_bfloat16(values: np.ndarray) -> np.ndarray:
 
 
 #: every hypothesis, in the order a failure lists ties
-#: the lane counts tried for :class:`LanesSequential`: a SIMD register of fp32 (4, 8), a warp (32)
-LANE_COUNTS = (4, 8, 32)
+#: the lane counts tried for :class:`LanesSequential`: a plain loop (1), a SIMD register of fp32 (4, 8), a warp (32)
+LANE_COUNTS = (1, 4, 8, 32)
 REGISTRY: tuple[Model, ...] = tuple(cls() for cls in (
     EpsFloat32, OnePassVariance, OnePassNegativeVariance, VarianceFloor, HalfAccumulation, SequentialMean)) + tuple(
     LanesSequential(k) for k in LANE_COUNTS) + tuple(cls() for cls in (

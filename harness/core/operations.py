@@ -317,7 +317,7 @@ LAYER_NORM = Operation(
         + _writes(("dx", "M*N", "x"), ("dweight", "N", "weight"), ("dbias", "N", "bias")),
     },
     hypotheses=("eps-float32", "one-pass-variance", "one-pass-negative-variance", "variance-floor",
-                "half-accumulation", "sequential-mean", "lanes-sequential-4", "lanes-sequential-8",
+                "half-accumulation", "sequential-mean", "lanes-sequential-1", "lanes-sequential-4", "lanes-sequential-8",
                 "lanes-sequential-32", "padded-lanes", "eps-outside-sqrt", "bessel", "eps-ignored",
                 "eps-fixed", "n1-identity", "float64-in-float32", "saved-statistics-input-dtype",
                 "backward-rstd-without-eps", "dx-expanded", "dx-no-mean-term", "dx-mean-twice", "dx-no-projection",
@@ -338,7 +338,8 @@ RMS_NORM = Operation(
         "backward": _reads(("x", "M*N", "x"), ("dy", "M*N", "x"), ("weight", "N", "weight"), ("rstd", "M", "fp32"))
         + _writes(("dx", "M*N", "x"), ("dweight", "N", "weight")),
     },
-    hypotheses=("eps-float32", "variance-floor", "half-accumulation", "lanes-sequential-4", "lanes-sequential-8",
+    hypotheses=("eps-float32", "variance-floor", "half-accumulation", "lanes-sequential-1", "lanes-sequential-4",
+                "lanes-sequential-8",
                 "lanes-sequential-32", "padded-lanes", "eps-outside-sqrt",
                 "eps-ignored", "eps-fixed", "float64-in-float32", "saved-statistics-input-dtype",
                 "backward-rstd-without-eps", "dx-no-projection", "dweight-last-block", "dweight-half-accumulation",
