@@ -1,8 +1,9 @@
 """The NumPy reference backend: float64 math, one rounding to the input dtype.
 
 Supports all four dtypes, LayerNorm and RMSNorm and both with the residual add fused in (``add_layer_norm``,
-``add_rms_norm``: the sum rounded once to the residual's dtype, y the normalization of that stored sum), forward
-and backward, and exposes LayerNorm's statistics.
+``add_rms_norm``: the sum rounded once to the residual's dtype, y the normalization of that stored sum), RMSNorm's
+``weight_offset`` (Gemma's ``offset + weight``, in float64), forward and backward, and exposes LayerNorm's
+statistics.
 It is written independently of ``normbench.check.oracle`` (on the original shape,
 reducing over the trailing axes) so that the two check each other.
 """
@@ -50,12 +51,12 @@ class NumpyBackend(Backend):
     def layer_norm(self, x, normalized_shape, weight, bias, eps):
         return self._normalize(x, normalized_shape, weight, bias, eps)
 
-    def _normalize(self, x, normalized_shape, weight, bias, eps, centered=True, dtype=None):
+    def _normalize(self, x, normalized_shape, weight, bias, eps, centered=True, dtype=None, offset=0.0):
         _, centered, _, rstd = self._statistics64(x, normalized_shape, eps, centered)
         with np.errstate(invalid="ignore", over="ignore"):
             y = centered * rstd
             if weight is not None:
-                y = y * np.asarray(weight, dtype=np.float64)
+                y = y * (np.asarray(weight, dtype=np.float64) + offset)
             if bias is not None:
                 y = y + np.asarray(bias, dtype=np.float64)
             return y.astype(dtype or x.dtype)
@@ -64,11 +65,12 @@ class NumpyBackend(Backend):
         _, _, mean, rstd = self._statistics64(x, normalized_shape, eps)
         return mean, rstd
 
-    def rms_norm(self, x, normalized_shape, weight, eps):
-        return self._normalize(x, normalized_shape, weight, None, eps, centered=False)
+    def rms_norm(self, x, normalized_shape, weight, eps, weight_offset=0.0):
+        return self._normalize(x, normalized_shape, weight, None, eps, centered=False, offset=weight_offset)
 
-    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        dx, dweight, _ = self._gradients(dy, x, normalized_shape, weight, None, eps, centered=False)
+    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps, weight_offset=0.0):
+        dx, dweight, _ = self._gradients(dy, x, normalized_shape, weight, None, eps, centered=False,
+                                         offset=weight_offset)
         return dx, dweight
 
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
@@ -85,27 +87,30 @@ class NumpyBackend(Backend):
         out = self._add(x, residual)
         return self._normalize(out, normalized_shape, weight, bias, eps, dtype=x.dtype), out
 
-    def add_rms_norm(self, x, residual, normalized_shape, weight, eps):
+    def add_rms_norm(self, x, residual, normalized_shape, weight, eps, weight_offset=0.0):
         out = self._add(x, residual)
-        return self._normalize(out, normalized_shape, weight, None, eps, centered=False, dtype=x.dtype), out
+        return self._normalize(out, normalized_shape, weight, None, eps, centered=False, dtype=x.dtype,
+                               offset=weight_offset), out
 
     def add_layer_norm_backward(self, dy, dresidual_out, residual_out, normalized_shape, weight, bias, eps):
         return self._gradients(dy, residual_out, normalized_shape, weight, bias, eps, plus=dresidual_out)
 
-    def add_rms_norm_backward(self, dy, dresidual_out, residual_out, normalized_shape, weight, eps):
+    def add_rms_norm_backward(self, dy, dresidual_out, residual_out, normalized_shape, weight, eps, weight_offset=0.0):
         dsum, dweight, _ = self._gradients(dy, residual_out, normalized_shape, weight, None, eps, centered=False,
+                                           offset=weight_offset,
                                            plus=dresidual_out)
         return dsum, dweight
 
-    def _gradients(self, dy, x, normalized_shape, weight, bias, eps, centered=True, plus=None):
-        """``(dx, dweight, dbias)``; with ``plus`` (a fused operation's dresidual_out), dx + plus, rounded once."""
+    def _gradients(self, dy, x, normalized_shape, weight, bias, eps, centered=True, plus=None, offset=0.0):
+        """``(dx, dweight, dbias)``; with ``plus`` (a fused operation's dresidual_out), dx + plus, rounded once;
+        ``offset``: Gemma's weight_offset (dx sees offset + weight; dweight, the gradient of weight, is unchanged)."""
         _, centered_x, _, rstd = self._statistics64(x, normalized_shape, eps, centered)
         axes = _axes(centered_x, normalized_shape)
         lead = tuple(range(centered_x.ndim - len(axes)))
         dy64 = np.asarray(dy, dtype=np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
             xhat = centered_x * rstd
-            g = dy64 * (np.asarray(weight, dtype=np.float64) if weight is not None else 1.0)
+            g = dy64 * (np.asarray(weight, dtype=np.float64) + offset if weight is not None else 1.0)
             mean_g = g.mean(axis=axes, keepdims=True) if centered else 0.0
             mean_gx = (g * xhat).mean(axis=axes, keepdims=True)
             dx = rstd * (g - mean_g - xhat * mean_gx)

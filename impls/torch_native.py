@@ -57,8 +57,15 @@ class TorchBackend(AutogradBackend):
     def set_threads(self, threads):
         return set_threads(self.torch, threads)
 
-    def rms_norm(self, x, normalized_shape, weight, eps):
+    def rms_norm(self, x, normalized_shape, weight, eps, weight_offset=0.0):
+        if weight_offset and weight is not None:  # Gemma's: x*r*(1.0 + weight.float()), then x's dtype
+            weight = self._offset(weight, weight_offset)
+            return self.torch.nn.functional.rms_norm(x, list(normalized_shape), weight, eps).to(x.dtype)
         return self.torch.nn.functional.rms_norm(x, list(normalized_shape), weight, eps)
+
+    def _offset(self, weight, offset):
+        """``offset + weight`` computed in float32 (or wider), as Gemma's PyTorch code computes it."""
+        return weight.to(self.torch.promote_types(weight.dtype, self.torch.float32)) + offset
 
     # -- the residual add and the normalization as a PyTorch user composes them (eager: two kernels) --------
 
@@ -76,9 +83,11 @@ class TorchBackend(AutogradBackend):
         weight, bias = self._params(out, weight, bias)
         return self.torch.nn.functional.layer_norm(out, normalized_shape, weight, bias, eps).to(x.dtype), out
 
-    def add_rms_norm(self, x, residual, normalized_shape, weight, eps):
+    def add_rms_norm(self, x, residual, normalized_shape, weight, eps, weight_offset=0.0):
         out = self._sum(x, residual)
         (weight,) = self._params(out, weight)
+        if weight_offset and weight is not None:
+            weight = self._offset(weight, weight_offset)
         if eps is None:  # the default of x's dtype, as the operation defines it (float32's for every narrower one)
             eps = self.torch.finfo(self.torch.promote_types(x.dtype, self.torch.float32)).eps
         return self.torch.nn.functional.rms_norm(out, list(normalized_shape), weight, eps).to(x.dtype), out

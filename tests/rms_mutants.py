@@ -252,8 +252,50 @@ class RstdInInputDtype(RmsKernel):
         return super().rstd(ms, eps, x).astype(np.asarray(x).dtype).astype(F32)
 
 
+# -- Gemma's weight_offset: a correct kernel and its two field bugs ------------------------------------------
+
+
+class OffsetKernel(RmsKernel):
+    """The control for Gemma's ``weight_offset``: ``x*r*(offset + weight)``, the offset added to the weight in fp32
+    (Gemma's ``1.0 + weight.float()``); correct on every RMSNorm case."""
+
+    name = "mutant-rms-offset-control"
+
+    def rms_norm(self, x, normalized_shape, weight, eps, weight_offset=0.0):
+        self._offset = weight_offset
+        return super().rms_norm(x, normalized_shape, weight, eps)
+
+    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps, weight_offset=0.0):
+        self._offset = weight_offset
+        return super().rms_norm_backward(dy, x, normalized_shape, weight, eps)
+
+    def weights(self, weight):
+        return None if weight is None else self.offset_weight(np.asarray(weight), F32(self._offset))
+
+    def offset_weight(self, weight, offset):
+        return np.asarray(weight, dtype=F32).reshape(-1) + offset
+
+
+class OffsetInWeightDtype(OffsetKernel):
+    """``1 + weight`` computed in the weight's dtype (bfloat16), before the fp32 multiply: Gemma's reported bug."""
+
+    name = "mutant-rms-offset-in-weight-dtype"
+
+    def offset_weight(self, weight, offset):
+        return super().offset_weight(weight, offset).astype(weight.dtype).astype(F32)
+
+
+class OffsetTwice(OffsetKernel):
+    """The offset added twice (a checkpoint already converted to ``1 + weight``, offset again by the kernel)."""
+
+    name = "mutant-rms-offset-twice"
+
+    def offset_weight(self, weight, offset):
+        return super().offset_weight(weight, 2 * offset)
+
+
 FORWARD_MUTANTS: list[type[RmsKernel]] = [HalfSumOfSquares, EpsOutsideSqrt, MeanSubtracted, OnePlusWeight,
-                                          PaddedLanes, RstdInInputDtype]
+                                          PaddedLanes, RstdInInputDtype, OffsetInWeightDtype, OffsetTwice]
 
 
 # -- backward mutants -------------------------------------------------------------------------------
@@ -288,7 +330,7 @@ class BackwardMeanTerm(RmsKernel):
 
 
 BACKWARD_MUTANTS: list[type[RmsKernel]] = [DweightHalfAccumulation, NoProjection, BackwardMeanTerm,
-                                           HalfSumOfSquares, EpsOutsideSqrt]
+                                           HalfSumOfSquares, EpsOutsideSqrt, OffsetTwice]
 
 
 # -- mutants that write into their arguments (tests/test_input_mutation.py): right outputs, inputs written over --

@@ -25,8 +25,14 @@ def test_every_rmsnorm_case_is_named_as_one_and_has_no_bias():
 
 @pytest.mark.parametrize("listing", ["FORWARD_CASES", "BACKWARD_CASES", "GRADCHECK_CASES"])
 def test_both_normalizations_run_every_case_family(listing):
+    """Every shared family runs for every operation; RMSNorm adds its variants (per-head, Gemma's offset) and the
+    fused operations their residuals, each on top of its plain operation's families."""
     by_norm = {n: {c.family for c in cases.CASE_LISTS[listing] if c.norm == n} for n in operations.NAMES}
-    assert by_norm["layer_norm"] == by_norm["rms_norm"]
+    rms_only = {"heads", "gemma"} if listing != "GRADCHECK_CASES" else set()
+    assert by_norm["layer_norm"] == by_norm["rms_norm"] - rms_only
+    if listing != "GRADCHECK_CASES":  # the fused operations have no finite-difference cases
+        assert by_norm["add_layer_norm"] == by_norm["layer_norm"] | {"residual"}
+        assert by_norm["add_rms_norm"] == by_norm["rms_norm"] | {"residual"}
 
 
 def test_an_rmsnorm_case_refuses_a_bias_and_takes_eps_none():

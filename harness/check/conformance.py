@@ -41,6 +41,9 @@ def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str 
                 f"does not apply")
     if backward and not backend.has_backward:
         return f"backend {backend.name!r} has no backward (has_backward = False)"
+    option_problem = operations.of(case.norm).option_problem(backend, case.options, backward)
+    if option_problem:
+        return option_problem
     limit_problem = backend.limits.case_problem(len(case.shape), case.eps_value, case.layout, case.dy_broadcast,
                                                 case.hidden)
     if limit_problem:
@@ -277,10 +280,10 @@ def run_forward(backend: Backend, inputs: Inputs, *, statistics: bool = True) ->
     handed = Handover.of(backend, x=inputs.x, residual=inputs.residual, weight=inputs.weight, bias=inputs.bias)
     args = norm.arguments(x=handed["x"], residual=handed["residual"], normalized_shape=case.normalized_shape,
                           weight=handed["weight"], bias=handed["bias"], eps=case.eps)
-    if statistics:
+    if statistics and not case.options:
         y, stats = norm.forward_with_statistics(backend, args)
     else:
-        y, stats = norm.forward(backend, args), None
+        y, stats = norm.forward(backend, args, case.options), None
     backend.synchronize()
     handed.check(forward_entry(backend, norm, statistics), _context(backend, inputs))
     if norm.fuses:
@@ -316,7 +319,8 @@ def reference(inputs: Inputs) -> oracle.Forward:
     harness made them."""
     case = inputs.case
     x = fused.normalized(inputs).x
-    return oracle.forward(x, case.normalized_shape, inputs.weight, inputs.bias, case.eps_value, case.norm)
+    return oracle.forward(x, case.normalized_shape, inputs.weight, inputs.bias, case.eps_value, case.norm,
+                          case.weight_offset)
 
 
 def check_residual_out(backend: Backend, inputs: Inputs, got: np.ndarray) -> None:
@@ -696,7 +700,7 @@ def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRu
         args = norm.arguments(x=handed["x"], normalized_shape=case.normalized_shape, weight=handed["weight"],
                               bias=handed["bias"], eps=case.eps)
         cotangents = (handed["dy"],)
-    out = norm.backward(backend, args, cotangents)
+    out = norm.backward(backend, args, cotangents, case.options)
     backend.synchronize()
     handed.check(norm.backward_entry, _context(backend, inputs))
     arity = len(norm.gradients)

@@ -67,7 +67,9 @@ cancellation and no conditioning beyond ``|x|*r = |xhat|``):
   (b) Hugging Face's Llama: ``xhat`` rounded to x's dtype, then multiplied by the weight and
   rounded again: ``u_out*|w*xhat| + u_out*|w*xhat|``, two roundings (its output takes the weight's
   dtype; a backend wrapping it with a wider weight returns y in x's dtype, a third rounding);
-  (c) T5/Gemma-style ``(x*r).to(dtype) * (1 + w)``: as (b) once the backend passes ``w - 1``
+  (c) T5/Gemma-style ``(x*r).to(dtype) * (1 + w)``: the ``weight_offset`` cases give the checkpoint's w and
+  ``weight_offset = 1`` (the oracle adds the 1 exactly, and every term below reads ``|w|`` as ``|1 + w|``);
+  elsewhere, as (b) once the backend passes ``w - 1``
   computed in fp32 (in a half dtype, ``w - 1`` loses ``u_par*|w - 1|``, which for |w| << 1 is
   beyond any bound: such a backend must convert in fp32). Rounding ``r`` itself to a half dtype
   before the multiply is one more rounding, ``u_out*|y|``, within the bound per element, but it is

@@ -75,7 +75,7 @@ def unrounded_reference(inputs: Inputs) -> oracle.Forward:
     """The float64 normalization of the exact, unrounded sum (what a kernel that keeps the sum in registers normalizes)."""
     case = inputs.case
     return oracle.forward(exact_sum(inputs), case.normalized_shape, inputs.weight, inputs.bias, case.eps_value,
-                          case.norm)
+                          case.norm, case.weight_offset)
 
 
 def dsum_bound(dy: np.ndarray, ref: oracle.Forward, grads: oracle.Backward, dresidual: np.ndarray, dsum: np.ndarray,

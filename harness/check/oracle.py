@@ -53,10 +53,11 @@ class Forward:
 
 
 def forward(x: np.ndarray, normalized_shape: tuple[int, ...], weight: np.ndarray | None,
-            bias: np.ndarray | None, eps: float, norm: str = "layer_norm") -> Forward:
+            bias: np.ndarray | None, eps: float, norm: str = "layer_norm", weight_offset: float = 0.0) -> Forward:
     """``y = (x - mean) / sqrt(var + eps) * weight + bias``, two-pass, in float64, for the normalization
     ``norm`` names (``normbench.core.operations``): one that is not ``centered`` (RMSNorm) takes the mean as 0,
-    ``y = x / sqrt(mean(x^2) + eps) * weight``; one without a bias must get ``bias`` None."""
+    ``y = x / sqrt(mean(x^2) + eps) * weight``; one without a bias must get ``bias`` None. ``weight_offset``:
+    Gemma's ``(weight_offset + weight)`` for the weight, added exactly (``Forward.weight`` holds the sum)."""
     op = operations.of(norm)
     subtract_mean = op.centered
     if not op.has_bias and bias is not None:
@@ -65,7 +66,7 @@ def forward(x: np.ndarray, normalized_shape: tuple[int, ...], weight: np.ndarray
     # a copy, even of a float64 x: a reference must not change when the arrays it was computed from do (a
     # backend handed them that writes into its arguments; normbench.check.conformance.Handover fails it)
     x2 = np.array(x, dtype=np.float64, order="C").reshape(-1, n)
-    w = params_row(weight, n, 1.0)
+    w = params_row(weight, n, 1.0) + (weight_offset if weight is not None else 0.0)
     b = params_row(bias, n, 0.0)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         mean = x2.mean(axis=1) if x2.shape[0] and subtract_mean else np.zeros(x2.shape[0])

@@ -188,6 +188,8 @@ class Case:
     #: dtype (default x's; float32 with half x is a float32 residual stream); None for a plain normalization
     residual: str | None = None
     residual_dtype: str | None = None
+    #: Gemma's RMSNorm: y = x*r*(weight_offset + weight), the offset added in float32 (or wider); 0 for every other case
+    weight_offset: float = 0.0
 
     def __post_init__(self) -> None:
         validate_shapes(self.shape, self.normalized_shape, None, None)
@@ -199,6 +201,9 @@ class Case:
             raise InvalidInput(f"{norm.label} adds no residual; residual and residual_dtype must be None")
         if self.residual is not None and self.residual not in RESIDUALS:
             raise InvalidInput(f"unknown residual {self.residual!r}; expected one of {', '.join(RESIDUALS)}")
+        if self.weight_offset and ("weight_offset" not in norm.options or self.affine != "w"):
+            raise InvalidInput(f"weight_offset is an option of {', '.join(o.label for o in OPERATIONS if o.options)} "
+                               f"with a weight (affine 'w'); {norm.label} with affine {self.affine!r} takes none")
         if self.residual_dtype is not None and self.residual_dtype not in DTYPES:
             raise InvalidInput(f"unknown residual dtype {self.residual_dtype!r}; expected one of {', '.join(DTYPES)}")
         if not norm.has_bias and self.affine == "wb":
@@ -224,6 +229,12 @@ class Case:
     @property
     def params(self) -> str:
         return self.param_dtype or self.dtype
+
+    @property
+    def options(self) -> dict[str, float]:
+        """The keyword options the entry points get for this case (``normbench.core.operations.Operation.options``):
+        ``{"weight_offset": 1.0}`` for a Gemma case, else none."""
+        return {"weight_offset": self.weight_offset} if self.weight_offset else {}
 
     @property
     def residual_type(self) -> str | None:
@@ -265,6 +276,8 @@ class Case:
             parts.append("dybroadcast")
         if self.residual not in (None, "same"):
             parts.append(f"residual{self.residual}")
+        if self.weight_offset:
+            parts.append(f"weightoffset{self.weight_offset:g}")
         return "-".join(parts)
 
     def __str__(self) -> str:
@@ -636,6 +649,29 @@ def _residual_family(add: Add, op: Operation, suite: str) -> None:
     add(_rows_hidden("residual", 33, 5125, "float16", dist="normal", norm=op.name))
 
 
+def _heads(add: Add, op: Operation, suite: str) -> None:
+    """Per-head normalization (qk-norm) of a ``[tokens, heads, head_dim]`` tensor over head_dim, one weight per
+    head_dim: heads 4, 7 and 16, head_dim 64 to 512 (and an odd one, a vector tail), token counts that are no block
+    multiples."""
+    shapes = [(tokens, heads, dim) for tokens, heads in ((5, 4), (3, 7), (9, 16)) for dim in (64, 128, 256, 512)]
+    shapes.append((5, 7, ODD))
+    for dtype in ("bfloat16", "float32") if suite == "forward" else ("bfloat16",):
+        for shape in shapes if suite == "forward" or dtype == "bfloat16" else shapes[::3]:
+            add(Case("heads", shape, shape[-1:], dtype, dist="normal", norm=op.name, affine="w"))
+    if suite == "backward":
+        add(Case("heads", (5, 7, 128), (128,), "float32", dist="normal", norm=op.name, affine="w"))
+
+
+def _gemma(add: Add, op: Operation, suite: str) -> None:
+    """Gemma's RMSNorm, ``x*r*(1 + weight)`` with the 1 added in float32 (``weight_offset`` 1.0): bfloat16 weights
+    with float32 x (where adding the 1 in bfloat16 shows), bfloat16 and float16 x, float32 weights with half x."""
+    for dtype, params in (("float32", "bfloat16"), ("float32", None), ("bfloat16", None), ("float16", None),
+                          ("bfloat16", "float32")):
+        for n in (ODD, 1024) if suite == "forward" or dtype == "float32" else (1024,):
+            add(_rows_hidden("gemma", 7, n, dtype, dist="normal", affine="w", param_dtype=params, weight_offset=1.0,
+                             norm=op.name))
+
+
 # -- the invariance suite's cases (the paper's §3.1, §5.1 and §5.2) ------------------------
 # The layer model (normbench.paper.layer) draws its own x and W; "normal" names the summed inputs'
 # distribution, ~N(0, 1). Rows are training cases, hidden the layer's units.
@@ -712,9 +748,8 @@ def _throughput_cpu(add: Add, op: Operation, suite: str) -> None:
 FAMILIES: dict[str, Callable[[Add, Operation, str], None]] = {
     "hidden": _hidden, "multidim": _multidim, "rows": _rows, "rank": _rank, "affine": _affine, "mixed": _mixed,
     "eps": _eps, "dist": _dist, "constant": _constant, "layout": _layout, "nonfinite": _nonfinite,
-    "residual": _residual_family, "gradcheck": _gradcheck, "invariance": _invariance, "geometry": _geometry,
-    "throughput_gpu": _throughput_gpu,
-    "throughput_cpu": _throughput_cpu,
+    "residual": _residual_family, "heads": _heads, "gemma": _gemma, "gradcheck": _gradcheck, "invariance": _invariance,
+    "geometry": _geometry, "throughput_gpu": _throughput_gpu, "throughput_cpu": _throughput_cpu,
 }
 
 

@@ -151,6 +151,10 @@ class Operation:
     #: the backward entry point's parameters after its cotangents, when they differ from :attr:`params` (a fused
     #: operation's backward takes ``residual_out``, what its forward wrote, in place of x and the residual)
     backward_params: tuple[str, ...] = ()
+    #: keyword parameters of the forward and backward entry points that only some cases pass (RMSNorm's
+    #: ``weight_offset``: Gemma's ``x*r*(weight_offset + weight)``); a backend whose entry points take one runs those
+    #: cases, the others skip them, saying so (:meth:`option_problem`)
+    options: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return self.name
@@ -236,9 +240,9 @@ class Operation:
 
     # -- calling a backend: the one way the harness does -------------------------------------------
 
-    def forward(self, backend: Any, args: tuple) -> Any:
-        """The forward entry point on ``args``."""
-        return getattr(backend, self.entry)(*args)
+    def forward(self, backend: Any, args: tuple, options: Mapping[str, Any] | None = None) -> Any:
+        """The forward entry point on ``args`` (and the case's keyword ``options``, passed only when given)."""
+        return getattr(backend, self.entry)(*args, **(options or {}))
 
     def forward_with_statistics(self, backend: Any, args: tuple) -> tuple[Any, Any]:
         """``(outputs, statistics)``: ``<name>_with_statistics`` where the backend defines it (one call), else
@@ -251,14 +255,27 @@ class Operation:
         stats = getattr(backend, self.statistics_entry, None)
         return self.forward(backend, args), None if stats is None else stats(*args)
 
-    def backward(self, backend: Any, args: tuple, cotangents: tuple) -> Any:
-        """The backward entry point: ``<name>_backward(*cotangents, *args)``, returned as the backend gives it; ``args``
-        are the backward's (:meth:`backward_arguments`: the forward's, except for a fused operation)."""
+    def backward(self, backend: Any, args: tuple, cotangents: tuple, options: Mapping[str, Any] | None = None) -> Any:
+        """The backward entry point: ``<name>_backward(*cotangents, *args, **options)``, returned as the backend gives
+        it; ``args`` are the backward's (:meth:`backward_arguments`: the forward's, except for a fused operation);
+        ``options``: the case's keyword options (:attr:`options`), passed only when given."""
         method = getattr(backend, self.backward_entry, None)
         if method is None:
             raise NotImplementedError(f"backend {backend.name!r} defines no {self.backward_entry}; define it, or set "
                                       f"has_backward = False")
-        return method(*cotangents, *args)
+        return method(*cotangents, *args, **(options or {}))
+
+    def option_problem(self, backend: Any, options: Mapping[str, Any], backward: bool = False) -> str | None:
+        """Why ``backend`` cannot run a case with these keyword ``options`` (its entry points take none of that name),
+        or None."""
+        entries = (self.entry, self.backward_entry) if backward else (self.entry,)
+        for name in options:
+            for entry in entries:
+                method = getattr(backend, entry, None)
+                if method is not None and not _takes(method, name):
+                    return (f"{getattr(backend, 'name', backend)!s}'s {entry} takes no {name}; define "
+                            f"{entry}(..., {name}=0.0) to run these cases (docs/writing-a-backend.md)")
+        return None
 
     def prepare_backward(self, backend: Any, args: tuple, cotangents: tuple) -> Callable[[], Any] | None:
         """The backend's ``prepare_backward`` hook for this operation: a callable running the backward alone, or None."""
@@ -285,6 +302,17 @@ class Operation:
         if self.has_bias or not isinstance(grads, (tuple, list)) or len(grads) != len(self.gradients):
             return grads
         return (*grads, None)
+
+
+def _takes(method: Callable, name: str) -> bool:
+    """Whether ``method`` accepts the keyword ``name`` (by name, or through ``**kwargs``)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return True  # a builtin or a C extension: let the call say
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
 
 #: the LayerNorm-only hooks of normbench 0.2 and their RMSNorm twins: old name -> (operation, new hook).
@@ -329,8 +357,10 @@ RMS_NORM = Operation(
     params=("x", "normalized_shape", "weight", "eps"), outputs=("y",), cotangents=("dy",),
     gradients=("dx", "dweight"), differentiable=("x", "weight"), statistics=(),
     centered=False, has_bias=False, default_eps=default_rms_eps,
+    families=Families(NORMALIZATION_FORWARD + ("heads", "gemma"), NORMALIZATION_BACKWARD + ("heads", "gemma")),
     error_terms=("output rounding: 3*u_out*|w*xhat| + eta_out/2 per rounding",
                  "accumulation: k(N)*u_acc*|w*xhat| (a sum of squares: no cancellation, no mean term)"),
+    options=("weight_offset",),
     traffic={
         "forward-inference": _reads(("x", "M*N", "x"), ("weight", "N", "weight")) + _writes(("y", "M*N", "x")),
         "forward-training": _reads(("x", "M*N", "x"), ("weight", "N", "weight"))
@@ -367,8 +397,8 @@ def _fused(plain: Operation, name: str, label: str, id_prefix: str) -> Operation
         error_terms=("residual_out: bit for bit, x + residual rounded once to the residual's dtype",
                      f"y: {plain.label}'s bound around the normalization of residual_out, or of the unrounded sum "
                      f"(either convention, each whole)",
-                     "dsum: dx's bound on residual_out plus one rounding of dsum = dresidual_out + dx"),
-        families=Families(NORMALIZATION_FORWARD + ("residual",), NORMALIZATION_BACKWARD + ("residual",),
+                     "dsum: dx's bound on residual_out plus the add's roundings, 3*u*|dresidual_out| + u*|dsum|"),
+        families=Families(plain.families.forward + ("residual",), plain.families.backward + ("residual",),
                           gradcheck=(), invariance=(), geometry=(), throughput_gpu=(), throughput_cpu=()),
         traffic={
             "forward-inference": inference,
@@ -377,7 +407,7 @@ def _fused(plain: Operation, name: str, label: str, id_prefix: str) -> Operation
                                ("residual_out", "M*N", "residual"), ("weight", "N", "weight"), *statistics)
             + _writes(("dsum", "M*N", "residual"), *gradients),
         },
-        hypotheses=plain.hypotheses, fuses=plain.name, backward_params=backward_params)
+        hypotheses=plain.hypotheses, fuses=plain.name, backward_params=backward_params, options=plain.options)
 
 
 #: the residual add fused into the normalization, as every transformer layer computes it (docs/fused.md)

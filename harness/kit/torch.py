@@ -76,14 +76,15 @@ class AutogradBackend(Backend):
 
     backward_includes_forward = True  # autograd: the graph comes from a forward (prepare_backward separates them)
 
-    def autograd_forward(self, op: str, args: tuple) -> Any:
-        """The forward of ``op`` that autograd differentiates, on ``args`` whose arrays require grad: by
-        default the operation's entry point."""
-        return getattr(self, op)(*args)
+    def autograd_forward(self, op: str, args: tuple, **options: Any) -> Any:
+        """The forward of ``op`` that autograd differentiates, on ``args`` whose arrays require grad (and a case's
+        keyword ``options``): by default the operation's entry point."""
+        return getattr(self, op)(*args, **options)
 
-    def graph(self, op: str, args: tuple) -> tuple[Any, list]:
+    def graph(self, op: str, args: tuple, **options: Any) -> tuple[Any, list]:
         """Run :meth:`autograd_forward` on leaves that require grad: ``(y, leaves)``, the graph ready for
-        :func:`gradients` (a None leaf for an absent weight or bias), leaves in the gradients' order."""
+        :func:`gradients` (a None leaf for an absent weight or bias), leaves in the gradients' order; ``options``:
+        a case's keyword options (RMSNorm's ``weight_offset``), handed to the forward only when given."""
         operation = operations.of(op)
         args = list(args)
         leaves = []
@@ -93,7 +94,8 @@ class AutogradBackend(Backend):
             args[i] = leaf
             leaves.append(leaf)
         with self.torch.enable_grad():
-            y = self.autograd_forward(op, tuple(args))
+            y = (self.autograd_forward(op, tuple(args), **options) if options
+                 else self.autograd_forward(op, tuple(args)))
         return y, leaves
 
     def prepare_backward(self, op, args, cotangents):
@@ -118,22 +120,27 @@ class AutogradBackend(Backend):
     def layer_norm_backward(self, dy, x, normalized_shape, weight, bias, eps):
         return self.forward_backward("layer_norm", (x, normalized_shape, weight, bias, eps), (dy,))[1]
 
-    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
-        return self.forward_backward("rms_norm", (x, normalized_shape, weight, eps), (dy,))[1]
+    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps, **options):
+        """RMSNorm's backward; ``options``: its keyword options (``weight_offset``), where the forward takes them."""
+        if not options:
+            return self.forward_backward("rms_norm", (x, normalized_shape, weight, eps), (dy,))[1]
+        y, leaves = self.graph("rms_norm", (x, normalized_shape, weight, eps), **options)
+        return self._differentiate(y, leaves, (dy,))
 
-    def fused_backward(self, op: str, cotangents: tuple, residual_out: Any, rest: tuple) -> tuple:
+    def fused_backward(self, op: str, cotangents: tuple, residual_out: Any, rest: tuple, **options: Any) -> tuple:
         """A fused operation's backward through autograd: its own forward on ``x = residual_out`` and a zero
         residual (their sum is residual_out, exactly), differentiated against ``(dy, dresidual_out)``: x's gradient
         is ``dresidual_out + dx``, dsum (``rest``: the arguments after x and the residual)."""
-        args = (residual_out, self.torch.zeros_like(residual_out), *rest)
-        return self.forward_backward(op, args, cotangents)[1]
+        outputs, leaves = self.graph(op, (residual_out, self.torch.zeros_like(residual_out), *rest), **options)
+        return self._differentiate(outputs, leaves, cotangents)
 
     def add_layer_norm_backward(self, dy, dresidual_out, residual_out, normalized_shape, weight, bias, eps):
         return self.fused_backward("add_layer_norm", (dy, dresidual_out), residual_out,
                                    (normalized_shape, weight, bias, eps))
 
-    def add_rms_norm_backward(self, dy, dresidual_out, residual_out, normalized_shape, weight, eps):
-        return self.fused_backward("add_rms_norm", (dy, dresidual_out), residual_out, (normalized_shape, weight, eps))
+    def add_rms_norm_backward(self, dy, dresidual_out, residual_out, normalized_shape, weight, eps, **options):
+        return self.fused_backward("add_rms_norm", (dy, dresidual_out), residual_out, (normalized_shape, weight, eps),
+                                   **options)
 
 
 class AutogradBackward(AutogradBackend):
