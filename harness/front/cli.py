@@ -172,10 +172,13 @@ def _check_case(args: argparse.Namespace):
     from normbench.core import cases
 
     normalized = args.normalized_shape or args.shape[-1:]
-    if args.norm == "rms_norm" and args.affine in ("wb", "b"):
-        raise NormbenchError(f"--affine={args.affine}: RMSNorm has no bias, so affine must be 'w' or 'none' "
-                             f"(the default for --norm=rms_norm is w)")
-    affine = args.affine or ("wb" if args.norm == "layer_norm" else "w")
+    from normbench.core import operations
+
+    op = operations.of(args.norm)
+    if not op.has_bias and args.affine in ("wb", "b"):
+        raise NormbenchError(f"--affine={args.affine}: {op.label} has no bias, so affine must be 'w' or 'none' "
+                             f"(the default for --norm={op.name} is w)")
+    affine = args.affine or ("wb" if op.has_bias else "w")
     return cases.Case("check", args.shape, normalized, args.dtype, args.dist, args.eps, affine,
                       args.param_dtype, args.layout, norm=args.norm)
 
