@@ -55,7 +55,7 @@ def test_the_backend_comes_from_the_plugin_distribution():
     assert (plugin.distribution, plugin.target) == ("normbench-liger", "normbench_liger.backends:LigerBackend")
     cls = registry.load_class("liger")
     assert cls.name == "liger" and registry.availability("liger")
-    assert cls.operations == ("layer_norm", "rms_norm") and cls.library_version() == VERSION
+    assert cls.operations == ("layer_norm", "rms_norm", "add_rms_norm") and cls.library_version() == VERSION
     assert not [p for p in registry.problems if p.distribution == "normbench-liger"]
 
 
@@ -146,3 +146,22 @@ def test_the_padded_lanes_finding_through_the_suite(tmp_path, strict):
     else:
         assert (out.returncode, kind) == (0, "skipped"), out.stdout[-3000:]
         assert message.startswith("known deviation (liger.known_deviations[") and "#518" in message, message
+
+
+def test_the_fused_add_is_liger_fused_add_rms_norm_with_residual_out_bit_for_bit():
+    """add_rms_norm is LigerFusedAddRMSNormFunction (where the release has it): float32 and float16 cases pass with residual_out
+    bit for bit, Gemma's offset as Liger's own ``offset``; a float32 residual with half x skips, saying why."""
+    backend = get_registry().create("liger")
+    if "add_rms_norm" not in backend.operations:
+        pytest.skip(f"liger-kernel {VERSION} has no fused add (LigerFusedAddRMSNormFunction)")
+    for case_id in ("add-rms-float32-rows7-hidden769-offset3-residualdominant",
+                    "add-rms-float16-rows7-hidden769-offset3-residualcancel",
+                    "add-rms-float32-paramsbfloat16-rows7-hidden127-normal-weightoffset1"):
+        case = next(c for c in cases.FORWARD_CASES if c.id == case_id)
+        conformance.check_forward(backend, cases.make_inputs(case, 0))
+    case = next(c for c in cases.BACKWARD_CASES if c.id == "add-rms-float32-rows7-hidden100-uniform9")
+    conformance.check_backward(backend, cases.make_inputs(case, 0), cases.make_dy(case, 0))
+    case = next(c for c in cases.FORWARD_CASES if c.residual_type == "float32" and c.dtype == "float16"
+                and c.norm == "add_rms_norm")
+    with pytest.raises(pytest.skip.Exception, match="stores the sum in x's dtype"):
+        conformance.check_forward(backend, cases.make_inputs(case, 0))
