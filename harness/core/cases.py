@@ -125,7 +125,7 @@ def _residual_same(rng, shape, eps, x, dist):
 
 
 def _residual_cancel(rng, shape, eps, x, dist):
-    """-x plus N(0, 1e-4): x + residual is near zero, about 1e-2, what is left of two cancelling terms."""
+    """-x plus 1e-2 * N(0, 1): x + residual is near zero, about 1e-2, what is left of two cancelling terms."""
     return -x + 1e-2 * rng.standard_normal(shape)
 
 
@@ -201,13 +201,13 @@ class Case:
             raise InvalidInput(f"{norm.label} adds no residual; residual and residual_dtype must be None")
         if self.residual is not None and self.residual not in RESIDUALS:
             raise InvalidInput(f"unknown residual {self.residual!r}; expected one of {', '.join(RESIDUALS)}")
-        if self.weight_offset and ("weight_offset" not in norm.options or self.affine != "w"):
-            raise InvalidInput(f"weight_offset is an option of {', '.join(o.label for o in OPERATIONS if o.options)} "
-                               f"with a weight (affine 'w'); {norm.label} with affine {self.affine!r} takes none")
         if self.residual_dtype is not None and self.residual_dtype not in DTYPES:
             raise InvalidInput(f"unknown residual dtype {self.residual_dtype!r}; expected one of {', '.join(DTYPES)}")
         if not norm.has_bias and self.affine == "wb":
             object.__setattr__(self, "affine", "w")  # the default affine, without the bias it cannot have
+        if self.weight_offset and ("weight_offset" not in norm.options or self.affine != "w"):
+            raise InvalidInput(f"weight_offset is an option of {', '.join(o.label for o in OPERATIONS if o.options)} "
+                               f"with a weight (affine 'w'); {norm.label} with affine {self.affine!r} takes none")
         if not norm.has_bias and self.affine not in ("w", "none"):
             raise InvalidInput(f"{norm.label} has no bias, so affine must be 'w' or 'none', got {self.affine!r}")
         for what, value, valid in (("dtype", self.dtype, DTYPES), ("param dtype", self.params, DTYPES),
