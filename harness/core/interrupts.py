@@ -73,3 +73,27 @@ def deferred(say: Callable[[str], None]):
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def held():
+    """While one result is recorded (its outcome counted and its row written), SIGINT and SIGTERM wait, and are
+    delivered as soon as it is recorded: a Ctrl-C that landed between a test's outcome and its row lost the row
+    while the run's status still counted the test (``normbench run``'s journal, ``front/runner.Collector``)."""
+    arrived: list[int] = []
+
+    def later(signum, frame):
+        arrived.append(signum)
+
+    try:
+        previous = {s: signal.signal(s, later) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: signals are not ours to handle
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if arrived:
+            signal.raise_signal(arrived[0])  # now, to the handler that was in place

@@ -20,6 +20,7 @@ import pytest
 
 from normbench.check.outcomes import CRASHED, FAILING, NOT_RUN, TIMEOUT
 from normbench.core import deviations
+from normbench.core.interrupts import held
 from normbench.core.registry import Selection
 from normbench.front.plan import Plan, PlanPlugin
 from normbench.suites import DIRECTORY as SUITES_DIRECTORY
@@ -158,9 +159,10 @@ class Collector:
         result = Outcome(nodeid, backend, match["test"] if match else nodeid, outcome, message, case,
                          tuple(record.get("covers", {}).items()), record.get("explains") or "", _properties(props),
                          _measures(props))
-        self.outcomes.append(result)
-        if self.sink is not None:
-            self.sink(result)
+        with held():  # counted and written together: a Ctrl-C waits until the row is written
+            self.outcomes.append(result)
+            if self.sink is not None:
+                self.sink(result)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
