@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 _RECEIVED: list[int] = []
 
@@ -50,6 +50,22 @@ def backend_raised(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
+def _handled_by(handler: Callable) -> Iterator[bool]:
+    """SIGINT and SIGTERM go to ``handler`` inside the block, to their previous handlers again after it; yields
+    whether they were installed (False off the main thread, where signals are not ours to handle)."""
+    try:
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
+@contextlib.contextmanager
 def deferred(say: Callable[[str], None]):
     """While a run that was interrupted writes what it has (its status, summary and report), SIGINT and
     SIGTERM are recorded, said once through ``say``, and otherwise wait: a second Ctrl-C must not lose the
@@ -63,16 +79,8 @@ def deferred(say: Callable[[str], None]):
             say(f"{signal.Signals(signum).name} received while normbench writes the run's status, summary and "
                 f"report; they are finished first (SIGKILL ends the process now, keeping every result row)")
 
-    try:
-        previous = {s: signal.signal(s, later) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: signals are not ours to handle
+    with _handled_by(later):
         yield
-        return
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 @contextlib.contextmanager
@@ -81,19 +89,7 @@ def held():
     delivered as soon as it is recorded: a Ctrl-C that landed between a test's outcome and its row lost the row
     while the run's status still counted the test (``normbench run``'s journal, ``front/runner.Collector``)."""
     arrived: list[int] = []
-
-    def later(signum, frame):
-        arrived.append(signum)
-
-    try:
-        previous = {s: signal.signal(s, later) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: signals are not ours to handle
+    with _handled_by(lambda signum, frame: arrived.append(signum)):
         yield
-        return
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        if arrived:
-            signal.raise_signal(arrived[0])  # now, to the handler that was in place
+    if arrived:
+        signal.raise_signal(arrived[0])  # now, to the handler that was in place
