@@ -12,7 +12,10 @@ weight or bias), or 4 (fp32 statistics). For LayerNorm:
   ``+ 2*M*4`` (mean, rstd read) ``+ N*(e_w + e_b)`` (dweight, dbias written)
 
 RMSNorm's is the same with no bias and one statistic, rstd, instead of two (:func:`formula` writes
-any operation's from its terms).
+any operation's from its terms). The fused operations (``add_layer_norm``, ``add_rms_norm``) add the
+residual stream in its own dtype, e_r: the forward reads the residual and writes residual_out
+(``2*M*N*e_r``), the backward reads dresidual_out and residual_out (in place of x) and writes dsum
+in place of dx (docs/fused.md says why both are counted).
 
 The throughput directions use it so: ``forward`` times the operation's entry point
 (``Backend.layer_norm``), which returns y only, so it is the inference model; ``backward`` is the backward
@@ -54,7 +57,7 @@ BYTE_MODELS: dict[str, str] = {"forward": "forward-inference", "backward": "back
 VARIANTS: tuple[str, ...] = ("forward-inference", "forward-training", "backward")
 #: statistics are fp32 whatever the input dtype: 4 bytes each (LayerNorm's mean and rstd)
 STAT_BYTES = 4
-_ELEMENT_WORDS = {"x": "e_x", "weight": "e_w", "bias": "e_b", "fp32": "4"}
+_ELEMENT_WORDS = {"x": "e_x", "residual": "e_r", "weight": "e_w", "bias": "e_b", "fp32": "4"}
 
 
 def formula(norm: str | operations.Operation, variant: str) -> str:
@@ -82,16 +85,21 @@ COPIES_PER_RUN = 3
 
 
 def model_bytes(norm: str | operations.Operation, variant: str, rows: int, hidden: int, dtype: str,
-                param_dtype: str | None = None, *, weight: bool = True, bias: bool = True) -> int:
+                param_dtype: str | None = None, *, weight: bool = True, bias: bool = True,
+                residual_dtype: str | None = None) -> int:
     """The bytes ``norm``'s ``variant`` (:data:`VARIANTS`) must move for M = ``rows``, N = ``hidden``, x in
-    ``dtype`` and the parameters in ``param_dtype`` (default: ``dtype``), where they are present.
+    ``dtype``, the parameters in ``param_dtype`` (default: ``dtype``), where they are present, and a fused
+    operation's residual stream in ``residual_dtype`` (default: ``dtype``).
 
     >>> model_bytes("layer_norm", "backward", 2, 3, "float32")  # x, dy, dx: 3*24; weight, dweight, dbias: 36; mean, rstd: 16
     124
+    >>> model_bytes("add_rms_norm", "forward-inference", 2, 3, "bfloat16", residual_dtype="float32")  # x, y: 24; residual: 48
+    78
     """
     op = operations.of(norm)
     e, ep = host_dtype(dtype).itemsize, host_dtype(param_dtype or dtype).itemsize
-    element = {"x": e, "weight": ep if weight else 0, "bias": ep if bias and op.has_bias else 0, "fp32": STAT_BYTES}
+    element = {"x": e, "residual": host_dtype(residual_dtype or dtype).itemsize, "weight": ep if weight else 0,
+               "bias": ep if bias and op.has_bias else 0, "fp32": STAT_BYTES}
     extent = {"M*N": rows * hidden, "N": hidden, "M": rows}
     return sum(extent[t.extent] * element[t.element] for t in op.traffic[variant])
 
@@ -103,7 +111,8 @@ def statistics_per_row(norm: str = "layer_norm") -> int:
 
 
 def forward_bytes(rows: int, hidden: int, dtype: str, param_dtype: str | None = None, *,
-                  weight: bool = True, bias: bool = True, training: bool = False, norm: str = "layer_norm") -> int:
+                  weight: bool = True, bias: bool = True, training: bool = False, norm: str = "layer_norm",
+                  residual_dtype: str | None = None) -> int:
     """Bytes a forward must move: read x, write y, read weight and bias, and
     (training) write the fp32 mean and rstd (RMSNorm: no bias, rstd alone).
 
@@ -113,24 +122,28 @@ def forward_bytes(rows: int, hidden: int, dtype: str, param_dtype: str | None = 
     68
     """
     variant = "forward-training" if training else "forward-inference"
-    return model_bytes(norm, variant, rows, hidden, dtype, param_dtype, weight=weight, bias=bias)
+    return model_bytes(norm, variant, rows, hidden, dtype, param_dtype, weight=weight, bias=bias,
+                       residual_dtype=residual_dtype)
 
 
 def backward_bytes(rows: int, hidden: int, dtype: str, param_dtype: str | None = None, *,
-                   weight: bool = True, bias: bool = True, norm: str = "layer_norm") -> int:
+                   weight: bool = True, bias: bool = True, norm: str = "layer_norm",
+                   residual_dtype: str | None = None) -> int:
     """Bytes a backward must move: read x and dy, write dx, read weight, read
     mean and rstd, write dweight and dbias (RMSNorm: rstd alone, no dbias).
 
     >>> backward_bytes(2, 3, "float32"), backward_bytes(2, 3, "float32", norm="rms_norm")
     (124, 104)
     """
-    return model_bytes(norm, "backward", rows, hidden, dtype, param_dtype, weight=weight, bias=bias)
+    return model_bytes(norm, "backward", rows, hidden, dtype, param_dtype, weight=weight, bias=bias,
+                       residual_dtype=residual_dtype)
 
 
 def direction_bytes(rows: int, hidden: int, dtype: str, direction: str, param_dtype: str | None = None, *,
-                    weight: bool = True, bias: bool = True, norm: str = "layer_norm") -> int:
+                    weight: bool = True, bias: bool = True, norm: str = "layer_norm",
+                    residual_dtype: str | None = None) -> int:
     """The byte model of one throughput direction (see :data:`BYTE_MODELS`)."""
-    kw = {"weight": weight, "bias": bias, "norm": norm}
+    kw = {"weight": weight, "bias": bias, "norm": norm, "residual_dtype": residual_dtype}
     if direction == "forward":
         return forward_bytes(rows, hidden, dtype, param_dtype, **kw)
     if direction == "backward":
