@@ -81,14 +81,15 @@ class AutogradBackend(Backend):
         keyword ``options``): by default the operation's entry point."""
         return getattr(self, op)(*args, **options)
 
-    def graph(self, op: str, args: tuple, **options: Any) -> tuple[Any, list]:
+    def graph(self, op: str, args: tuple, wrt: tuple[str, ...] | None = None, **options: Any) -> tuple[Any, list]:
         """Run :meth:`autograd_forward` on leaves that require grad: ``(y, leaves)``, the graph ready for
-        :func:`gradients` (a None leaf for an absent weight or bias), leaves in the gradients' order; ``options``:
-        a case's keyword options (RMSNorm's ``weight_offset``), handed to the forward only when given."""
+        :func:`gradients` (a None leaf for an absent weight or bias), leaves in the gradients' order (``wrt``: the
+        parameters they are, default the operation's ``differentiable``); ``options``: a case's keyword options
+        (RMSNorm's ``weight_offset``), handed to the forward only when given."""
         operation = operations.of(op)
         args = list(args)
         leaves = []
-        for name in operation.differentiable:
+        for name in wrt or operation.differentiable:
             i = operation.params.index(name)
             leaf = None if args[i] is None else args[i].detach().requires_grad_(True)
             args[i] = leaf
@@ -98,12 +99,22 @@ class AutogradBackend(Backend):
                  else self.autograd_forward(op, tuple(args)))
         return y, leaves
 
+    def step_graph(self, op: str, args: tuple) -> tuple[Any, list]:
+        """The graph a training step (and a backward prepared for timing) differentiates, on the forward's ``args``:
+        :meth:`graph`; a fused operation's against its residual in x's place, whose gradient is dsum in the
+        residual's dtype, what ``add_rms_norm_backward`` returns (x's is the same sum cast to x's dtype by the add's
+        backward: with a float32 residual and half x, not dsum)."""
+        operation = operations.of(op)
+        if not operation.fuses:
+            return self.graph(op, args)
+        return self.graph(op, args, wrt=("residual",) + operation.differentiable[1:])
+
     def prepare_backward(self, op, args, cotangents):
-        y, leaves = self.graph(op, args)
+        y, leaves = self.step_graph(op, args)
         return lambda: self._differentiate(y, leaves, cotangents, retain_graph=True)
 
     def forward_backward(self, op, args, cotangents):
-        y, leaves = self.graph(op, args)
+        y, leaves = self.step_graph(op, args)
         grads = self._differentiate(y, leaves, cotangents)
         return (tuple(o.detach() for o in y) if isinstance(y, (tuple, list)) else y.detach()), grads
 
@@ -148,12 +159,12 @@ class AutogradBackward(AutogradBackend):
     ``_graph(x, normalized_shape, weight, bias, eps)`` and ``_rms_graph(x, normalized_shape, weight, eps)``,
     each ``(y, leaves)`` from :func:`autograd_graph`. New code subclasses :class:`AutogradBackend`."""
 
-    def graph(self, op, args):
+    def graph(self, op, args, wrt=None):
         own = {"layer_norm": "_graph", "rms_norm": "_rms_graph"}.get(op)
         if own is not None and callable(getattr(self, own, None)):
             y, leaves = getattr(self, own)(*args)
             return y, leaves[:len(operations.of(op).differentiable)]
-        return super().graph(op, args)
+        return super().graph(op, args, wrt)
 
 
 #: torch's own intra-op thread count, read before normbench first changed it
