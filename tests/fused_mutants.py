@@ -242,6 +242,27 @@ class NormalizesX(FusedKernel):
         return self._x
 
 
+class InPlaceResidual(FusedKernel):
+    """vLLM's ``fused_add_rms_norm`` semantics wrapped without the copies (docs/fused.md): the sum written into the
+    residual buffer it was handed, and that buffer returned as residual_out. Right on the first call; every call after
+    adds x to the last sum."""
+
+    name = "mutant-fused-in-place-residual"
+
+    def finish(self, y, stored, x):
+        y, stored = super().finish(y, stored, x)
+        self._residual[...] = stored.reshape(self._residual.shape)
+        return y, self._residual
+
+    def add_layer_norm(self, x, residual, normalized_shape, weight, bias, eps):
+        self._residual = residual
+        return super().add_layer_norm(x, residual, normalized_shape, weight, bias, eps)
+
+    def add_rms_norm(self, x, residual, normalized_shape, weight, eps):
+        self._residual = residual
+        return super().add_rms_norm(x, residual, normalized_shape, weight, eps)
+
+
 # -- backward mutants ---------------------------------------------------------------------------------------
 
 
@@ -290,5 +311,5 @@ class BackwardIntoDy(FusedKernel):
 
 
 FORWARD_MUTANTS: list[type[FusedKernel]] = [ResidualOutNotWritten, ResidualOutTruncated, StaleResidual,
-                                             TailIntoNextRow, NormalizesX]
+                                             TailIntoNextRow, NormalizesX, InPlaceResidual]
 BACKWARD_MUTANTS: list[type[FusedKernel]] = [PrenormBackward, DropsResidualGradient, BackwardIntoDy]

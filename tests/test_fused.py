@@ -164,6 +164,7 @@ NAMED = {
     fused_mutants.StaleResidual: "residual_out[",
     fused_mutants.TailIntoNextRow: "): y[",
     fused_mutants.NormalizesX: "): y[",
+    fused_mutants.InPlaceResidual: "modified its input residual in place",
     fused_mutants.PrenormBackward: "): dsum[",
     fused_mutants.DropsResidualGradient: "): dsum[",
     fused_mutants.BackwardIntoDy: "modified its input dy in place",

@@ -5,8 +5,10 @@ a host timer with a no-op cold-cache flush, so nothing here depends on how fast
 this machine is. Timing tolerances are those of tests/test_timing.py.
 """
 
+import dataclasses
 import math
 
+import numpy as np
 import pytest
 
 from normbench.core import cases
@@ -148,3 +150,160 @@ def test_a_case_too_large_for_the_host_is_one_message_before_anything_is_made(mo
     row = runner().measure(KnownCost(1e-4), cases.Case("t", (1000, 64), (64,), "float32"), "forward").row
     assert row["verdict"] == "error" and "needs about" in row["message"] and "1 MiB is available" in row["message"]
     assert verify.SAMPLE_ABOVE == 1 << 24
+
+
+# -- the fused operations (docs/fused.md): the same runner, their residual verified, counted and handed over ------
+
+FUSED_CASES = [cases.Case("t", (16, 64), (64,), "float32", norm="add_rms_norm"),
+               cases.Case("t", (16, 64), (64,), "float32", norm="add_layer_norm"),
+               cases.Case("t", (16, 64), (64,), "bfloat16", norm="add_rms_norm", residual_dtype="float32")]
+
+
+@pytest.mark.parametrize("name", ["numpy", "torch"])
+@pytest.mark.parametrize("case", FUSED_CASES, ids=lambda c: c.id)
+def test_a_fused_case_is_verified_and_its_bytes_count_the_residual_in_its_own_dtype(name, case):
+    from normbench import get_registry
+
+    registry = get_registry()
+    if not registry.availability(name):
+        pytest.skip(f"{name} is not available here: {registry.availability(name).reason}")
+    backend, r = registry.create(name), runner(min_samples=3)
+    for direction in ("forward", "backward", "forward+backward"):
+        row = r.measure(backend, case, direction).row
+        assert row["verdict"] == "ok", row["message"]
+        assert row["normalization"] == case.norm and row["case_id"] == case.id
+        assert row["bytes"] == direction_bytes(16, 64, case.dtype, direction, norm=case.norm,
+                                               residual_dtype=case.residual_type)
+        assert row["bytes"] > direction_bytes(16, 64, case.dtype, direction, norm=case.norm.removeprefix("add_"))
+        if case.residual_dtype:  # the float32 residual stream counted at 4 bytes, not at x's 2
+            assert row["bytes"] > direction_bytes(16, 64, case.dtype, direction, norm=case.norm)
+
+
+FUSED = cases.Case("t", (16, 64), (64,), "bfloat16", norm="add_rms_norm")
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward", "forward+backward"])
+@pytest.mark.parametrize("norm", ["add_rms_norm", "add_layer_norm"])
+def test_the_correct_fused_kernel_is_ok_so_a_mutant_fails_for_its_bug(norm, direction):
+    from tests.fused_mutants import FusedKernel
+
+    row = runner(min_samples=3).measure(FusedKernel(), dataclasses.replace(FUSED, norm=norm), direction).row
+    assert row["verdict"] == "ok", row["message"]
+
+
+def test_a_kernel_normalizing_the_unrounded_sum_is_ok_though_far_from_the_stored_sums_normalization():
+    """Either rounding of the sum is correct (docs/fused.md): at an offset of 100 in bfloat16 the two conventions'
+    references are hundreds of bounds apart, and a kernel following the unrounded one is a speed, not wrong."""
+    from normbench.check import conformance, error_model, fused
+    from tests.fused_mutants import UnroundedSum
+
+    case = cases.Case("t", (16, 64), (64,), "bfloat16", dist="offset1e2", norm="add_layer_norm")
+    inputs = cases.make_inputs(case, 0)
+    stored, unrounded = conformance.reference(inputs), fused.unrounded_reference(inputs)
+    assert (np.abs(unrounded.y - stored.y) > 100 * error_model.forward_bound(stored, case.dtype)).any()
+    row = runner(min_samples=3).measure(UnroundedSum(), case, "forward").row
+    assert row["verdict"] == "ok", row["message"]
+
+
+def _fused_mutant(name):
+    from tests import fused_mutants
+
+    return getattr(fused_mutants, name)()
+
+
+@pytest.mark.parametrize("mutant, direction, verdict, named", [
+    ("ResidualOutNotWritten", "forward", "wrong-before", "residual_out["),   # the residual handed back, not the sum
+    ("ResidualOutTruncated", "forward", "wrong-before", "residual_out["),    # the sum rounded toward zero
+    ("ResidualOutTruncated", "forward+backward", "wrong-before", "residual_out["),
+    ("NormalizesX", "forward", "wrong-before", "): y["),                     # y of x, not of the sum
+    ("DropsResidualGradient", "backward", "wrong-before", "): dsum["),       # dsum without dresidual_out
+    ("DropsResidualGradient", "forward+backward", "wrong-before", "): dsum["),
+    ("InPlaceResidual", "forward", "wrong-after", "residual"),               # the sum written into the residual
+    ("BackwardIntoDy", "backward", "wrong-after", "dy"),                     # dsum written into dy
+])
+def test_a_fused_mutant_is_wrong_not_a_speed(mutant, direction, verdict, named):
+    row = runner(min_samples=3).measure(_fused_mutant(mutant), FUSED, direction).row
+    assert row["verdict"] == verdict and named in row["message"], (row["verdict"], row["message"])
+    assert math.isnan(row["gbps"])
+
+
+def test_a_fused_backend_writing_into_its_residual_is_caught_by_the_input_check():
+    """Right outputs every time (from a copy of the first residual it saw), the residual overwritten after: only the
+    input check sees it, and it names the residual."""
+    from tests.fused_mutants import FusedKernel
+
+    class ScribblesOnResidual(FusedKernel):
+        name = "scribbles-on-residual"
+        saved = None
+
+        def add_rms_norm(self, x, residual, normalized_shape, weight, eps):
+            self.saved = residual.copy() if self.saved is None else self.saved
+            out = super().add_rms_norm(x, self.saved, normalized_shape, weight, eps)
+            residual[...] = 0
+            return out
+
+    row = runner(min_samples=3).measure(ScribblesOnResidual(), FUSED, "forward").row
+    assert row["verdict"] == "wrong-after" and "modified its input residual in place" in row["message"], row["message"]
+
+
+def test_a_fused_backward_writing_into_dresidual_out_or_residual_out_is_caught():
+    """The backward's own inputs are checked too: dresidual_out (the harness's) and residual_out (what the untimed
+    forward wrote and the backward is handed)."""
+    from tests.fused_mutants import FusedKernel
+
+    class Scribbles(FusedKernel):
+        """Right gradients every time (from copies of the first inputs it saw), ``target`` written into after."""
+
+        name = "scribbles-on-backward-inputs"
+        target = "dresidual_out"
+        saved = None
+
+        def add_rms_norm_backward(self, dy, dresidual_out, residual_out, normalized_shape, weight, eps):
+            self.saved = self.saved or tuple(np.array(a) for a in (dy, dresidual_out, residual_out))
+            out = super().add_rms_norm_backward(*self.saved, normalized_shape, weight, eps)
+            {"dresidual_out": dresidual_out, "residual_out": residual_out}[self.target][0, 0] += 1
+            return out
+
+    for target in ("dresidual_out", "residual_out"):
+        backend = Scribbles()
+        backend.target = target
+        row = runner(min_samples=3).measure(backend, FUSED, "backward").row
+        assert row["verdict"] == "wrong-after" and f"modified its input {target} in place" in row["message"], row
+
+
+def test_a_large_fused_case_samples_the_residual_and_dresidual_out_with_x_and_dy(monkeypatch):
+    """Sampled rows of a fused case take their residual and dresidual_out from the same rows: numpy's correct dsum
+    passes only so; a residual_out wrong in the last row (always sampled) still fails, its row named."""
+    from normbench import get_registry
+    from normbench.perf import verify
+    from tests.fused_mutants import FusedKernel
+
+    monkeypatch.setattr(verify, "SAMPLE_ABOVE", 4096)
+    monkeypatch.setattr(verify, "SAMPLED_ROWS", 16)
+    case = cases.Case("t", (1000, 64), (64,), "float32", norm="add_layer_norm")
+    reference = verify.Reference(case, 0)
+    assert reference.checked_inputs.residual.shape == reference.checked_dresidual.shape == (16, 64)
+    assert (reference.checked_inputs.residual[-1] == reference.inputs.residual[-1]).all()
+    for direction in ("forward", "backward", "forward+backward"):
+        row = runner(min_samples=3).measure(get_registry().create("numpy"), case, direction).row
+        assert row["verdict"] == "ok" and "verified on 16 of 1000 rows" in row["message"], row["message"]
+
+    class WrongLastRow(FusedKernel):
+        def finish(self, y, stored, x):
+            stored = stored.copy()
+            stored[-1, 0] += 1.0
+            return super().finish(y, stored, x)
+
+    bad = runner(min_samples=3).measure(WrongLastRow(), case, "forward").row
+    assert bad["verdict"] == "wrong-before" and "residual_out[15, 0]" in bad["message"], bad["message"]
+    assert "rows 0, 67, 133, ..., 999 of the case" in bad["message"], bad["message"]
+
+
+def test_a_backend_without_the_fused_operations_skips_their_cases_saying_so():
+    from normbench import get_registry
+    from normbench.check.conformance import skip_reason
+
+    backend = get_registry().load_class("jax")
+    for case in FUSED_CASES:
+        reason = skip_reason(backend, case, backward=True)
+        assert reason and f"not {case.norm}" in reason and "implements" in reason, reason

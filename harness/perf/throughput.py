@@ -40,6 +40,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from normbench.check import conformance
 from normbench.check.conformance import ConformanceError
 from normbench.check.outcomes import CRASHED, TIMEOUT
 from normbench.core import operations
@@ -63,8 +66,15 @@ ABOVE_CEILING_MARGIN = 1.10
 class Prepared:
     """A case's inputs converted once (from copies of the reference's), and the op a timer calls."""
 
-    native: tuple  # x, weight, bias, dy as the backend's arrays
+    #: the backend's arrays by name (``Reference.hosts``' names: x, a fused operation's residual, weight, bias, dy,
+    #: dresidual_out; None for one this direction does not hand over), and any output of the backend's that the
+    #: timed op is handed back (a fused backward's ``residual_out``)
+    native: dict[str, Any]
+    #: the forward's arguments (``Operation.arguments``), for the ``warmup`` hook
+    args: tuple
     op: Callable[[], Any]
+    #: the harness's copies of the outputs in :attr:`native`, taken when the backend wrote them
+    written: dict[str, Any] = field(default_factory=dict)
 
 
 def prepare(backend: Backend, reference: Reference, direction: str) -> Prepared:
@@ -72,23 +82,48 @@ def prepare(backend: Backend, reference: Reference, direction: str) -> Prepared:
     the backward alone (its forward and autograd graph made here, untimed, through the backend's
     ``prepare_backward``; a backend that cannot separate them has its backward timed, and
     modelled, with its forward: :func:`model_direction`); or exactly one forward and one backward
-    (``forward_backward``)."""
+    (``forward_backward``). Every operation's arguments are built from its entry (``Operation.arguments``); a fused
+    operation's backward takes what its forward wrote (``residual_out``: ``Operation.backward_args_from``), so
+    without a ``prepare_backward`` hook its forward runs here first, untimed."""
     case = reference.case
-    wanted = reference.arrays if direction != "forward" else (*reference.arrays[:3], None)
-    x, w, b, g = (None if a is None else backend.asarray(a.copy()) for a in wanted)
     norm = operations.of(case.norm)
-    args = norm.arguments(x=x, normalized_shape=case.normalized_shape, weight=w, bias=b, eps=case.eps)
+    native = {name: None if a is None or (direction == "forward" and name in norm.cotangents)
+              else backend.asarray(a.copy()) for name, a in reference.hosts.items()}
+    args = norm.arguments({p: native[p] for p in norm.params if p in native}, normalized_shape=case.normalized_shape,
+                          eps=case.eps)
+    cotangents = tuple(native[name] for name in norm.cotangents)
+    written: dict[str, Any] = {}
     if direction == "forward":
         op = lambda: norm.forward(backend, args)
     elif direction == "backward":
-        prepared = norm.prepare_backward(backend, args, (g,))
-        op = ((lambda: norm.gradient_tuple(prepared())) if prepared is not None
-              else (lambda: norm.gradient_tuple(norm.backward(backend, args, (g,)))))
+        prepared = norm.prepare_backward(backend, args, cotangents)
+        if prepared is not None:
+            op = lambda: norm.gradient_tuple(prepared())
+        else:
+            backward_args = _backward_arguments(backend, case, args, native, written)
+            op = lambda: norm.gradient_tuple(norm.backward(backend, backward_args, cotangents))
     else:
         def op():
-            y, grads = norm.forward_backward(backend, args, (g,))
+            y, grads = norm.forward_backward(backend, args, cotangents)
             return y, norm.gradient_tuple(grads)
-    return Prepared((x, w, b, g), op)
+    return Prepared(native, args, op, written)
+
+
+def _backward_arguments(backend: Backend, case: Case, args: tuple, native: dict[str, Any],
+                        written: dict[str, Any]) -> tuple:
+    """The backward entry point's arguments: the forward's, or for an operation whose backward takes what its forward
+    wrote (a fused one's ``residual_out``) those outputs of one untimed forward, added to ``native`` and, as the harness's
+    copies, to ``written`` (the backward must not write into them either)."""
+    norm = operations.of(case.norm)
+    if not norm.backward_params:
+        return args
+    outputs = conformance._outputs(backend, case, norm, norm.forward(backend, args))  # (y, residual_out), or why not
+    backend.synchronize()
+    for name, value in zip(norm.outputs, outputs):
+        if name in norm.backward_parameters:
+            native[name] = value
+            written[name] = np.array(backend.to_numpy(value))
+    return norm.backward_args_from(args, outputs)
 
 
 def model_direction(backend: Backend, direction: str, norm: str = "layer_norm") -> str:
@@ -161,7 +196,7 @@ class ThroughputRunner:
                        case_id=case.id, seed=self.seed, byte_model=BYTE_MODELS[modelled],
                        bytes=direction_bytes(case.rows, case.hidden, case.dtype, modelled, case.params,
                                              weight=case.affine in ("wb", "w"), bias=case.affine in ("wb", "b"),
-                                             norm=case.norm),
+                                             norm=case.norm, residual_dtype=case.residual_type),
                        cache=self.options.cache)
 
     def _reference(self, case: Case) -> Reference:
@@ -174,9 +209,7 @@ class ThroughputRunner:
 
     def _warm_up(self, backend: Backend, case: Case, prepared: Prepared, sync: Callable[[Any], None]) -> None:
         """The backend's ``warmup`` hook (compilation, autotuning), then the op, untimed."""
-        x, w, b, _ = prepared.native
-        norm = operations.of(case.norm)
-        norm.warmup(backend, norm.arguments(x=x, normalized_shape=case.normalized_shape, weight=w, bias=b, eps=case.eps))
+        operations.of(case.norm).warmup(backend, prepared.args)
         for _ in range(self.options.warmup):
             sync(prepared.op())
 
@@ -188,7 +221,7 @@ class ThroughputRunner:
         try:
             reference = self._reference(case)
             prepared = prepare(backend, reference, direction)
-            verifier = Verifier(backend, reference, direction, prepared.native)
+            verifier = Verifier(backend, reference, direction, prepared.native, written=prepared.written)
             verifier.check(prepared.op())
             self._warm_up(backend, case, prepared, sync)
             ceiling = self.ceiling(backend.device)
@@ -259,9 +292,12 @@ THROUGHPUT_COLUMNS: tuple[Column, ...] = (
     Column("device_name", "str", "the CPU or GPU model"),
     Column("backend", "str", "the backend name (--impl)"),
     Column("backend_version", "str", "the version of the library it wraps"),
-    Column("normalization", "str", "layer_norm or rms_norm (normbench.core.operations). Version 2", choices=operations.NAMES),
+    Column("normalization", "str", "the operation: layer_norm, rms_norm, or one with the residual add fused in, "
+                                   "add_layer_norm or add_rms_norm (normbench.core.operations; docs/fused.md). Version 2",
+           choices=operations.NAMES),
     Column("direction", "str", "forward, backward or forward+backward"),
-    Column("dtype", "str", "the dtype of x, y, dy and dx"),
+    Column("dtype", "str", "the dtype of x, y, dy and dx (a fused operation's residual stream has x's dtype unless "
+                           "its case_id says otherwise: residualfloat32)"),
     Column("param_dtype", "str", "the dtype of weight and bias"),
     Column("rows", "int", "M, the number of rows", low=1),
     Column("hidden", "int", "N, the normalized size", low=1),
