@@ -246,3 +246,28 @@ def test_a_saved_table1_is_never_written_over(tmp_path):
     (tmp_path / "file").write_text("")
     out = normbench("table1", "--no-recurrent", f"--save={tmp_path / 'file'}")
     assert out.returncode == 2 and "is a file, not a folder" in out.stderr
+
+
+def test_fused_throughput_rows_get_panels_of_their_own_with_their_byte_model(tmp_path):
+    """A fused operation's rows (docs/fused.md) are panels of their own, labelled with the operation, beside the plain
+    ones, and the byte model shows its formula (the residual read, residual_out written)."""
+    from normbench.core import storage
+    from normbench.perf.roofline import direction_bytes
+    from normbench.perf.throughput import THROUGHPUT
+    from normbench.report import shape
+    from tests.report_data import throughput_rows
+
+    folder = write_run(tmp_path / "f", "f", {"numpy": 0.1, "torch": 0.3})
+    plain = storage.load(folder, THROUGHPUT)
+    fused = [{**row, "normalization": "add_rms_norm", "case_id": "add-rms-" + str(row["case_id"] or "x"),
+              "bytes": direction_bytes(row["rows"], row["hidden"], "float32", row["direction"], norm="add_rms_norm")}
+             for row in throughput_rows("f", {"numpy": 0.1, "torch": 0.3})]
+    rows = plain.to_dict("records") + fused
+    storage.save(folder, storage.frame(rows, THROUGHPUT), THROUGHPUT)
+    sets = load_result_sets([folder])
+    titles = [f"{p.direction} {p.dtype}" for p in shape.throughput_panels(sets)]
+    assert titles == ["forward float32", "backward float32", "forward float32, Add+RMSNorm",
+                      "backward float32, Add+RMSNorm"], titles
+    assert any("Add+RMSNorm: " in formula and "residual_out" in formula for _, _, formula in shape.byte_models(sets))
+    html = render_html(sets, "torch")
+    assert html.count("<polyline") == 2 * 2 * 2  # two operations, two directions, a line per backend

@@ -7,12 +7,16 @@
 '[1/3] numpy forward float32 64x256: 2.5 GB/s, 12.5% of 20 GB/s (median 100 us, n=10, IQR 4%)'
 >>> progress_line({**row, "normalization": "rms_norm"}, 2, 3).split(":")[0]
 '[2/3] numpy RMSNorm forward float32 64x256'
+>>> progress_line({**row, "normalization": "add_rms_norm"}, 3, 3).split(":")[0]
+'[3/3] numpy Add+RMSNorm forward float32 64x256'
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+from normbench.core import operations
 
 
 def _seconds(s: float) -> str:
@@ -24,7 +28,8 @@ def _seconds(s: float) -> str:
 
 def progress_line(row: dict[str, Any], index: int, total: int) -> str:
     """One line per measured case, for long sweeps."""
-    norm = " RMSNorm" if row.get("normalization") == "rms_norm" else ""  # LayerNorm's lines as they always were
+    normalization = row.get("normalization") or "layer_norm"  # LayerNorm's lines as they always were
+    norm = "" if normalization == "layer_norm" else f" {operations.of(normalization).label}"
     where = f"[{index}/{total or '?'}] {row['backend']}{norm} {row['direction']} {row['dtype']} {row['shape']}"
     if row["verdict"] != "ok":
         first = (row.get("message") or "").splitlines()[:1]
