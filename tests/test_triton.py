@@ -26,7 +26,16 @@ if importlib.util.find_spec("triton") is None:  # never import triton before the
     pytest.skip("triton is not installed (pip install 'normbench[triton]')", allow_module_level=True)
 torch = pytest.importorskip("torch")
 
-from normbench.impls.triton import LayerNorm, RMSNorm, launch, layer_norm, rms_norm  # noqa: E402
+from normbench.impls.triton import (  # noqa: E402
+    AddLayerNormFunction,
+    LayerNorm,
+    RMSNorm,
+    add_layer_norm,
+    add_rms_norm,
+    launch,
+    layer_norm,
+    rms_norm,
+)
 from normbench.impls.triton.backend import TritonBackend  # noqa: E402
 from normbench.kit.triton import ensure_mode  # noqa: E402
 
@@ -440,7 +449,7 @@ def test_rms_only_the_gradients_asked_for_and_no_double_backward():
 def test_rms_backend_methods(triton_backend):
     """The backend contract: rms_norm, its backward (through autograd), the backward prepared
     alone, one forward and one backward, warmup; the same bits every way."""
-    assert tuple(triton_backend.operations) == ("layer_norm", "rms_norm")
+    assert tuple(triton_backend.operations) == ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
     x, w, dy = rms_inputs((6, 40), "float32", True)
     y = triton_backend.rms_norm(x, (40,), w, None)
     dx, dw = triton_backend.rms_norm_backward(dy, x, (40,), w, None)
@@ -468,6 +477,109 @@ def test_rms_empty_input_and_bad_input():
         rms_norm(torch.zeros(2, 3), (3,), torch.zeros(2))
     with pytest.raises(ValueError, match=r"rstd must be the forward's saved statistics"):
         launch.rms_backward(torch.zeros(2, 3), torch.zeros(2, 3), (3,), None, torch.zeros(3))
+
+
+# -- the residual add fused in: the same bodies with HAS_RESIDUAL and HAS_DRES ---------------------
+#
+# The suites judge the fused kernels against the float64 oracle (pytest suites --impl=triton -k add-). Here: what
+# ties them to the plain kernels, bit for bit. The fused forward's statistics and y are the plain forward's on the
+# residual_out it wrote; its dweight and dbias the plain backward's; residual_out is one rounding of the exact sum
+# (under the interpreter, bfloat16 is stored by truncation: the backend's runtime_note, pinned here as the
+# mechanism of the declared deviation in suites/known_deviations.txt).
+
+#: (shape, x dtype, residual dtype): rows in registers, ragged looped rows, several leading dims, fp32 residual
+FUSED_SHAPES = [((37, 1001), "float32", "float32"), ((3, 20000), "bfloat16", "bfloat16"),
+                ((3, 5, 64), "float16", "float16"), ((9, 769), "bfloat16", "float32"), ((4, 100), "float64", "float64"),
+                ((2, 65536), "float16", "float16")]
+
+
+def _stored_sum(x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """x + residual rounded once to the residual's dtype, as the kernels store it here: exactly (the float64 sum of
+    two values of these dtypes is exact) and rounded to nearest, or under the interpreter for bfloat16 the fp32 sum
+    truncated (what the interpreter's conversion does)."""
+    exact = x.double() + residual.double()
+    if residual.dtype != torch.bfloat16 or not MODE.interpreter:
+        return exact.to(residual.dtype)
+    bits = (x.float() + residual.float()).view(torch.int32)
+    return (bits >> 16).to(torch.int16).view(torch.bfloat16)
+
+
+def _fused_inputs(shape, dtype: str, residual_dtype: str, strided: bool = False):
+    gen = torch.Generator().manual_seed(3)
+    make = lambda *s: torch.randn(s, generator=gen, dtype=torch.float64)
+    x = (make(*shape) * 2 + 3).to(getattr(torch, dtype))
+    residual = (make(*shape[:-1], 2 * shape[-1])[..., ::2] if strided else make(*shape)).to(getattr(torch, residual_dtype))
+    w, b = (make(shape[-1]).to(getattr(torch, dtype)) for _ in range(2))
+    return x, residual, w, b
+
+
+@pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided-residual"])
+@pytest.mark.parametrize("shape,dtype,residual_dtype", FUSED_SHAPES, ids=str)
+def test_fused_forward_is_the_plain_kernel_on_the_residual_out_it_stores(shape, dtype, residual_dtype, strided):
+    x, residual, w, b = _fused_inputs(shape, dtype, residual_dtype, strided)
+    n = shape[-1:]
+    y, residual_out, mean, rstd = launch.add_forward(x, residual, n, w, b, 1e-5)
+    assert residual_out.dtype == residual.dtype and y.dtype == x.dtype and residual_out.is_contiguous()
+    bits = lambda t: t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+    assert torch.equal(bits(residual_out), bits(_stored_sum(x, residual)))
+    y_plain, mean_plain, rstd_plain = launch.forward(residual_out, n, w, b, 1e-5)
+    assert torch.equal(mean, mean_plain) and torch.equal(rstd, rstd_plain)
+    y_rms, residual_out_rms, rstd_rms = launch.add_rms_forward(x, residual, n, w)
+    assert torch.equal(residual_out_rms, residual_out)
+    y_rms_plain, rstd_rms_plain = launch.rms_forward(residual_out, n, w, launch.rms_eps(None, x.dtype))
+    assert torch.equal(rstd_rms, rstd_rms_plain)
+    if residual.dtype == x.dtype:  # else the plain kernel writes y in the residual's dtype
+        assert torch.equal(y, y_plain) and torch.equal(y_rms, y_rms_plain)
+
+
+@pytest.mark.parametrize("shape,dtype,residual_dtype", FUSED_SHAPES[:4], ids=str)
+def test_fused_backward_adds_dresidual_out_and_sums_the_plain_parameter_gradients(shape, dtype, residual_dtype):
+    """dweight and dbias bit for bit the plain backward's on residual_out; dsum = dresidual_out + dx, rounded once
+    (so within one rounding of the plain dx, itself rounded, plus dresidual_out); the autograd function hands dsum to
+    x and to the residual in their own dtypes."""
+    x, residual, w, b = _fused_inputs(shape, dtype, residual_dtype)
+    n = shape[-1:]
+    gen = torch.Generator().manual_seed(4)
+    dy = torch.randn(shape, generator=gen).to(x.dtype)
+    dres = torch.randn(shape, generator=gen).to(residual.dtype)
+    _, residual_out, mean, rstd = launch.add_forward(x, residual, n, w, b, 1e-5)
+    dsum, dw, db = launch.add_backward(dy, dres, residual_out, n, w, b, mean, rstd)
+    dx, dw_plain, db_plain = launch.backward(dy.to(residual_out.dtype), residual_out, n, w, b, mean, rstd)
+    assert torch.equal(dw, dw_plain) and torch.equal(db, db_plain) and dsum.dtype == residual.dtype
+    ulp = torch.finfo(residual.dtype).eps
+    scale = dx.double().abs() + dres.double().abs()
+    assert torch.all((dsum.double() - (dx.double() + dres.double())).abs() <= 2 * ulp * scale + 1e-30)
+    _, _, rstd_rms = launch.add_rms_forward(x, residual, n, w)
+    dsum_rms, dw_rms = launch.add_rms_backward(dy, dres, residual_out, n, w, rstd_rms)
+    assert torch.equal(dw_rms, launch.rms_backward(dy.to(residual_out.dtype), residual_out, n, w, rstd_rms)[1])
+    leaves = [t.detach().requires_grad_() for t in (x, residual, w, b)]
+    y, out = AddLayerNormFunction.apply(*leaves[:2], n, *leaves[2:], 1e-5)
+    torch.autograd.backward((y, out), (dy, dres))
+    assert leaves[0].grad.dtype == x.dtype and leaves[1].grad.dtype == residual.dtype
+    assert torch.equal(leaves[1].grad, dsum) and torch.equal(leaves[0].grad, dsum.to(x.dtype))
+    assert torch.equal(leaves[2].grad, dw) and torch.equal(leaves[3].grad, db)
+
+
+def test_fused_backend_methods_and_bad_input(triton_backend):
+    """The backend contract for the fused operations (the backward through autograd, warmup) and the
+    wrappers' messages for a residual or dresidual_out that does not fit."""
+    x, residual, w, b = _fused_inputs((6, 40), "float32", "float32")
+    y, residual_out = triton_backend.add_layer_norm(x, residual, (40,), w, b, 1e-5)
+    dy, dres = torch.randn(6, 40), torch.randn(6, 40)
+    dsum, dw, db = triton_backend.add_layer_norm_backward(dy, dres, residual_out, (40,), w, b, 1e-5)
+    _, _, mean, rstd = launch.add_forward(x, residual, (40,), w, b, 1e-5)
+    for a, e in zip((dsum, dw, db), launch.add_backward(dy, dres, residual_out, (40,), w, b, mean, rstd)):
+        assert torch.equal(a, e)
+    assert triton_backend.warmup("add_rms_norm", (x, residual, (40,), w, None)) is None
+    y_rms, out_rms = add_rms_norm(x, residual, 40, w)
+    assert torch.equal(out_rms, residual_out) and torch.equal(y_rms, triton_backend.add_rms_norm(x, residual, 40, w,
+                                                                                              None)[0])
+    with pytest.raises(ValueError, match=r"residual has shape \(6, 41\); it must have x's shape \(6, 40\)"):
+        launch.add_forward(x, torch.zeros(6, 41), (40,))
+    with pytest.raises(ValueError, match=r"dresidual_out has shape \(6,\); it must have residual_out's shape"):
+        launch.add_rms_backward(dy, torch.zeros(6), residual_out, (40,), None, rstd)
+    with pytest.raises(TypeError, match=r"residual has dtype torch.int64; the Triton add \+ LayerNorm kernels"):
+        add_layer_norm(x, torch.zeros(6, 40, dtype=torch.int64), (40,))
 
 
 # -- compiled or interpreted: decided before triton is imported ------------------------------

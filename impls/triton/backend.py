@@ -1,4 +1,5 @@
-"""The ``triton`` backend: normbench's own Triton kernels under the harness, LayerNorm and RMSNorm.
+"""The ``triton`` backend: normbench's own Triton kernels under the harness, LayerNorm and RMSNorm, plain
+and with the residual add fused in (``add_layer_norm``, ``add_rms_norm``).
 
 On a machine with a CUDA device the kernels are compiled and run there; on one
 without, they run in the Triton interpreter on CPU (``normbench.kit.triton``
@@ -20,6 +21,7 @@ reads the class attributes. They load when the backend is created.
 
 from __future__ import annotations
 
+from normbench.core import operations
 from normbench.kit import device_label
 from normbench.kit import torch as torch_arrays
 from normbench.kit.triton import INTERPRETER_DEVICE, RUNTIME_NOTE, TIMING_NOTE, ensure_mode, interpreter_max_elements
@@ -29,9 +31,10 @@ INTERPRETER_MAX_ELEMENTS = 1 << 20
 
 class TritonBackend(torch_arrays.AutogradBackend):
     name = "triton"
-    description = ("normbench's Triton kernels (impls/triton): LayerNorm and RMSNorm, fp32 statistics (two-pass "
-                   "for LayerNorm), deterministic persistent backward; CUDA, or the Triton interpreter on CPU")
-    operations = ("layer_norm", "rms_norm")
+    description = ("normbench's Triton kernels (impls/triton): LayerNorm and RMSNorm, plain or with the residual add "
+                   "fused in, fp32 statistics (two-pass for LayerNorm), deterministic persistent backward; CUDA, or "
+                   "the Triton interpreter on CPU")
+    operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
     strided = True
     requires = ("triton", "torch")
     install_hint = "pip install 'normbench[triton]'"
@@ -86,7 +89,10 @@ class TritonBackend(torch_arrays.AutogradBackend):
     def warmup(self, op, args):
         """Compile (on CUDA) every kernel that arguments like these launch, forward and
         backward, and wait: Triton compiles per dtype, flags and block sizes."""
-        getattr(self, f"{op}_backward")(self.torch.zeros_like(args[0]), *args)
+        operation = operations.of(op)
+        outputs = operation.forward(self, args)
+        cotangents = tuple(self.torch.zeros_like(o) for o in (outputs if isinstance(outputs, tuple) else (outputs,)))
+        operation.backward(self, operation.backward_args_from(args, outputs), cotangents)
         self.synchronize()
 
     # -- RMSNorm: the same kernels with CENTERED off (impls/triton/forward_kernels.py) ---------
@@ -94,6 +100,14 @@ class TritonBackend(torch_arrays.AutogradBackend):
     def rms_norm(self, x, normalized_shape, weight, eps):
         """eps None: ``normbench.core.dtypes.default_rms_eps`` of x's dtype, as torch does."""
         return self.launch.rms_forward(x, normalized_shape, weight, eps)[0]
+
+    # -- the residual add fused in: the same kernels with HAS_RESIDUAL (backward: AutogradBackend.fused_backward) --
+
+    def add_layer_norm(self, x, residual, normalized_shape, weight, bias, eps):
+        return self.launch.add_forward(x, residual, normalized_shape, weight, bias, eps)[:2]
+
+    def add_rms_norm(self, x, residual, normalized_shape, weight, eps):
+        return self.launch.add_rms_forward(x, residual, normalized_shape, weight, eps)[:2]
 
     def synchronize(self):
         if self._device.type == "cuda":

@@ -25,6 +25,10 @@ registers, and writes them once to row ``pid`` of a ``(programs, N)`` buffer;
 program in chunks, partial rows in memory).
 No atomics, no locks: the result is bit-identical from run to run.
 
+The fused operations' backward (``add_layer_norm_*``, ``add_rms_norm_*``) is the same body with
+``HAS_DRES``: x is the forward's ``residual_out``, and ``dsum = dresidual_out + dx`` is formed in
+ACC and rounded once, where dx alone would be stored (the gradient of both x and the residual).
+
 Layout as in the forward: x and dy through row strides (dy's may be 0, a
 broadcast row), contiguous columns; dx written contiguous; 64-bit row offsets.
 """
@@ -46,12 +50,13 @@ def add_to_partial(PARTIAL, cols, again, mask, value):
 
 
 @triton.jit
-def backward_rows(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_row, stride_x_row, M, N,
-                  tiles_per_program, HAS_WEIGHT: tl.constexpr, COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr,
-                  COMPUTE_DB: tl.constexpr, CENTERED: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_N: tl.constexpr, PARTIALS_IN_MEMORY: tl.constexpr):
+def backward_rows(DY, DRES, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_row, stride_dres_row,
+                  stride_x_row, M, N, tiles_per_program, HAS_DRES: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+                  COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr, CENTERED: tl.constexpr,
+                  ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PARTIALS_IN_MEMORY: tl.constexpr):
     """The body of ``layer_norm_backward_rows`` (CENTERED) and ``rms_norm_backward_rows`` (not:
-    no mean, no mean(g) term, no dbias; MEAN and DB_PARTIAL are None).
+    no mean, no mean(g) term, no dbias; MEAN and DB_PARTIAL are None), and of their fused forms
+    (HAS_DRES: dresidual_out added to dx before it is stored; otherwise DRES is None).
 
     Persistent: contiguous tiles of BLOCK_M whole rows; each tile's column sums are added
     to partial sums in registers, or (PARTIALS_IN_MEMORY) to this program's partial rows."""
@@ -88,6 +93,8 @@ def backward_rows(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_ro
                 dx = (g - (xhat * mean_gx[:, None] + mean_g[:, None])) * rstd[:, None]
             else:
                 dx = (g - xhat * mean_gx[:, None]) * rstd[:, None]
+            if HAS_DRES:
+                dx += tl.load(DRES + rows[:, None] * stride_dres_row + cols[None, :], mask=mask, other=0.0).to(ACC)
             tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
         dw_tile = tl.sum(dy * xhat, axis=0)  # this tile's column sums
         db_tile = tl.sum(dy, axis=0)
@@ -113,11 +120,13 @@ def backward_rows(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_ro
 
 
 @triton.jit
-def backward_looped(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_row, stride_x_row, M, N,
-                    rows_per_program, HAS_WEIGHT: tl.constexpr, COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr,
-                    COMPUTE_DB: tl.constexpr, CENTERED: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr):
+def backward_looped(DY, DRES, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_row, stride_dres_row,
+                    stride_x_row, M, N, rows_per_program, HAS_DRES: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+                    COMPUTE_DX: tl.constexpr, COMPUTE_DW: tl.constexpr, COMPUTE_DB: tl.constexpr,
+                    CENTERED: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr):
     """The body of ``layer_norm_backward_looped`` (CENTERED) and ``rms_norm_backward_looped`` (not:
-    one row sum instead of two, no dbias; MEAN and DB_PARTIAL are None).
+    one row sum instead of two, no dbias; MEAN and DB_PARTIAL are None), and of their fused forms
+    (HAS_DRES: dresidual_out, read once in pass 2, added to dx before it is stored).
 
     Rows too long for registers: persistent programs, each walking contiguous whole rows.
     For each row, pass 1 walks it in chunks for the row means dx needs;
@@ -186,6 +195,8 @@ def backward_looped(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_
                     dx = (g - (xhat * mean_gx + mean_g)) * rstd
                 else:
                     dx = (g - xhat * mean_gx) * rstd
+                if HAS_DRES:
+                    dx += tl.load(DRES + row * stride_dres_row + cols, mask=mask, other=0.0).to(ACC)
                 tl.store(DX + row * N + cols, dx.to(DX.dtype.element_ty), mask=mask)
             if CENTERED:
                 if COMPUTE_DW:
@@ -223,8 +234,8 @@ def layer_norm_backward_rows(
 ):
     """Persistent: contiguous tiles of BLOCK_M whole rows; each tile's column sums are added
     to partial sums in registers, or (PARTIALS_IN_MEMORY) to this program's partial rows."""
-    backward_rows(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_row, stride_x_row, M, N,
-                  tiles_per_program, HAS_WEIGHT, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB, True, ACC, BLOCK_M, BLOCK_N,
+    backward_rows(DY, None, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_row, 0, stride_x_row, M, N,
+                  tiles_per_program, False, HAS_WEIGHT, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB, True, ACC, BLOCK_M, BLOCK_N,
                   PARTIALS_IN_MEMORY)
 
 
@@ -250,8 +261,8 @@ def rms_norm_backward_rows(
     PARTIALS_IN_MEMORY: tl.constexpr,  # partial sums in this program's partial rows, not registers
 ):
     """RMSNorm: ``layer_norm_backward_rows`` without the mean, the mean(g) term and dbias."""
-    backward_rows(DY, X, W, None, RSTD, DX, DW_PARTIAL, None, stride_dy_row, stride_x_row, M, N,
-                  tiles_per_program, HAS_WEIGHT, COMPUTE_DX, COMPUTE_DW, False, False, ACC, BLOCK_M, BLOCK_N,
+    backward_rows(DY, None, X, W, None, RSTD, DX, DW_PARTIAL, None, stride_dy_row, 0, stride_x_row, M, N,
+                  tiles_per_program, False, HAS_WEIGHT, COMPUTE_DX, COMPUTE_DW, False, False, ACC, BLOCK_M, BLOCK_N,
                   PARTIALS_IN_MEMORY)
 
 
@@ -279,8 +290,8 @@ def layer_norm_backward_looped(
 ):
     """Rows too long for registers: persistent programs, each walking contiguous whole rows
     twice in chunks (see backward_looped)."""
-    backward_looped(DY, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_row, stride_x_row, M, N,
-                    rows_per_program, HAS_WEIGHT, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB, True, ACC, BLOCK_N)
+    backward_looped(DY, None, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_row, 0, stride_x_row, M, N,
+                    rows_per_program, False, HAS_WEIGHT, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB, True, ACC, BLOCK_N)
 
 
 @triton.jit
@@ -303,8 +314,125 @@ def rms_norm_backward_looped(
     BLOCK_N: tl.constexpr,  # chunk size: each row is walked in chunks of BLOCK_N
 ):
     """RMSNorm: ``layer_norm_backward_looped`` without the mean, the mean(g) term and dbias."""
-    backward_looped(DY, X, W, None, RSTD, DX, DW_PARTIAL, None, stride_dy_row, stride_x_row, M, N,
-                    rows_per_program, HAS_WEIGHT, COMPUTE_DX, COMPUTE_DW, False, False, ACC, BLOCK_N)
+    backward_looped(DY, None, X, W, None, RSTD, DX, DW_PARTIAL, None, stride_dy_row, 0, stride_x_row, M, N,
+                    rows_per_program, False, HAS_WEIGHT, COMPUTE_DX, COMPUTE_DW, False, False, ACC, BLOCK_N)
+
+
+@triton.jit
+def add_layer_norm_backward_rows(
+    DY,  # *dy: element (row, col) at DY + row * stride_dy_row + col
+    DRES,  # *dresidual_out: element (row, col) at DRES + row * stride_dres_row + col
+    X,  # *residual_out, the forward's: element (row, col) at X + row * stride_x_row + col
+    W,  # *weight (N,), contiguous; read only if HAS_WEIGHT
+    MEAN,  # *mean (M,), ACC dtype, saved by the forward
+    RSTD,  # *rstd (M,), ACC dtype, saved by the forward
+    DX,  # *dsum: contiguous (M, N), residual_out's dtype; written only if COMPUTE_DX
+    DW_PARTIAL,  # *(programs, N) ACC: this program writes row pid of dweight partial sums
+    DB_PARTIAL,  # *(programs, N) ACC: the same for dbias
+    stride_dy_row,  # elements between consecutive rows of dy
+    stride_dres_row,  # elements between consecutive rows of dresidual_out
+    stride_x_row,  # elements between consecutive rows of residual_out
+    M,  # number of rows
+    N,  # elements per row
+    tiles_per_program,  # this program walks row tiles [pid, pid + 1) * tiles_per_program
+    HAS_WEIGHT: tl.constexpr,
+    COMPUTE_DX: tl.constexpr,
+    COMPUTE_DW: tl.constexpr,
+    COMPUTE_DB: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_M: tl.constexpr,  # rows per tile
+    BLOCK_N: tl.constexpr,  # next power of two >= N: whole rows in registers
+    PARTIALS_IN_MEMORY: tl.constexpr,  # partial sums in this program's partial rows, not registers
+):
+    """``layer_norm_backward_rows`` writing ``dsum = dresidual_out + dx``."""
+    backward_rows(DY, DRES, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_row, stride_dres_row, stride_x_row,
+                  M, N, tiles_per_program, True, HAS_WEIGHT, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB, True, ACC, BLOCK_M,
+                  BLOCK_N, PARTIALS_IN_MEMORY)
+
+
+@triton.jit
+def add_rms_norm_backward_rows(
+    DY,  # *dy: element (row, col) at DY + row * stride_dy_row + col
+    DRES,  # *dresidual_out: element (row, col) at DRES + row * stride_dres_row + col
+    X,  # *residual_out, the forward's: element (row, col) at X + row * stride_x_row + col
+    W,  # *weight (N,), contiguous; read only if HAS_WEIGHT
+    RSTD,  # *rstd (M,), ACC dtype, saved by the forward
+    DX,  # *dsum: contiguous (M, N), residual_out's dtype; written only if COMPUTE_DX
+    DW_PARTIAL,  # *(programs, N) ACC: this program writes row pid of dweight partial sums
+    stride_dy_row,  # elements between consecutive rows of dy
+    stride_dres_row,  # elements between consecutive rows of dresidual_out
+    stride_x_row,  # elements between consecutive rows of residual_out
+    M,  # number of rows
+    N,  # elements per row
+    tiles_per_program,  # this program walks row tiles [pid, pid + 1) * tiles_per_program
+    HAS_WEIGHT: tl.constexpr,
+    COMPUTE_DX: tl.constexpr,
+    COMPUTE_DW: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_M: tl.constexpr,  # rows per tile
+    BLOCK_N: tl.constexpr,  # next power of two >= N: whole rows in registers
+    PARTIALS_IN_MEMORY: tl.constexpr,  # partial sums in this program's partial rows, not registers
+):
+    """``rms_norm_backward_rows`` writing ``dsum = dresidual_out + dx``."""
+    backward_rows(DY, DRES, X, W, None, RSTD, DX, DW_PARTIAL, None, stride_dy_row, stride_dres_row, stride_x_row, M, N,
+                  tiles_per_program, True, HAS_WEIGHT, COMPUTE_DX, COMPUTE_DW, False, False, ACC, BLOCK_M, BLOCK_N,
+                  PARTIALS_IN_MEMORY)
+
+
+@triton.jit
+def add_layer_norm_backward_looped(
+    DY,  # *dy: element (row, col) at DY + row * stride_dy_row + col
+    DRES,  # *dresidual_out: element (row, col) at DRES + row * stride_dres_row + col
+    X,  # *residual_out, the forward's: element (row, col) at X + row * stride_x_row + col
+    W,  # *weight (N,), contiguous; read only if HAS_WEIGHT
+    MEAN,  # *mean (M,), ACC dtype
+    RSTD,  # *rstd (M,), ACC dtype
+    DX,  # *dsum: contiguous (M, N), residual_out's dtype; written only if COMPUTE_DX
+    DW_PARTIAL,  # *(programs, N) ACC: this program's row of dweight partial sums
+    DB_PARTIAL,  # *(programs, N) ACC: the same for dbias
+    stride_dy_row,  # elements between consecutive rows of dy
+    stride_dres_row,  # elements between consecutive rows of dresidual_out
+    stride_x_row,  # elements between consecutive rows of residual_out
+    M,  # number of rows
+    N,  # elements per row
+    rows_per_program,  # program pid walks rows [pid, pid + 1) * rows_per_program
+    HAS_WEIGHT: tl.constexpr,
+    COMPUTE_DX: tl.constexpr,
+    COMPUTE_DW: tl.constexpr,
+    COMPUTE_DB: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_N: tl.constexpr,  # chunk size: each row is walked in chunks of BLOCK_N
+):
+    """``layer_norm_backward_looped`` writing ``dsum = dresidual_out + dx``."""
+    backward_looped(DY, DRES, X, W, MEAN, RSTD, DX, DW_PARTIAL, DB_PARTIAL, stride_dy_row, stride_dres_row,
+                    stride_x_row, M, N, rows_per_program, True, HAS_WEIGHT, COMPUTE_DX, COMPUTE_DW, COMPUTE_DB, True,
+                    ACC, BLOCK_N)
+
+
+@triton.jit
+def add_rms_norm_backward_looped(
+    DY,  # *dy: element (row, col) at DY + row * stride_dy_row + col
+    DRES,  # *dresidual_out: element (row, col) at DRES + row * stride_dres_row + col
+    X,  # *residual_out, the forward's: element (row, col) at X + row * stride_x_row + col
+    W,  # *weight (N,), contiguous; read only if HAS_WEIGHT
+    RSTD,  # *rstd (M,), ACC dtype
+    DX,  # *dsum: contiguous (M, N), residual_out's dtype; written only if COMPUTE_DX
+    DW_PARTIAL,  # *(programs, N) ACC: this program's row of dweight partial sums
+    stride_dy_row,  # elements between consecutive rows of dy
+    stride_dres_row,  # elements between consecutive rows of dresidual_out
+    stride_x_row,  # elements between consecutive rows of residual_out
+    M,  # number of rows
+    N,  # elements per row
+    rows_per_program,  # program pid walks rows [pid, pid + 1) * rows_per_program
+    HAS_WEIGHT: tl.constexpr,
+    COMPUTE_DX: tl.constexpr,
+    COMPUTE_DW: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_N: tl.constexpr,  # chunk size: each row is walked in chunks of BLOCK_N
+):
+    """``rms_norm_backward_looped`` writing ``dsum = dresidual_out + dx``."""
+    backward_looped(DY, DRES, X, W, None, RSTD, DX, DW_PARTIAL, None, stride_dy_row, stride_dres_row, stride_x_row, M,
+                    N, rows_per_program, True, HAS_WEIGHT, COMPUTE_DX, COMPUTE_DW, False, False, ACC, BLOCK_N)
 
 
 @triton.jit

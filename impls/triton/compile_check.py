@@ -10,9 +10,12 @@ registers and spill bytes ptxas prints::
     python -m normbench.impls.triton.compile_check --arch 90                 # H100, every size, dtype and norm
     python -m normbench.impls.triton.compile_check --arch 80 --hidden 1000,65536 --dtypes bfloat16
     python -m normbench.impls.triton.compile_check --norms rms_norm          # RMSNorm's kernels only
+    python -m normbench.impls.triton.compile_check --norms add_rms_norm      # the fused add + RMSNorm's
 
-Both normalizations: LayerNorm's kernels (``layer_norm_*``) and RMSNorm's (``rms_norm_*``, the
-same bodies with CENTERED off, no bias), and the partial-sum reduction both launch.
+Every operation: LayerNorm's kernels (``layer_norm_*``) and RMSNorm's (``rms_norm_*``, the
+same bodies with CENTERED off, no bias), their fused forms with the residual add
+(``add_layer_norm_*``, ``add_rms_norm_*``: HAS_RESIDUAL, HAS_DRES; the residual in x's
+dtype), and the partial-sum reduction all launch.
 
 It exits 1 if any configuration fails to compile (spills are reported, not
 failed: a tuning pass reads them). It sets ``TRITON_INTERPRET=0`` for itself.
@@ -63,14 +66,16 @@ AFFINES = {"wb": (True, True, True, True, True), "none": (False, False, True, Fa
 #: RMSNorm's (no bias): the first is the one the kernel-stats sweep compiles
 RMS_AFFINES = {"w": (True, False, True, True, False), "none": (False, False, True, False, False),
                "dweight-only": (True, False, False, True, False)}
-NORMS = ("layer_norm", "rms_norm")
+NORMS = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
+#: the operations whose kernels take a bias (LayerNorm's, plain and fused)
+CENTERED = ("layer_norm", "add_layer_norm")
 
 
 def affines(norm: str = "layer_norm") -> dict[str, tuple[bool, ...]]:
     """The weight/bias cases compiled for ``norm``, the full one first."""
     if norm not in NORMS:
         raise ValueError(f"norm must be one of {', '.join(NORMS)}, not {norm!r}")
-    return AFFINES if norm == "layer_norm" else RMS_AFFINES
+    return AFFINES if norm in CENTERED else RMS_AFFINES
 
 
 def variants(n: int, x: str, params: str, affine: str = "wb", rows: int = ROWS,
@@ -84,7 +89,7 @@ def _launches(n: int, x: str, params: str, affine: str, rows: int, target: heuri
     """Each kernel a forward and a backward launch, with its number of programs."""
     acc_bytes = 8 if x == "float64" else 4
     has_w, has_b, dx, dw, db = affines(norm)[affine]
-    if norm == "layer_norm":
+    if norm in CENTERED:
         flags = (("HAS_WEIGHT", has_w), ("HAS_BIAS", has_b))
         grads = (("HAS_WEIGHT", has_w), ("COMPUTE_DX", dx), ("COMPUTE_DW", dw), ("COMPUTE_DB", db))
     else:  # RMSNorm's kernels take no bias flags
@@ -123,6 +128,8 @@ def compiled_kernels(rows: int, hidden: int, dtype: str, arch: int, sm_count: in
             for v, programs in _launches(hidden, dtype, dtype, affine, rows, target, norm)]
 
 
+#: the row strides, which Triton specializes to the constant 1 for N = 1 and marks divisible by 16 where N is
+ROW_STRIDES = ("N", "stride_x_row", "stride_dy_row", "stride_r_row", "stride_dres_row")
 #: pointer arguments that a launch passes as None when the flag is False
 _ABSENT_WHEN = {"W": "HAS_WEIGHT", "B": "HAS_BIAS", "DX": "COMPUTE_DX", "DW_PARTIAL": "COMPUTE_DW",
                 "DW": "COMPUTE_DW", "DB_PARTIAL": "COMPUTE_DB", "DB": "COMPUTE_DB"}
@@ -131,7 +138,7 @@ _ABSENT_WHEN = {"W": "HAS_WEIGHT", "B": "HAS_BIAS", "DX": "COMPUTE_DX", "DW_PART
 def _arg_type(arg: str, v: Variant) -> str:
     """The Triton signature type of a kernel argument, from its naming convention."""
     acc = "fp64" if v.x == "float64" else "fp32"
-    if arg in ("X", "Y", "DY", "DX"):
+    if arg in ("X", "Y", "DY", "DX", "R", "RES_OUT", "DRES"):  # the residual stream in x's dtype here
         return "*" + TRITON_TYPES[v.x]
     if arg in ("W", "B", "DW", "DB"):
         return "*" + TRITON_TYPES[v.params]
@@ -145,7 +152,7 @@ def _specialized(arg: str, v: Variant, flags: dict) -> tuple[bool, object]:
     and Triton specializes integers equal to 1 (N = 1 rows, whose row strides are 1)."""
     if arg in _ABSENT_WHEN and not flags.get(_ABSENT_WHEN[arg], True):
         return True, None
-    if v.n == 1 and arg in ("N", "stride_x_row", "stride_dy_row"):
+    if v.n == 1 and arg in ROW_STRIDES:
         return True, 1
     return False, None
 
@@ -169,7 +176,7 @@ def compile_variant(v: Variant, arch: int):
             signature[arg] = "constexpr"
             continue
         signature[arg] = _arg_type(arg, v)
-        if signature[arg].startswith("*") or (arg in ("N", "stride_x_row", "stride_dy_row") and v.n % 16 == 0):
+        if signature[arg].startswith("*") or (arg in ROW_STRIDES and v.n % 16 == 0):
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": v.num_warps})
@@ -181,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", default=",".join(map(str, HIDDEN)), help="hidden sizes. Default: %(default)s")
     parser.add_argument("--dtypes", default="float16,bfloat16,float32,float64",
                         help="x dtypes (bfloat16 also runs with float32 parameters). Default: %(default)s")
-    parser.add_argument("--norms", default=",".join(NORMS), help="normalizations. Default: %(default)s")
+    parser.add_argument("--norms", default=",".join(NORMS), help="operations. Default: %(default)s")
     args = parser.parse_args(argv)
     norms = args.norms.split(",")
     if any(norm not in NORMS for norm in norms):

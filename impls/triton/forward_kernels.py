@@ -12,6 +12,13 @@ not cancel (the one-pass E[x^2] - E[x]^2 does). RMSNorm's mean(x^2) has nothing
 to cancel: one pass. Masked (padded) lanes load 0 and are excluded from the
 centred sum (they add 0 to x^2), so they never enter the statistics.
 
+The fused operations (``add_layer_norm``, ``add_rms_norm``) run the same bodies with
+``HAS_RESIDUAL``: each element's ``x + residual`` is formed in ACC (exact, or one rounding:
+two half-precision or fp32 values summed in fp32, then rounded to the residual's dtype, is
+one correct rounding, as fp32 has more than twice their precision plus two bits), stored
+as ``residual_out`` in the residual's dtype, and the *stored* value is normalized: what the
+unfused composition computes (docs/fused.md: either convention passes).
+
 Layout: x is read through a row stride (``X + row*stride_x_row + col``; any
 stride, 0 included); its columns are contiguous (the wrapper in
 ``normbench.impls.triton.launch`` copies other layouts). y is written contiguous.
@@ -68,13 +75,24 @@ def apply_affine(xhat, W, B, cols, col_mask, HAS_WEIGHT: tl.constexpr, HAS_BIAS:
 
 
 @triton.jit
-def forward_rows(X, Y, W, B, MEAN, RSTD, stride_x_row, M, N, eps_bits, HAS_WEIGHT: tl.constexpr,
-                 HAS_BIAS: tl.constexpr, CENTERED: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
-                 BLOCK_N: tl.constexpr):
-    """The body of ``layer_norm_forward_rows`` (CENTERED) and ``rms_norm_forward_rows`` (not):
-    BLOCK_M whole rows per program, each read once and held in registers. Without CENTERED
-    the row is not centred (``centered`` is x itself: padded lanes load 0), so ``var`` is
-    mean(x^2), and no mean is saved (MEAN and B are None)."""
+def add_residual(x, R, RES_OUT, r_offsets, out_offsets, mask, ACC: tl.constexpr):
+    """``residual_out = x + residual``: the sum formed in ACC, stored rounded to RES_OUT's dtype (the
+    residual's), and returned as stored (in ACC), the value the normalization then reads."""
+    total = x + tl.load(R + r_offsets, mask=mask, other=0.0).to(ACC)
+    stored = total.to(RES_OUT.dtype.element_ty)
+    tl.store(RES_OUT + out_offsets, stored, mask=mask)
+    return stored.to(ACC)
+
+
+@triton.jit
+def forward_rows(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits,
+                 HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, CENTERED: tl.constexpr,
+                 ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The body of ``layer_norm_forward_rows`` (CENTERED) and ``rms_norm_forward_rows`` (not), and of
+    their fused ``add_*`` forms (HAS_RESIDUAL): BLOCK_M whole rows per program, each read once and held
+    in registers. Without CENTERED the row is not centred (``centered`` is x itself: padded lanes load
+    0), so ``var`` is mean(x^2), and no mean is saved (MEAN and B are None). With HAS_RESIDUAL the row
+    normalized is ``residual_out`` (:func:`add_residual`); otherwise R and RES_OUT are None."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     row_mask = rows < M
@@ -82,6 +100,9 @@ def forward_rows(X, Y, W, B, MEAN, RSTD, stride_x_row, M, N, eps_bits, HAS_WEIGH
     mask = row_mask[:, None] & col_mask[None, :]
     rows = rows.to(tl.int64)
     x = tl.load(X + rows[:, None] * stride_x_row + cols[None, :], mask=mask, other=0.0).to(ACC)
+    if HAS_RESIDUAL:
+        x = add_residual(x, R, RES_OUT, rows[:, None] * stride_r_row + cols[None, :], rows[:, None] * N + cols[None, :],
+                         mask, ACC)
     if CENTERED:
         mean = tl.sum(x, axis=1) / N
         centered = tl.where(mask, x - mean[:, None], 0.0)
@@ -97,19 +118,38 @@ def forward_rows(X, Y, W, B, MEAN, RSTD, stride_x_row, M, N, eps_bits, HAS_WEIGH
 
 
 @triton.jit
-def forward_looped(X, Y, W, B, MEAN, RSTD, stride_x_row, N, eps_bits, HAS_WEIGHT: tl.constexpr,
-                   HAS_BIAS: tl.constexpr, CENTERED: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The body of ``layer_norm_forward_looped`` (CENTERED) and ``rms_norm_forward_looped``:
-    one row per program, too long for registers, walked twice in chunks.
+def row_chunk(x_row, r_row, out_row, cols, mask, HAS_RESIDUAL: tl.constexpr, ACC: tl.constexpr):
+    """Pass 1's chunk of the row to normalize: x, or with HAS_RESIDUAL the ``residual_out`` it stores."""
+    x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+    if HAS_RESIDUAL:
+        x = add_residual(x, r_row, out_row, cols, cols, mask, ACC)
+    return x
+
+
+@triton.jit
+def forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits,
+                   HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+                   CENTERED: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The body of ``layer_norm_forward_looped`` (CENTERED) and ``rms_norm_forward_looped``, and of
+    their fused ``add_*`` forms (HAS_RESIDUAL): one row per program, too long for registers, walked
+    twice in chunks.
 
     Pass 1, CENTERED: each chunk's mean and sum of squared deviations (two-pass, in
     registers), merged into the row's with Chan, Golub and LeVeque's pairwise update, as
     stable as the two-pass formula. Not CENTERED: x^2 summed into a chunk-sized vector (each
     lane a chain of N/BLOCK_N additions), reduced once. Pass 2 reads the row again (mostly
-    from L2) and writes y.
+    from L2) and writes y. With HAS_RESIDUAL, pass 1 reads x and the residual and writes
+    ``residual_out``; pass 2 reads ``residual_out`` back, this program's own writes (one
+    tensor instead of two), after a barrier.
     """
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x_row
+    if HAS_RESIDUAL:
+        r_row = R + row * stride_r_row
+        out_row = RES_OUT + row * N
+    else:
+        r_row = R
+        out_row = RES_OUT
     if CENTERED:
         count = tl.zeros((), ACC)
         mean = tl.zeros((), ACC)
@@ -117,7 +157,7 @@ def forward_looped(X, Y, W, B, MEAN, RSTD, stride_x_row, N, eps_bits, HAS_WEIGHT
         for start in range(0, N, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
             mask = cols < N
-            x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+            x = row_chunk(x_row, r_row, out_row, cols, mask, HAS_RESIDUAL, ACC)
             chunk_count = tl.minimum(N - start, BLOCK_N).to(ACC)
             chunk_mean = tl.sum(x, axis=0) / chunk_count
             centered = tl.where(mask, x - chunk_mean, 0.0)
@@ -132,10 +172,13 @@ def forward_looped(X, Y, W, B, MEAN, RSTD, stride_x_row, N, eps_bits, HAS_WEIGHT
         squares = tl.zeros((BLOCK_N,), ACC)
         for start in range(0, N, BLOCK_N):
             cols = start + tl.arange(0, BLOCK_N)
-            x = tl.load(x_row + cols, mask=cols < N, other=0.0).to(ACC)
+            x = row_chunk(x_row, r_row, out_row, cols, cols < N, HAS_RESIDUAL, ACC)
             squares += x * x
         rstd = rstd_from_var(tl.sum(squares, axis=0) / N, eps_from_bits(eps_bits, ACC), ACC)
     tl.store(RSTD + row, rstd)
+    if HAS_RESIDUAL:
+        tl.debug_barrier()  # pass 2 reads residual_out: every store of pass 1 before any load of it
+        x_row = out_row
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         mask = cols < N
@@ -170,8 +213,8 @@ def layer_norm_forward_rows(
     BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
 ):
     """BLOCK_M whole rows per program, each read once and held in registers."""
-    forward_rows(X, Y, W, B, MEAN, RSTD, stride_x_row, M, N, eps_bits, HAS_WEIGHT, HAS_BIAS, True, ACC, BLOCK_M,
-                 BLOCK_N)
+    forward_rows(X, None, Y, None, W, B, MEAN, RSTD, stride_x_row, 0, M, N, eps_bits, False, HAS_WEIGHT, HAS_BIAS, True,
+                 ACC, BLOCK_M, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -190,8 +233,8 @@ def rms_norm_forward_rows(
     BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
 ):
     """RMSNorm: ``layer_norm_forward_rows`` without the mean and the bias."""
-    forward_rows(X, Y, W, None, None, RSTD, stride_x_row, M, N, eps_bits, HAS_WEIGHT, False, False, ACC, BLOCK_M,
-                 BLOCK_N)
+    forward_rows(X, None, Y, None, W, None, None, RSTD, stride_x_row, 0, M, N, eps_bits, False, HAS_WEIGHT, False, False,
+                 ACC, BLOCK_M, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -211,7 +254,8 @@ def layer_norm_forward_looped(
     BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
 ):
     """One row per program, too long for registers, walked twice in chunks (see forward_looped)."""
-    forward_looped(X, Y, W, B, MEAN, RSTD, stride_x_row, N, eps_bits, HAS_WEIGHT, HAS_BIAS, True, ACC, BLOCK_N)
+    forward_looped(X, None, Y, None, W, B, MEAN, RSTD, stride_x_row, 0, N, eps_bits, False, HAS_WEIGHT, HAS_BIAS, True,
+                   ACC, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -228,4 +272,102 @@ def rms_norm_forward_looped(
     BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
 ):
     """RMSNorm: ``layer_norm_forward_looped`` without the mean and the bias."""
-    forward_looped(X, Y, W, None, None, RSTD, stride_x_row, N, eps_bits, HAS_WEIGHT, False, False, ACC, BLOCK_N)
+    forward_looped(X, None, Y, None, W, None, None, RSTD, stride_x_row, 0, N, eps_bits, False, HAS_WEIGHT, False, False,
+                   ACC, BLOCK_N)
+
+
+# -- the fused kernels: the residual added first, the same bodies with HAS_RESIDUAL --------------
+
+
+@triton.jit(do_not_specialize=["eps_bits"])
+def add_layer_norm_forward_rows(
+    X,  # *x: element (row, col) at X + row * stride_x_row + col
+    R,  # *residual: element (row, col) at R + row * stride_r_row + col, any float dtype
+    Y,  # *y: contiguous (M, N), x's dtype
+    RES_OUT,  # *residual_out: contiguous (M, N), the residual's dtype: x + residual, rounded once
+    W,  # *weight (N,), contiguous, any float dtype; read only if HAS_WEIGHT
+    B,  # *bias (N,), contiguous, any float dtype; read only if HAS_BIAS
+    MEAN,  # *mean (M,) of residual_out, ACC dtype: saved for the backward
+    RSTD,  # *rstd (M,), ACC dtype, saved for the backward
+    stride_x_row,  # elements between consecutive rows of x
+    stride_r_row,  # elements between consecutive rows of the residual
+    M,  # number of rows
+    N,  # elements per row
+    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_M: tl.constexpr,  # rows per program
+    BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
+):
+    """``residual_out = x + residual``, then ``layer_norm_forward_rows`` on it."""
+    forward_rows(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, True, HAS_WEIGHT,
+                 HAS_BIAS, True, ACC, BLOCK_M, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits"])
+def add_rms_norm_forward_rows(
+    X,  # *x: element (row, col) at X + row * stride_x_row + col
+    R,  # *residual: element (row, col) at R + row * stride_r_row + col, any float dtype
+    Y,  # *y: contiguous (M, N), x's dtype
+    RES_OUT,  # *residual_out: contiguous (M, N), the residual's dtype: x + residual, rounded once
+    W,  # *weight (N,), contiguous, any float dtype; read only if HAS_WEIGHT
+    RSTD,  # *rstd (M,), ACC dtype, saved for the backward
+    stride_x_row,  # elements between consecutive rows of x
+    stride_r_row,  # elements between consecutive rows of the residual
+    M,  # number of rows
+    N,  # elements per row
+    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    HAS_WEIGHT: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_M: tl.constexpr,  # rows per program
+    BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
+):
+    """``residual_out = x + residual``, then ``rms_norm_forward_rows`` on it."""
+    forward_rows(X, R, Y, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, True, HAS_WEIGHT,
+                 False, False, ACC, BLOCK_M, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits"])
+def add_layer_norm_forward_looped(
+    X,  # *x: element (row, col) at X + row * stride_x_row + col
+    R,  # *residual: element (row, col) at R + row * stride_r_row + col
+    Y,  # *y: contiguous (M, N), x's dtype
+    RES_OUT,  # *residual_out: contiguous (M, N), the residual's dtype
+    W,  # *weight (N,), contiguous; read only if HAS_WEIGHT
+    B,  # *bias (N,), contiguous; read only if HAS_BIAS
+    MEAN,  # *mean (M,), ACC dtype
+    RSTD,  # *rstd (M,), ACC dtype
+    stride_x_row,  # elements between consecutive rows of x
+    stride_r_row,  # elements between consecutive rows of the residual
+    N,  # elements per row
+    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
+):
+    """``residual_out = x + residual`` in pass 1, then ``layer_norm_forward_looped``'s pass 2 on it."""
+    forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits, True, HAS_WEIGHT,
+                   HAS_BIAS, True, ACC, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits"])
+def add_rms_norm_forward_looped(
+    X,  # *x: element (row, col) at X + row * stride_x_row + col
+    R,  # *residual: element (row, col) at R + row * stride_r_row + col
+    Y,  # *y: contiguous (M, N), x's dtype
+    RES_OUT,  # *residual_out: contiguous (M, N), the residual's dtype
+    W,  # *weight (N,), contiguous; read only if HAS_WEIGHT
+    RSTD,  # *rstd (M,), ACC dtype
+    stride_x_row,  # elements between consecutive rows of x
+    stride_r_row,  # elements between consecutive rows of the residual
+    N,  # elements per row
+    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    HAS_WEIGHT: tl.constexpr,
+    ACC: tl.constexpr,  # accumulation dtype
+    BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
+):
+    """``residual_out = x + residual`` in pass 1, then ``rms_norm_forward_looped``'s pass 2 on it."""
+    forward_looped(X, R, Y, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, N, eps_bits, True, HAS_WEIGHT,
+                   False, False, ACC, BLOCK_N)

@@ -228,8 +228,9 @@ def reduce_config(programs: int, n: int, target: Target) -> ReduceConfig:
 
 #: the normalizations the kernels compute, and per normalization (saved statistics per row,
 #: partial-sum buffers of the backward): LayerNorm saves mean and rstd and sums dweight and
-#: dbias; RMSNorm saves rstd and sums dweight
-NORMALIZATIONS = {"layer_norm": (2, 2), "rms_norm": (1, 1)}
+#: dbias; RMSNorm saves rstd and sums dweight. The fused operations (the residual add first) save and sum what
+#: their normalization does: the residual, residual_out, dresidual_out and dsum each move once, as the byte model says
+NORMALIZATIONS = {"layer_norm": (2, 2), "rms_norm": (1, 1), "add_layer_norm": (2, 2), "add_rms_norm": (1, 1)}
 
 
 def traffic_beyond_model(rows: int, n: int, acc_bytes: int, target: Target, direction: str, x_bytes: int = 4,

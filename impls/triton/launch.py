@@ -3,8 +3,11 @@
 Plain tensors in and out, no autograd (``normbench.impls.triton.autograd`` adds it).
 LayerNorm: :func:`forward` returns ``(y, mean, rstd)``; :func:`backward` takes them back.
 RMSNorm: :func:`rms_forward` returns ``(y, rstd)``; :func:`rms_backward` takes rstd back.
-Both normalizations go through the same checks, layouts, heuristics and launch code
-(``_forward``, ``_backward``); only the kernel names and their argument lists differ.
+The residual add fused in: :func:`add_forward` returns ``(y, residual_out, mean, rstd)`` and
+:func:`add_backward` takes ``dresidual_out`` and the forward's ``residual_out`` and returns
+``(dsum, dweight, dbias)``; :func:`add_rms_forward` and :func:`add_rms_backward` the same for RMSNorm.
+All go through the same checks, layouts, heuristics and launch code (``_forward``, ``_backward``);
+only the kernel names and their argument lists differ.
 
 Layouts. x (and dy) are viewed as ``(rows, N)`` with ``reshape``, which keeps
 any view whose leading dims collapse to one row stride (slices such as
@@ -157,21 +160,52 @@ def rms_forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.
     return y, rstd
 
 
+def add_forward(x: torch.Tensor, residual: torch.Tensor, normalized_shape: Sequence[int],
+                weight: torch.Tensor | None = None, bias: torch.Tensor | None = None, eps: float = 1e-5,
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``residual_out = x + residual`` (rounded once to the residual's dtype), then LayerNorm of it in x's
+    dtype: ``(y, residual_out, mean, rstd)``, the statistics residual_out's, as :func:`forward` saves them."""
+    y, mean, rstd, residual_out = _forward(x, normalized_shape, weight, bias, eps, centered=True, residual=residual)
+    return y, residual_out, mean, rstd
+
+
+def add_rms_forward(x: torch.Tensor, residual: torch.Tensor, normalized_shape: Sequence[int],
+                    weight: torch.Tensor | None = None, eps: float | None = None,
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``residual_out = x + residual``, then RMSNorm of it: ``(y, residual_out, rstd)`` (``eps`` as
+    :func:`rms_forward`'s, of x's dtype)."""
+    y, _, rstd, residual_out = _forward(x, normalized_shape, weight, None, eps, centered=False, residual=residual)
+    return y, residual_out, rstd
+
+
+def _check_like(what: str, t: torch.Tensor, x: torch.Tensor, like: str, label: str) -> None:
+    """``t`` (the residual, dresidual_out) is a tensor of a supported dtype on x's device, of x's shape."""
+    _check_tensor(what, t, x.device, label)
+    if t.shape != x.shape:
+        raise ValueError(f"{what} has shape {tuple(t.shape)}; it must have {like}'s shape {tuple(x.shape)}")
+
+
 def _forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
-             bias: torch.Tensor | None, eps: float | None, centered: bool,
-             ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """Either forward: LayerNorm (``centered``: mean subtracted, bias) or RMSNorm (neither; mean None)."""
-    label = "LayerNorm" if centered else "RMSNorm"
+             bias: torch.Tensor | None, eps: float | None, centered: bool, residual: torch.Tensor | None = None):
+    """Either forward: LayerNorm (``centered``: mean subtracted, bias) or RMSNorm (neither; mean None), of x or,
+    given a ``residual``, of ``residual_out = x + residual``: ``(y, mean, rstd)``, and residual_out after them
+    when a residual is given."""
+    label = ("LayerNorm" if centered else "RMSNorm") if residual is None else ("add + LayerNorm" if centered
+                                                                               else "add + RMSNorm")
     shape = check_inputs(x, normalized_shape, weight, bias, label)
+    if residual is not None:
+        _check_like("residual", residual, x, "x", label)
     if not centered:
         eps = rms_eps(eps, x.dtype)
     n = math.prod(shape)
     x2 = rows_view(x, n)
     m = x2.shape[0]
-    acc = statistics_dtype(x.dtype)
+    acc = statistics_dtype(x.dtype if residual is None else torch.promote_types(x.dtype, residual.dtype))
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     mean = torch.empty(m, dtype=acc, device=x.device) if centered else None
     rstd = torch.empty(m, dtype=acc, device=x.device)
+    r2 = None if residual is None else rows_view(residual, n)
+    residual_out = None if residual is None else torch.empty((m, n), dtype=residual.dtype, device=x.device)
     if m:
         fk = _kernels()[0]
         cfg = heuristics.forward_config(m, n, acc.itemsize, _target(x.device))
@@ -180,20 +214,28 @@ def _forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Ten
         if centered:
             common["HAS_BIAS"] = bias is not None
             stats = (_param(weight), _param(bias), mean, rstd)
-            kernels = (fk.layer_norm_forward_looped, fk.layer_norm_forward_rows)
         else:
             stats = (_param(weight), rstd)
-            kernels = (fk.rms_norm_forward_looped, fk.rms_norm_forward_rows)
+        name = ("layer_norm" if centered else "rms_norm") if residual is None else ("add_layer_norm" if centered
+                                                                                   else "add_rms_norm")
+        looped, rows = getattr(fk, f"{name}_forward_looped"), getattr(fk, f"{name}_forward_rows")
+        # the tensors, then the row strides: (x, y, ...stats, x's) or (x, residual, y, residual_out, ...stats, both)
+        tensors, strides = ((x2, y), (x2.stride(0),)) if residual is None else (
+            (x2, r2, y, residual_out), (x2.stride(0), r2.stride(0)))
         with _launching(x.device):
             if cfg.looped:
-                kernels[0][cfg.grid](x2, y, *stats, x2.stride(0), n, eps_bits(eps), **common)
+                looped[cfg.grid](*tensors, *stats, *strides, n, eps_bits(eps), **common)
             else:
-                kernels[1][cfg.grid](x2, y, *stats, x2.stride(0), m, n, eps_bits(eps), BLOCK_M=cfg.block_m, **common)
-    return y.view(x.shape), mean, rstd
+                rows[cfg.grid](*tensors, *stats, *strides, m, n, eps_bits(eps), BLOCK_M=cfg.block_m, **common)
+    if residual is None:
+        return y.view(x.shape), mean, rstd
+    return y.view(x.shape), mean, rstd, residual_out.view(x.shape)
 
 
-def _check_statistics(mean: torch.Tensor | None, rstd: torch.Tensor, rows: int, x: torch.Tensor) -> None:
-    acc = statistics_dtype(x.dtype)
+def _check_statistics(mean: torch.Tensor | None, rstd: torch.Tensor, rows: int, x: torch.Tensor,
+                      inputs: torch.dtype) -> None:
+    """mean and rstd are what a forward of ``inputs`` (its input dtype, promoted with the residual's) saved."""
+    acc = statistics_dtype(inputs)
     for what, s in (("mean", mean), ("rstd", rstd)):
         if s is None and what == "mean":  # RMSNorm
             continue
@@ -220,36 +262,63 @@ def rms_backward(dy: torch.Tensor, x: torch.Tensor, normalized_shape: Sequence[i
     return dx, dw
 
 
+def add_backward(dy: torch.Tensor, dresidual_out: torch.Tensor, residual_out: torch.Tensor,
+                 normalized_shape: Sequence[int], weight: torch.Tensor | None, bias: torch.Tensor | None,
+                 mean: torch.Tensor, rstd: torch.Tensor, *, need_dsum: bool = True, need_dweight: bool = True,
+                 need_dbias: bool = True) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """:func:`add_forward`'s vector-Jacobian product ``(dsum, dweight, dbias)``: ``dsum = dresidual_out + dx``
+    (dx LayerNorm's at ``residual_out``, in its dtype), the gradient of both x and the residual."""
+    return _backward(dy, residual_out, normalized_shape, weight, bias, mean, rstd, need_dsum, need_dweight,
+                     need_dbias, dresidual_out)
+
+
+def add_rms_backward(dy: torch.Tensor, dresidual_out: torch.Tensor, residual_out: torch.Tensor,
+                     normalized_shape: Sequence[int], weight: torch.Tensor | None, rstd: torch.Tensor, *,
+                     need_dsum: bool = True, need_dweight: bool = True,
+                     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """:func:`add_rms_forward`'s vector-Jacobian product ``(dsum, dweight)``."""
+    dsum, dw, _ = _backward(dy, residual_out, normalized_shape, weight, None, None, rstd, need_dsum, need_dweight,
+                            False, dresidual_out)
+    return dsum, dw
+
+
 def _backward(dy: torch.Tensor, x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
               bias: torch.Tensor | None, mean: torch.Tensor | None, rstd: torch.Tensor, need_dx: bool,
-              need_dweight: bool, need_dbias: bool,
+              need_dweight: bool, need_dbias: bool, dresidual_out: torch.Tensor | None = None,
               ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """Either backward: LayerNorm (``mean`` given) or RMSNorm (``mean`` None, no bias)."""
+    """Either backward: LayerNorm (``mean`` given) or RMSNorm (``mean`` None, no bias); given ``dresidual_out``,
+    x is a fused forward's residual_out and the first gradient is ``dsum = dresidual_out + dx``."""
     label = "LayerNorm" if mean is not None else "RMSNorm"
+    if dresidual_out is not None:
+        label = f"add + {label}"
     shape = check_inputs(x, normalized_shape, weight, bias, label)
-    _check_tensor("dy", dy, x.device, label)
-    if dy.shape != x.shape:
-        raise ValueError(f"dy has shape {tuple(dy.shape)}; it must have x's shape {tuple(x.shape)}")
+    like = "x" if dresidual_out is None else "residual_out"
+    _check_like("dy", dy, x, like, label)
+    if dresidual_out is not None:
+        _check_like("dresidual_out", dresidual_out, x, like, label)
     n = math.prod(shape)
     x2, dy2 = rows_view(x, n), rows_view(dy, n)
+    dres2 = None if dresidual_out is None else rows_view(dresidual_out, n)
     m = x2.shape[0]
-    _check_statistics(mean, rstd, m, x)
+    # a fused forward accumulated in x's and the residual's promoted dtype: dy has x's, residual_out the residual's
+    _check_statistics(mean, rstd, m, x, x.dtype if dresidual_out is None else torch.promote_types(x.dtype, dy.dtype))
     need_dweight, need_dbias = need_dweight and weight is not None, need_dbias and bias is not None
     dx = torch.empty((m, n), dtype=x.dtype, device=x.device) if need_dx else None
     param_grad = torch.empty if m else torch.zeros  # no rows: the sums are 0; else the reduction writes them
     dw = param_grad(n, dtype=weight.dtype, device=x.device) if need_dweight else None
     db = param_grad(n, dtype=bias.dtype, device=x.device) if need_dbias else None
     if m and (need_dx or need_dweight or need_dbias):
-        _launch_backward(dy2, x2, _param(weight), mean, rstd, dx, dw, db)
+        _launch_backward(dy2, x2, _param(weight), mean, rstd, dx, dw, db, dres2)
     return (None if dx is None else dx.view(x.shape), None if dw is None else dw.view(shape),
             None if db is None else db.view(shape))
 
 
 def _launch_backward(dy2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor | None, mean: torch.Tensor | None,
                      rstd: torch.Tensor, dx: torch.Tensor | None, dw: torch.Tensor | None,
-                     db: torch.Tensor | None) -> None:
+                     db: torch.Tensor | None, dres2: torch.Tensor | None = None) -> None:
     """Run the backward kernels on (rows, N) views; dx, dw, db are filled where not None.
-    LayerNorm with ``mean``; RMSNorm without (``db`` is then None)."""
+    LayerNorm with ``mean``; RMSNorm without (``db`` is then None); the fused kernels with ``dres2``
+    (dresidual_out: dx is then dsum)."""
     fk, bk = _kernels()
     m, n = x2.shape
     acc = rstd.dtype
@@ -261,17 +330,21 @@ def _launch_backward(dy2: torch.Tensor, x2: torch.Tensor, w: torch.Tensor | None
                  ACC=fk.accumulator(acc == torch.float64), BLOCK_N=cfg.block_n, num_warps=cfg.num_warps)
     if mean is not None:  # LayerNorm
         flags["COMPUTE_DB"] = db is not None
-        args = (dy2, x2, w, mean, rstd, dx, dw_partial, db_partial)
-        kernels = (bk.layer_norm_backward_looped, bk.layer_norm_backward_rows)
+        name, stats, outputs = "layer_norm", (w, mean, rstd), (dx, dw_partial, db_partial)
     else:  # RMSNorm: no mean, no bias
-        args = (dy2, x2, w, rstd, dx, dw_partial)
-        kernels = (bk.rms_norm_backward_looped, bk.rms_norm_backward_rows)
+        name, stats, outputs = "rms_norm", (w, rstd), (dx, dw_partial)
+    if dres2 is None:
+        tensors, strides = (dy2, x2), (dy2.stride(0), x2.stride(0))
+    else:  # the fused kernels: dresidual_out after dy, its stride after dy's
+        name = f"add_{name}"
+        tensors, strides = (dy2, dres2, x2), (dy2.stride(0), dres2.stride(0), x2.stride(0))
+    args = (*tensors, *stats, *outputs, *strides, m, n, cfg.tiles_per_program)
     with _launching(x2.device):
         if cfg.looped:
-            kernels[0][(cfg.programs,)](*args, dy2.stride(0), x2.stride(0), m, n, cfg.tiles_per_program, **flags)
+            getattr(bk, f"{name}_backward_looped")[(cfg.programs,)](*args, **flags)
         else:
-            kernels[1][(cfg.programs,)](*args, dy2.stride(0), x2.stride(0), m, n, cfg.tiles_per_program,
-                                        BLOCK_M=cfg.block_m, PARTIALS_IN_MEMORY=cfg.partials_in_memory, **flags)
+            getattr(bk, f"{name}_backward_rows")[(cfg.programs,)](*args, BLOCK_M=cfg.block_m,
+                                                                  PARTIALS_IN_MEMORY=cfg.partials_in_memory, **flags)
         if dw is not None or db is not None:  # one reduction kernel for both normalizations
             rc = heuristics.reduce_config(cfg.programs, n, target)
             bk.layer_norm_reduce_partials[rc.grid](dw_partial, db_partial, dw, db, cfg.programs, n,
