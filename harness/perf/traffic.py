@@ -20,8 +20,9 @@ and per kernel argument:
 cannot exceed 1/r of the copy ceiling. These are counts, never speeds.
 
 LayerNorm (with weight and bias) by default; ``norm="rms_norm"`` (``--norm rms_norm``)
-counts a backend's RMSNorm (with weight) against RMSNorm's byte model: the same counter,
-cases and rows, through ``normbench.core.operations``.
+counts a backend's RMSNorm (with weight) against RMSNorm's byte model, and ``add_layer_norm`` and
+``add_rms_norm`` the residual add fused in (the residual in x's dtype, read and written as the
+byte model counts it): the same counter, cases and rows, through ``normbench.core.operations``.
 
 Cheap and exact for GPU-sized cases. The interpreter runs a grid's programs
 one after another in NumPy, so an 8192 x 65536 case would take hours. The
@@ -76,7 +77,8 @@ EMULATED_SM_COUNT_ENV = "NORMBENCH_EMULATED_SM_COUNT"
 #: launches with at most this many programs along grid axis 0 run every program
 SAMPLE_ALL_BELOW = 7
 #: the ``normalization`` column's value per normalization (LayerNorm's predates normbench.core.operations' names)
-NORMALIZATION_COLUMN = {"layer_norm": "layernorm", "rms_norm": "rmsnorm"}
+NORMALIZATION_COLUMN = {"layer_norm": "layernorm", "rms_norm": "rmsnorm", "add_layer_norm": "add-layernorm",
+                        "add_rms_norm": "add-rmsnorm"}
 #: what a ratio means, printed with every table
 RATIO_NOTE = ("ratio = unique bytes / byte model: counted in the Triton interpreter with the GPU's launch "
               "configuration; re-reads inside a launch are assumed to hit L1/L2 (modelled, not measured); "
@@ -416,12 +418,14 @@ def _same_launch(a: Launch, b: Launch) -> bool:
 def count_direction(backend: Any, rows: int, hidden: int, dtype: str, direction: str, *, eps: float = 1e-5,
                     sample: bool = True, norm: str = "layer_norm") -> list[Launch]:
     """The launches of one direction of a (rows, hidden) LayerNorm with weight and bias
-    (``norm="rms_norm"``: an RMSNorm with weight).
+    (``norm="rms_norm"``: an RMSNorm with weight; ``add_layer_norm``, ``add_rms_norm``: the fused
+    operations, the residual in x's dtype).
 
     ``backend`` is a normbench Backend whose arrays are torch tensors on the CPU
     (any Triton backend under the interpreter). Inputs are uninitialized
-    (``torch.empty``): only addresses are counted. ``backward`` runs
-    ``layer_norm_backward`` (``rms_norm_backward``); launches it begins with that repeat the
+    (``torch.empty``): only addresses are counted. ``backward`` runs the operation's backward
+    entry point (``layer_norm_backward``; a fused one's on the ``residual_out`` its forward
+    wrote, with one cotangent per output); launches it begins with that repeat the
     forward's (a backend whose backward reruns the forward, as an autograd one does) are
     not counted, as the byte model's backward does not count them.
     """
@@ -429,21 +433,23 @@ def count_direction(backend: Any, rows: int, hidden: int, dtype: str, direction:
 
     from normbench.core import operations
 
-    normalization = operations.of(norm)
+    operation = operations.of(norm)
     torch_dtype = getattr(torch, dtype)
-    x = torch.empty((rows, hidden), dtype=torch_dtype)
+    empty = lambda: torch.empty((rows, hidden), dtype=torch_dtype)
     weight = torch.ones(hidden, dtype=torch_dtype)
-    bias = torch.zeros(hidden, dtype=torch_dtype) if normalization.has_bias else None
-    args = normalization.arguments(x=x, normalized_shape=(hidden,), weight=weight, bias=bias, eps=eps)
+    bias = torch.zeros(hidden, dtype=torch_dtype) if operation.has_bias else None
+    residual = empty() if "residual" in operation.params else None
+    args = operation.arguments(x=empty(), residual=residual, normalized_shape=(hidden,), weight=weight, bias=bias,
+                               eps=eps)
     with record(sample) as forward:
-        normalization.forward(backend, args)
+        outputs = operation.forward(backend, args)
     if direction == "forward":
         return forward.launches
     if direction != "backward":
         raise NormbenchError(f"traffic is counted for forward and backward, not {direction!r}")
-    dy = torch.empty((rows, hidden), dtype=torch_dtype)
+    cotangents = tuple(empty() for _ in operation.cotangents)
     with record(sample) as both:
-        normalization.backward(backend, args, (dy,))
+        operation.backward(backend, operation.backward_args_from(args, outputs), cotangents)
     launches = list(both.launches)
     skip = 0
     while skip < min(len(forward.launches), len(launches)) and _same_launch(forward.launches[skip], launches[skip]):
@@ -495,10 +501,11 @@ def traffic_rows(backend: Any, backend_name: str, shapes: Sequence[tuple[int, in
 
 
 def gpu_sweep_shapes() -> list[tuple[int, int, str]]:
-    """(rows, hidden, dtype) of every case of the GPU throughput sweep (``normbench.core.cases``)."""
+    """(rows, hidden, dtype) of the GPU throughput sweep (``normbench.core.cases``), each once: every operation's
+    sweep lists the same shapes (counted twice, a table held each row twice)."""
     from normbench.core.cases import THROUGHPUT_GPU_CASES
 
-    return [(c.rows, c.hidden, c.dtype) for c in THROUGHPUT_GPU_CASES]
+    return list(dict.fromkeys((c.rows, c.hidden, c.dtype) for c in THROUGHPUT_GPU_CASES))
 
 
 def write_csv(rows: Sequence[dict], path: str | os.PathLike, schema: Schema | None = None) -> None:
