@@ -399,7 +399,7 @@ def _fused(plain: Operation, name: str, label: str, id_prefix: str) -> Operation
                      f"(either convention, each whole)",
                      "dsum: dx's bound on residual_out plus the add's roundings, 3*u*|dresidual_out| + u*|dsum|"),
         families=Families(plain.families.forward + ("residual",), plain.families.backward + ("residual",),
-                          gradcheck=(), invariance=(), geometry=(), throughput_gpu=(), throughput_cpu=()),
+                          gradcheck=(), invariance=(), geometry=()),
         traffic={
             "forward-inference": inference,
             "forward-training": inference + _writes(*statistics),

@@ -21,7 +21,6 @@ reads the class attributes. They load when the backend is created.
 
 from __future__ import annotations
 
-from normbench.core import operations
 from normbench.kit import device_label
 from normbench.kit import torch as torch_arrays
 from normbench.kit.triton import INTERPRETER_DEVICE, RUNTIME_NOTE, TIMING_NOTE, ensure_mode, interpreter_max_elements
@@ -89,10 +88,9 @@ class TritonBackend(torch_arrays.AutogradBackend):
     def warmup(self, op, args):
         """Compile (on CUDA) every kernel that arguments like these launch, forward and
         backward, and wait: Triton compiles per dtype, flags and block sizes."""
-        operation = operations.of(op)
-        outputs = operation.forward(self, args)
+        outputs = getattr(self, op)(*args)  # y, or a fused operation's (y, residual_out): one cotangent each
         cotangents = tuple(self.torch.zeros_like(o) for o in (outputs if isinstance(outputs, tuple) else (outputs,)))
-        operation.backward(self, operation.backward_args_from(args, outputs), cotangents)
+        self.forward_backward(op, args, cotangents)
         self.synchronize()
 
     # -- RMSNorm: the same kernels with CENTERED off (impls/triton/forward_kernels.py) ---------
