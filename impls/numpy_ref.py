@@ -2,7 +2,8 @@
 
 Supports all four dtypes, LayerNorm and RMSNorm and both with the residual add fused in (``add_layer_norm``,
 ``add_rms_norm``: the sum rounded once to the residual's dtype, y the normalization of that stored sum), RMSNorm's
-``weight_offset`` (Gemma's ``offset + weight``, in float64), forward and backward, and exposes LayerNorm's
+``weight_offset`` (Gemma's ``offset + weight``, in float64), one RMSNorm weight per head (a weight that
+broadcasts over x's leading dims; dweight summed over those alone), forward and backward, and exposes LayerNorm's
 statistics.
 It is written independently of ``normbench.check.oracle`` (on the original shape,
 reducing over the trailing axes) so that the two check each other.
@@ -25,6 +26,7 @@ class NumpyBackend(Backend):
     description = "NumPy reference: float64 math, one rounding to the input dtype"
     operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
     strided = True
+    per_head_weights = True
     requires = ("numpy",)
 
     def asarray(self, host):
@@ -115,6 +117,8 @@ class NumpyBackend(Backend):
             mean_gx = (g * xhat).mean(axis=axes, keepdims=True)
             dx = rstd * (g - mean_g - xhat * mean_gx)
             dx = (dx if plus is None else dx + np.asarray(plus, dtype=np.float64)).astype(x.dtype)
-            dweight = None if weight is None else (dy64 * xhat).sum(axis=lead).astype(weight.dtype)
+            # summed over every dim the weight broadcasts over (per-head weights keep their heads dim)
+            dweight = None if weight is None else (dy64 * xhat).sum(
+                axis=tuple(range(xhat.ndim - np.ndim(weight)))).astype(weight.dtype)
             dbias = None if bias is None else dy64.sum(axis=lead).astype(bias.dtype)
         return dx, dweight, dbias

@@ -2,7 +2,9 @@
 when present, else CPU; the fused operations (``add_layer_norm``, ``add_rms_norm``) as a PyTorch user composes
 them, ``residual = x + residual`` then the normalization (two kernels: what a fused kernel is measured against).
 
-Backward through autograd, for both. ``rms_norm`` gets normbench's arguments as they are,
+RMSNorm with one weight per head (qk-norm, a ``[heads, head_dim]`` weight) as a careful model writes it:
+``F.rms_norm`` without a weight, times the weight, both in fp32, rounded once to x's dtype. Backward through autograd, for all. ``rms_norm`` gets
+normbench's arguments as they are,
 ``eps=None`` included (torch then uses the machine epsilon of its computation dtype:
 :func:`normbench.core.dtypes.default_rms_eps`). torch is imported when the backend is created,
 never when this module is imported.
@@ -20,6 +22,7 @@ class TorchBackend(AutogradBackend):
                    "backward via autograd")
     operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
     strided = True
+    per_head_weights = True
     requires = ("torch",)
     install_hint = "pip install 'normbench[torch]'"
     devices = "cuda if available, else cpu"
@@ -58,6 +61,13 @@ class TorchBackend(AutogradBackend):
         return set_threads(self.torch, threads)
 
     def rms_norm(self, x, normalized_shape, weight, eps, weight_offset=0.0):
+        if weight is not None and weight.dim() > len(normalized_shape):  # one weight per head: F.rms_norm takes
+            # a weight of normalized_shape only, so a model multiplies it after (broadcast over the tokens), in fp32
+            # and rounded once to x's dtype (composed in x's dtype, autograd would round dy*weight to bf16 before
+            # the normalization's backward: 20-270x dx's bound on the suites' bf16 cases)
+            f32 = self.torch.promote_types(x.dtype, self.torch.float32)
+            normed = self.torch.nn.functional.rms_norm(x.to(f32), list(normalized_shape), None, eps)
+            return (normed * weight.to(f32)).to(x.dtype)
         if weight_offset and weight is not None:  # Gemma's: x*r*(1.0 + weight.float()), then x's dtype
             weight = self._offset(weight, weight_offset)
             return self.torch.nn.functional.rms_norm(x, list(normalized_shape), weight, eps).to(x.dtype)

@@ -294,6 +294,56 @@ class OffsetTwice(OffsetKernel):
         return super().offset_weight(weight, 2 * offset)
 
 
+# -- one weight per head (qk-norm): a correct kernel and the field bug of indexing the wrong head ----------------
+
+
+class PerHeadKernel(RmsKernel):
+    """The control for one weight per head: x ``[..., heads, N]``, weight ``(heads, N)``, row ``r`` (heads
+    innermost) scaled by weight row :meth:`head_of` ``r`` = ``r % heads``, dweight each head's sum; correct."""
+
+    name = "mutant-rms-per-head-control"
+    per_head_weights = True
+
+    def rms_norm(self, x, normalized_shape, weight, eps):
+        self._rows = int(np.prod(np.shape(x)[: np.ndim(x) - len(normalized_shape)], dtype=np.int64))
+        return super().rms_norm(x, normalized_shape, weight, eps)
+
+    def rms_norm_backward(self, dy, x, normalized_shape, weight, eps):
+        self._rows = int(np.prod(np.shape(x)[: np.ndim(x) - len(normalized_shape)], dtype=np.int64))
+        self._weight = weight  # dweight's sums need the head count (weight_grad)
+        return super().rms_norm_backward(dy, x, normalized_shape, weight, eps)
+
+    def head_of(self, rows: int, heads: int) -> np.ndarray:
+        """The weight row each of ``rows`` rows takes."""
+        return np.arange(rows) % heads
+
+    def _heads(self, weight) -> tuple[np.ndarray, np.ndarray]:
+        w = np.asarray(weight, dtype=F32)
+        w = w.reshape(-1, w.shape[-1]) if w.ndim > 1 else w.reshape(1, -1)
+        return w, self.head_of(self._rows, w.shape[0])
+
+    def weights(self, weight):
+        if weight is None:
+            return None
+        w, head = self._heads(weight)
+        return w[head]
+
+    def weight_grad(self, terms, x):
+        w, head = self._heads(self._weight)
+        return np.stack([terms[head == h].sum(axis=0, dtype=F32) for h in range(w.shape[0])])
+
+
+
+class WeightOfTheWrongHead(PerHeadKernel):
+    """Head-major indexing of a token-major layout: weight row ``r // tokens`` (as if x were ``[heads, tokens,
+    N]``) where it is ``r % heads``: every row but the first token's first head scaled by another head's weight."""
+
+    name = "mutant-rms-per-head-wrong-head"
+
+    def head_of(self, rows: int, heads: int) -> np.ndarray:
+        return np.arange(rows) // (rows // heads)
+
+
 FORWARD_MUTANTS: list[type[RmsKernel]] = [HalfSumOfSquares, EpsOutsideSqrt, MeanSubtracted, OnePlusWeight,
                                           PaddedLanes, RstdInInputDtype, OffsetInWeightDtype, OffsetTwice]
 

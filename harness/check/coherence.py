@@ -280,7 +280,7 @@ def forward_statistics(ref: oracle.Forward, y: np.ndarray, dtype: str) -> Statis
     u_out, u_acc = UNIT_ROUNDOFF[dtype], accumulation_roundoff(dtype)
     with np.errstate(all="ignore"):
         x, xhat, yr = ref.x[keep], ref.xhat[keep], ref.y[keep]
-        w, b = ref.weight[None, :], ref.bias[None, :]
+        w, b = (ref.weight[keep] if ref.weight.ndim == 2 else ref.weight[None, :]), ref.bias[None, :]  # (M, N): per head
         rstd, mean = ref.rstd[keep][:, None], ref.mean[keep][:, None]
         a = w * xhat
         e = y[keep] - yr
@@ -583,8 +583,8 @@ def backward_statistics(ref: oracle.Forward, grads: oracle.Backward, dy: np.ndar
         if dtype in HALF:
             _dx_statistics(stats, ref, grads, dy2, np.asarray(dx, dtype=np.float64).reshape(m_rows, n), dtype,
                            u_acc, r, c, rstd_rel)
-        if params not in HALF:
-            return stats
+        if params not in HALF or ref.groups > 1:  # per-head weights: dweight's element bounds alone (each head's
+            return stats                            # sum is checked; its shared-error model is one weight's)
         finite_rows = (np.isfinite(ref.x).all(1) & np.isfinite(dy2).all(1) & np.isfinite(ref.sigma_eps)
                        & (ref.sigma_eps > 0))
         fr = finite_rows[:, None]

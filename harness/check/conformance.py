@@ -44,6 +44,9 @@ def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str 
     option_problem = operations.of(case.norm).option_problem(backend, case.options, backward)
     if option_problem:
         return option_problem
+    if case.per_head and not backend.per_head_weights:
+        return (f"backend {backend.name!r} takes a weight of normalized_shape only (per_head_weights = False), so one "
+                f"weight per head, of shape {case.weight_shape}, does not apply")
     limit_problem = backend.limits.case_problem(len(case.shape), case.eps_value, case.layout, case.dy_broadcast,
                                                 case.hidden)
     if limit_problem:
@@ -715,7 +718,7 @@ def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRu
         raise ConformanceError(f"{backend.name} {case.id}: {first} is None; return d(loss)/d(x) of x's shape "
                                f"{case.shape}")
     dx = host_array(first, out[0], backend, case.shape, case.residual_type or case.dtype)
-    dweight = check_gradient("dweight", out[1], inputs.weight, backend, case, case.normalized_shape, case.params)
+    dweight = check_gradient("dweight", out[1], inputs.weight, backend, case, case.weight_shape, case.params)
     dbias = check_gradient("dbias", out[2], inputs.bias, backend, case, case.normalized_shape, case.params)
     return BackwardRun(dx, dweight, dbias, handed.native, handed.pristine)
 
@@ -780,7 +783,7 @@ def check_backward_values(backend: Backend, inputs: Inputs, dy: np.ndarray, run:
     for i, (what, got, exact, bound) in enumerate((("dweight", run.dweight, grads.dweight, bound_dw),
                                                    ("dbias", run.dbias, grads.dbias, bound_db)), start=1):
         if got is not None:
-            ns = case.normalized_shape
+            ns = case.weight_shape if what == "dweight" else case.normalized_shape  # per head: (heads, head_dim)
             _fail(what, np.asarray(got, dtype=np.float64), exact.reshape(ns), bound.reshape(ns), inputs, backend,
                   None, column + notes, dy=dy, bound_for=lambda dtype, i=i, ns=ns: bounds_in(dtype, i).reshape(ns))
     if case.hidden == 1 and run.dweight is not None and ref.centered:  # RMSNorm's N = 1 xhat is x/sqrt(x^2 + eps)

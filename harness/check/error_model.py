@@ -172,7 +172,8 @@ def dweight_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str) -> np.
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         c = (np.abs(ref.x) + _mean_abs(ref)[:, None]) * ref.rstd[:, None]
         terms = _rows_abs(dy, ref) * (np.abs(ref.xhat) + c)
-        return (k(n) + k(m)) * accumulation_roundoff(dtype) * terms.sum(axis=0)
+        # per-head weights: each head's dweight sums M/G rows (oracle.group_sums)
+        return (k(n) + k(m // ref.groups)) * accumulation_roundoff(dtype) * oracle.group_sums(terms, ref.groups)
 
 
 def dbias_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str) -> np.ndarray:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from normbench.check import oracle
 from normbench.check.worst import multiple, ratios
 from normbench.core import operations
 from normbench.core.cases import Inputs
@@ -48,6 +49,12 @@ def row_mean(a: np.ndarray, acc) -> np.ndarray:
     if a.shape[1] == 0 or a.shape[0] == 0:
         return np.zeros((a.shape[0], 1), acc)
     return a.mean(axis=1, dtype=acc)[:, None]
+
+
+def _heads_rows(terms: np.ndarray, groups: int) -> list[np.ndarray]:
+    """(M, N) terms split by the weight row they sum into: all of them, or per head the rows ``r % G == g``
+    (``oracle.group_sums``), in head order."""
+    return [terms] if groups == 1 else [terms[g::groups] for g in range(groups)]
 
 
 class Model:
@@ -138,7 +145,9 @@ class Model:
         acc = self.precision(case.dtype)
         n = case.hidden
         x = np.asarray(inputs.x, dtype=F64).reshape(-1, n)
-        w = None if inputs.weight is None else np.asarray(inputs.weight, dtype=F64).reshape(-1)
+        # (N,), or per head (M, N): oracle.weight_rows
+        w = None if inputs.weight is None else oracle.weight_rows(inputs.weight, n, x.shape[0])
+        groups = 1 if inputs.weight is None else np.size(inputs.weight) // n
         b = None if inputs.bias is None else np.asarray(inputs.bias, dtype=F64).reshape(-1)
         with np.errstate(all="ignore"):
             xa = x.astype(acc)
@@ -155,7 +164,8 @@ class Model:
             dx = self.dx(g.astype(acc), xa, np.asarray(bmean, acc), np.asarray(brstd, acc), acc)
             xhat = np.asarray(self.normalize(x, np.asarray(bmean, F64), np.asarray(brstd, F64)), dtype=F64)
             out.update(dx=np.asarray(dx, dtype=F64),
-                       dweight=np.asarray(self.weight_grad(dy64 * xhat, case.dtype), dtype=F64),
+                       dweight=np.concatenate([np.asarray(self.weight_grad(terms, case.dtype), dtype=F64)
+                                               for terms in _heads_rows(dy64 * xhat, groups)]),
                        dbias=self.bias_terms(dy64, np.ones(n) if w is None else w).sum(axis=0))
         return out
 
@@ -486,7 +496,7 @@ class InterpreterBf16Truncation(Model):
             mean, rstd = self.statistics(x, case.eps_value, F32)
             y = truncate_to_bfloat16(self.normalize(x, mean, rstd))
             if inputs.weight is not None:
-                y = truncate_to_bfloat16(y * np.asarray(inputs.weight, F64).reshape(-1))
+                y = truncate_to_bfloat16(y * oracle.weight_rows(inputs.weight, n, x.shape[0]))
             if inputs.bias is not None:
                 y = truncate_to_bfloat16(y + np.asarray(inputs.bias, F64).reshape(-1))
         out["y"] = y

@@ -32,12 +32,34 @@ def params_row(p: np.ndarray | None, n: int, fill: float) -> np.ndarray:
     return np.array(p, dtype=np.float64).reshape(n)
 
 
+def weight_rows(weight: np.ndarray | None, n: int, rows: int, fill: float = 1.0) -> np.ndarray:
+    """The weight each of ``rows`` rows of N = ``n`` is scaled by, float64: one (N,) row for every row, or for
+    per-head weights (``weight`` of G*N elements: ``Case.per_head``) an (M, N) array, row ``r`` taking weight row
+    ``r % G`` (x is ``[..., heads, N]``, heads innermost among the rows)."""
+    if weight is None or np.size(weight) == n:
+        return params_row(weight, n, fill)
+    groups = np.size(weight) // n
+    if groups * n != np.size(weight) or rows % groups:
+        raise ValueError(f"a weight of {np.size(weight)} elements fits neither one row of {n} nor {rows} rows of "
+                         f"{n} in groups")
+    return np.tile(np.array(weight, dtype=np.float64).reshape(groups, n), (rows // groups, 1))
+
+
+def group_sums(a: np.ndarray, groups: int) -> np.ndarray:
+    """Column sums of (M, N) ``a`` over the rows that share a weight: (N,) for one weight, else (G*N,), group
+    ``g`` the rows ``r % G == g`` (:func:`weight_rows`)."""
+    m, n = a.shape
+    if groups == 1:
+        return a.sum(axis=0)
+    return a.reshape(m // groups, groups, n).sum(axis=0).reshape(-1)
+
+
 @dataclass(frozen=True)
 class Forward:
     """Oracle forward on (M, N) rows; ``y`` is reshaped to x's shape by callers."""
 
     x: np.ndarray          # (M, N) float64 input: a copy (the oracle shares no memory with its arguments)
-    weight: np.ndarray     # (N,) float64 (ones when None)
+    weight: np.ndarray     # (N,) float64 (ones when None); (M, N) for per-head weights (``groups`` > 1)
     bias: np.ndarray       # (N,) float64 (zeros when None; always for RMSNorm)
     mean: np.ndarray       # (M,) the mean subtracted: the row mean, or zeros for RMSNorm
     var: np.ndarray        # (M,) biased variance, or for RMSNorm the mean square mean(x^2)
@@ -45,6 +67,7 @@ class Forward:
     xhat: np.ndarray       # (M, N)
     y: np.ndarray          # (M, N)
     centered: bool = True  # LayerNorm (True) or RMSNorm (False)
+    groups: int = 1        # distinct weight rows: 1, or the heads of per-head weights (:func:`weight_rows`)
 
     @property
     def rstd(self) -> np.ndarray:
@@ -66,7 +89,8 @@ def forward(x: np.ndarray, normalized_shape: tuple[int, ...], weight: np.ndarray
     # a copy, even of a float64 x: a reference must not change when the arrays it was computed from do (a
     # backend handed them that writes into its arguments; normbench.check.conformance.Handover fails it)
     x2 = np.array(x, dtype=np.float64, order="C").reshape(-1, n)
-    w = params_row(weight, n, 1.0) + (weight_offset if weight is not None else 0.0)
+    w = weight_rows(weight, n, x2.shape[0]) + (weight_offset if weight is not None else 0.0)
+    groups = 1 if weight is None else np.size(weight) // n
     b = params_row(bias, n, 0.0)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         mean = x2.mean(axis=1) if x2.shape[0] and subtract_mean else np.zeros(x2.shape[0])
@@ -75,12 +99,12 @@ def forward(x: np.ndarray, normalized_shape: tuple[int, ...], weight: np.ndarray
         sigma_eps = np.sqrt(var + eps)
         xhat = centered / sigma_eps[:, None]
         y = xhat * w + b
-    return Forward(x2, w, b, mean, var, sigma_eps, xhat, y, subtract_mean)
+    return Forward(x2, w, b, mean, var, sigma_eps, xhat, y, subtract_mean, groups)
 
 
 @dataclass(frozen=True)
 class Backward:
-    """Oracle gradients: dx (M, N); dweight, dbias (N,)."""
+    """Oracle gradients: dx (M, N); dweight, dbias (N,) (per-head weights: dweight (G*N,), each head's sum)."""
 
     dx: np.ndarray
     dweight: np.ndarray
@@ -101,6 +125,6 @@ def backward(dy: np.ndarray, fwd: Forward) -> Backward:
         else:
             mean_g = mean_gx = np.zeros((0, 1))
         dx = (g - mean_g - fwd.xhat * mean_gx) / fwd.sigma_eps[:, None]
-        dweight = (dy2 * fwd.xhat).sum(axis=0)
+        dweight = group_sums(dy2 * fwd.xhat, fwd.groups)
         dbias = dy2.sum(axis=0)
     return Backward(dx, dweight, dbias, g)

@@ -190,6 +190,10 @@ class Backend(abc.ABC):
     #: whether its arrays have strides: then :meth:`asarray` must keep the host
     #: array's layout (strides, offset, stride-0 broadcasts) so layout bugs show
     strided: ClassVar[bool] = False
+    #: whether its RMSNorm takes one weight per head (qk-norm): for x of shape ``[..., heads, *normalized_shape]``
+    #: a weight of shape ``(heads, *normalized_shape)``, row ``r`` scaled by head ``r % heads``'s row, and dweight of
+    #: that shape, each head's sum (``normbench.core.cases.Case.per_head``); the suites skip such cases otherwise
+    per_head_weights: ClassVar[bool] = False
     #: top-level modules it needs; :meth:`availability` checks them without importing
     requires: ClassVar[Sequence[str]] = ()
     #: the fix for a missing requirement, e.g. ``pip install 'normbench[torch]'``

@@ -190,6 +190,10 @@ class Case:
     residual_dtype: str | None = None
     #: Gemma's RMSNorm: y = x*r*(weight_offset + weight), the offset added in float32 (or wider); 0 for every other case
     weight_offset: float = 0.0
+    #: qk-norm with one weight per head: x is ``[..., heads, *normalized_shape]`` and the weight has shape
+    #: ``(heads, *normalized_shape)`` (:attr:`weight_shape`), row ``r`` scaled by head ``r % heads``'s weight; dweight
+    #: sums each head's rows. Only for a normalization without a bias (RMSNorm), plain
+    per_head: bool = False
 
     def __post_init__(self) -> None:
         validate_shapes(self.shape, self.normalized_shape, None, None)
@@ -217,6 +221,11 @@ class Case:
                 raise InvalidInput(f"unknown {what} {value!r}; expected one of {', '.join(valid)}")
         if self.layout != "contiguous" and len(self.shape) != 2:
             raise InvalidInput(f"layout {self.layout!r} needs a rank-2 shape (rows, hidden), got {self.shape}")
+        if self.per_head and (norm.has_bias or norm.fuses or self.affine != "w" or self.weight_offset
+                              or len(self.shape) < len(self.normalized_shape) + 2):
+            raise InvalidInput(f"per-head weights are RMSNorm's qk-norm: a plain normalization without a bias, with a "
+                               f"weight (affine 'w', no weight_offset), x of shape [tokens, heads, *normalized_shape]; "
+                               f"got {norm.label}, affine {self.affine!r}, shape {self.shape}")
 
     @property
     def rows(self) -> int:
@@ -235,6 +244,17 @@ class Case:
         """The keyword options the entry points get for this case (``normbench.core.operations.Operation.options``):
         ``{"weight_offset": 1.0}`` for a Gemma case, else none."""
         return {"weight_offset": self.weight_offset} if self.weight_offset else {}
+
+    @property
+    def heads(self) -> int:
+        """Weights per normalized row group: the heads of a :attr:`per_head` case (x's dim before normalized_shape),
+        else 1 (one weight for every row)."""
+        return self.shape[-len(self.normalized_shape) - 1] if self.per_head else 1
+
+    @property
+    def weight_shape(self) -> tuple[int, ...]:
+        """The weight's (and dweight's) shape: normalized_shape, or ``(heads, *normalized_shape)`` per head."""
+        return ((self.heads,) if self.per_head else ()) + self.normalized_shape
 
     @property
     def residual_type(self) -> str | None:
@@ -278,6 +298,8 @@ class Case:
             parts.append(f"residual{self.residual}")
         if self.weight_offset:
             parts.append(f"weightoffset{self.weight_offset:g}")
+        if self.per_head:
+            parts.append("perhead")
         return "-".join(parts)
 
     def __str__(self) -> str:
@@ -344,7 +366,7 @@ def make_inputs(case: Case, seed: int) -> Inputs:
         values = DISTRIBUTIONS[case.dist](rng, (m, n), case.eps).astype(host_dtype(case.dtype))
     x = _with_layout(values, case.layout, rng) if case.layout != "contiguous" else values.reshape(case.shape)
     pdt = host_dtype(case.params)
-    weight = rng.standard_normal(case.normalized_shape).astype(pdt) if case.affine in ("wb", "w") else None
+    weight = rng.standard_normal(case.weight_shape).astype(pdt) if case.affine in ("wb", "w") else None
     bias = rng.standard_normal(case.normalized_shape).astype(pdt) if case.affine in ("wb", "b") else None
     return Inputs(case, seed, x, weight, bias, _residual(case, seed, values))
 
@@ -652,7 +674,7 @@ def _residual_family(add: Add, op: Operation, suite: str) -> None:
 def _heads(add: Add, op: Operation, suite: str) -> None:
     """Per-head normalization (qk-norm) of a ``[tokens, heads, head_dim]`` tensor over head_dim, one weight per
     head_dim: heads 4, 7 and 16, head_dim 64 to 512 (and an odd one, a vector tail), token counts that are no block
-    multiples."""
+    multiples; and (the plain operation) one weight per head, ``[heads, head_dim]`` (``Case.per_head``)."""
     shapes = [(tokens, heads, dim) for tokens, heads in ((5, 4), (3, 7), (9, 16)) for dim in (64, 128, 256, 512)]
     shapes.append((5, 7, ODD))
     for dtype in ("bfloat16", "float32") if suite == "forward" else ("bfloat16",):
@@ -660,6 +682,14 @@ def _heads(add: Add, op: Operation, suite: str) -> None:
             add(Case("heads", shape, shape[-1:], dtype, dist="normal", norm=op.name, affine="w"))
     if suite == "backward":
         add(Case("heads", (5, 7, 128), (128,), "float32", dist="normal", norm=op.name, affine="w"))
+    if op.fuses:
+        return
+    # one weight per head ([heads, head_dim]): a kernel that indexes the weight by the wrong head fails; a token
+    # count that is no multiple of anything, and two leading dims (batch, tokens) before the heads
+    for dtype, params in (("bfloat16", None), ("float32", None), ("bfloat16", "float32")):
+        for shape in ((5, 4, 128), (3, 7, ODD), (2, 3, 16, 64)):
+            add(Case("heads", shape, shape[-1:], dtype, dist="normal", norm=op.name, affine="w", param_dtype=params,
+                     per_head=True))
 
 
 def _gemma(add: Add, op: Operation, suite: str) -> None:

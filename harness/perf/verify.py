@@ -204,7 +204,9 @@ class Verifier:
         first = self.reference.operation.gradients[0]
         host.append(conformance.host_array(first, dx, backend, case.shape, case.residual_type or case.dtype))
         given = self.reference.inputs
-        return host + [conformance.check_gradient(what, g, p, backend, case, case.normalized_shape, case.params)
+        return host + [conformance.check_gradient(what, g, p, backend, case,
+                                                  case.weight_shape if what == "dweight" else case.normalized_shape,
+                                                  case.params)
                        for what, g, p in (("dweight", dw, given.weight), ("dbias", db, given.bias))]
 
     def _checked_rows(self, got: np.ndarray) -> np.ndarray:
