@@ -3,8 +3,8 @@ when present, else CPU; the fused operations (``add_layer_norm``, ``add_rms_norm
 them, ``residual = x + residual`` then the normalization (two kernels: what a fused kernel is measured against).
 
 RMSNorm with one weight per head (qk-norm, a ``[heads, head_dim]`` weight) as a careful model writes it:
-``F.rms_norm`` without a weight, times the weight, both in fp32, rounded once to x's dtype. Backward through autograd, for all. ``rms_norm`` gets
-normbench's arguments as they are,
+``F.rms_norm`` without a weight, times the weight, both in fp32, rounded once to x's dtype. Backward through
+autograd, for all. ``rms_norm`` gets normbench's arguments as they are,
 ``eps=None`` included (torch then uses the machine epsilon of its computation dtype:
 :func:`normbench.core.dtypes.default_rms_eps`). torch is imported when the backend is created,
 never when this module is imported.
