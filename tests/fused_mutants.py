@@ -1,5 +1,6 @@
 """Fused residual-add kernels for the never-miss, never-cry-wolf proofs: a correct kernel, the correct variants
-libraries ship (the unrounded sum normalized, the weight multiplied after the normalized value is rounded), and
+libraries ship (the unrounded sum normalized, the weight multiplied after the normalized value is rounded, float64
+statistics, a GPU's approximate rsqrt and division, a tree's summation order), and
 mutants with one real bug each, every one a bug reported against a fused kernel in the field.
 
 ``FusedKernel`` computes like a GPU kernel: x + residual in fp32 registers, stored rounded once to the residual's
@@ -152,7 +153,68 @@ class Float64Statistics(FusedKernel):
         return c, 1.0 / np.sqrt((c * c).mean(axis=1) + eps)
 
 
-CORRECT_VARIANTS: list[type[FusedKernel]] = [FusedKernel, UnroundedSum, WeightAfterRounding, Float64Statistics]
+def _row_signs(values: np.ndarray) -> np.ndarray:
+    """+1 or -1 per value, from one bit of its fp32 pattern: an approximation's error, both ways, reproducibly."""
+    return np.where((np.asarray(values, F32).view(np.uint32) >> 3) & 1, 1.0, -1.0)
+
+
+class ApproximateRsqrt(FusedKernel):
+    """rstd as a GPU's fast path computes it: ``rsqrt.approx.f32`` (relative error up to 2^-22.9, here at its
+    worst, either sign) of a variance divided by N with ``div.full.f32`` (``a * rcp.approx(N)``, the reciprocal
+    within 1 ulp, exact for a power of two). The mean is divided correctly rounded: approximate there, a mean 1
+    ulp off on an integer constant row at 2e4 leaves a variance of 4e-6 beside eps 1e-5 (rstd 15% off, xhat 0.5
+    where it is 0), which fails the backward's bound: normbench's Triton kernels use div.rn for it."""
+
+    name = "variant-fused-approx-rsqrt"
+
+    @staticmethod
+    def divide_full(a, n):
+        reciprocal = (F32(1) / F32(n)).astype(F32)
+        if np.frexp(F32(n))[0] != 0.5:  # not a power of two: rcp.approx may be 1 ulp off, here it is
+            reciprocal = np.nextafter(reciprocal, F32(2) * reciprocal * F32(_row_signs(F32(n))))
+        return (np.asarray(a, F32) * reciprocal).astype(F32)
+
+    @staticmethod
+    def rsqrt_approx(v):
+        v = np.asarray(v, F32)
+        return (1.0 / np.sqrt(v.astype(np.float64)) * (1 + _row_signs(v) * 2.0**-22.9)).astype(F32)
+
+    def statistics(self, s, centered, eps):
+        n = F32(s.shape[1])
+        mean = s.sum(axis=1, dtype=F32) / n if centered else np.zeros(s.shape[0], F32)
+        c = s - mean[:, None]
+        return c, self.rsqrt_approx(self.divide_full((c * c).sum(axis=1, dtype=F32), n) + F32(eps))
+
+
+class TreeSums(FusedKernel):
+    """The statistics' row sums in blocks of 128 lanes, the block sums added pairwise (a GPU's tree), in the
+    forward and where the backward recomputes them: another summation order."""
+
+    name = "variant-fused-tree-sums"
+
+    @staticmethod
+    def tree_sum(a):
+        m, n = a.shape
+        if m == 0 or n == 0:
+            return np.zeros(m, F32)
+        padded = np.zeros((m, -(-n // 128) * 128), F32)
+        padded[:, :n] = a
+        partial = padded.reshape(m, -1, 128).sum(axis=2, dtype=F32)
+        while partial.shape[1] > 1:
+            if partial.shape[1] % 2:
+                partial = np.concatenate([partial, np.zeros((m, 1), F32)], axis=1)
+            partial = partial[:, 0::2] + partial[:, 1::2]
+        return partial[:, 0]
+
+    def statistics(self, s, centered, eps):
+        n = F32(s.shape[1])
+        mean = self.tree_sum(s) / n if centered else np.zeros(s.shape[0], F32)
+        c = s - mean[:, None]
+        return c, F32(1) / np.sqrt(self.tree_sum(c * c) / n + F32(eps))
+
+
+CORRECT_VARIANTS: list[type[FusedKernel]] = [FusedKernel, UnroundedSum, WeightAfterRounding, Float64Statistics,
+                                             ApproximateRsqrt, TreeSums]
 
 
 # -- forward mutants: one real bug each -------------------------------------------------------------------
