@@ -290,7 +290,7 @@ def run_forward(backend: Backend, inputs: Inputs, *, statistics: bool = True) ->
     backend.synchronize()
     handed.check(forward_entry(backend, norm, statistics), _context(backend, inputs))
     if norm.fuses:
-        y, out = _outputs(backend, case, norm, y)
+        y, out = fused_outputs(backend, case, norm, y)
         return ForwardRun(host_array("y", y, backend, case.shape, case.dtype), None, handed.native, handed.pristine,
                           host_array("residual_out", out, backend, case.shape, case.residual_type))
     y_host = host_array("y", y, backend, case.shape, case.dtype)
@@ -304,7 +304,7 @@ def run_forward(backend: Backend, inputs: Inputs, *, statistics: bool = True) ->
     return ForwardRun(y_host, as64, handed.native, handed.pristine)
 
 
-def _outputs(backend: Backend, case: Case, norm: operations.Operation, out) -> tuple:
+def fused_outputs(backend: Backend, case: Case, norm: operations.Operation, out) -> tuple:
     """A fused forward's ``(y, residual_out)``, or :class:`ConformanceError` saying what it returned instead."""
     __tracebackhide__ = True
     if not isinstance(out, (tuple, list)) or len(out) != len(norm.outputs):

@@ -117,7 +117,7 @@ def _backward_arguments(backend: Backend, case: Case, args: tuple, native: dict[
     norm = operations.of(case.norm)
     if not norm.backward_params:
         return args
-    outputs = conformance._outputs(backend, case, norm, norm.forward(backend, args))  # (y, residual_out), or why not
+    outputs = conformance.fused_outputs(backend, case, norm, norm.forward(backend, args))  # (y, residual_out), or why not
     backend.synchronize()
     for name, value in zip(norm.outputs, outputs):
         if name in norm.backward_parameters:

@@ -188,7 +188,7 @@ class Verifier:
         case, backend, op = self.reference.case, self.backend, self.reference.operation
         if not op.fuses:
             return [conformance.host_array("y", outputs, backend, case.shape, case.dtype)]
-        y, out = conformance._outputs(backend, case, op, outputs)  # a tuple of (y, residual_out), or what it was
+        y, out = conformance.fused_outputs(backend, case, op, outputs)  # a tuple of (y, residual_out), or what it was
         return [conformance.host_array("y", y, backend, case.shape, case.dtype),
                 conformance.host_array("residual_out", out, backend, case.shape, case.residual_type)]
 
