@@ -62,6 +62,37 @@ def test_rms_warmup_leaves_nothing_to_compile(compiles, dtype, affine):
     assert compiles[done:] == [], "a call after warmup compiled"
 
 
+@pytest.mark.parametrize("op", ["add_layer_norm", "add_rms_norm"])
+def test_fused_warmup_leaves_nothing_to_compile_and_the_backward_adds_dresidual_out(compiles, op):
+    """The fused operations (the composition in one jitted function): warmup compiles the forward and the backward
+    on the residual_out it wrote; later calls, any eps, compile nothing; dsum is dresidual_out plus the
+    normalization's dx (the plain backward's on residual_out, within a rounding)."""
+    from normbench.core import cases, operations
+
+    b = JaxBackend()
+    operation = operations.of(op)
+    case = cases.Case("t", (37, 64), (64,), "float32", norm=op, residual_dtype="float32")
+    inputs = cases.make_inputs(case, 0)
+    x, residual, w, bias = (None if a is None else b.asarray(a) for a in (inputs.x, inputs.residual, inputs.weight,
+                                                                            inputs.bias))
+    args = operation.arguments(x=x, residual=residual, normalized_shape=(64,), weight=w, bias=bias, eps=1e-5)
+    operation.warmup(b, args)
+    assert compiles, "warmup compiled nothing (was it cached from elsewhere?)"
+    done = len(compiles)
+    dy, dres = (b.asarray(cases.make_dy(case, 0)), b.asarray(cases.make_dresidual(case, 0)))
+    for eps in (1e-5, 0.1):
+        call = operation.arguments(x=x, residual=residual, normalized_shape=(64,), weight=w, bias=bias, eps=eps)
+        y, out = operation.forward(b, call)
+        grads = operation.backward(b, operation.backward_args_from(call, (y, out)), (dy, dres))
+    b.synchronize()
+    assert compiles[done:] == [], "a call after warmup compiled"
+    plain = operation.normalization
+    plain_grads = plain.backward(b, plain.arguments(x=out, normalized_shape=(64,), weight=w, bias=bias, eps=0.1), (dy,))
+    dsum = np.asarray(grads[0], np.float64)
+    expected = np.asarray(plain_grads[0], np.float64) + np.asarray(dres, np.float64)
+    assert np.abs(dsum - expected).max() <= 4 * 2.0**-24 * np.abs(expected).max()
+
+
 def test_rms_eps_none_is_the_default_of_the_computation_dtype():
     from normbench.core.dtypes import default_rms_eps
 

@@ -177,6 +177,8 @@ class JaxBackend(Backend):
         self._compiled: dict[str, dict[str, Callable]] = {}
         self._apply_vjp = jax.jit(apply_vjp)
         for op in self.operations:
+            if op not in self.FORWARD_FACTORIES:  # a fused operation: the subclass defines its entry points itself
+                continue
             forward = self._traced(op)
             self._compiled[op] = {"forward": self.jit(forward), "backward": self.jit(vjp_of(jax, forward)),
                                   "step": self.jit(forward_and_vjp(jax, forward)),
@@ -276,7 +278,11 @@ class JaxBackend(Backend):
         return self._backward("rms_norm", (x, normalized_shape, weight, eps), dy)
 
     def prepare_backward(self, op, args, cotangents):
-        """The forward's residuals now (jitted ``jax.vjp``); the callable applies the jitted VJP to dy."""
+        """The forward's residuals now (jitted ``jax.vjp``); the callable applies the jitted VJP to dy. An operation
+        without a traced forward here (a fused one a subclass defines itself): the base's (None: its backward is
+        timed as it is)."""
+        if op not in self._compiled:
+            return super().prepare_backward(op, args, cotangents)
         traced, static = self._traced_args(op, args)
         dy = cotangents[0]
         with self.scope(dy, *traced[:3]):
@@ -289,7 +295,10 @@ class JaxBackend(Backend):
         return backward
 
     def forward_backward(self, op, args, cotangents):
-        """One jitted step: the forward and its VJP applied to dy."""
+        """One jitted step: the forward and its VJP applied to dy (an operation a subclass defines itself: the
+        base's, its forward then its backward)."""
+        if op not in self._compiled:
+            return super().forward_backward(op, args, cotangents)
         traced, static = self._traced_args(op, args)
         dy = cotangents[0]
         with self.scope(dy, *traced[:3]):
@@ -301,12 +310,12 @@ class JaxBackend(Backend):
         (dy like x), and wait for them: later calls with the same shapes, dtypes, parameter presence and
         normalized_shape do not compile (any eps)."""
         operation = operations.of(op)
-        x = args[0]
-        with self.scope(x):
-            dy = self.jax.numpy.zeros_like(x)
-        operation.forward_with_statistics(self, args)
-        if self.has_backward:
-            operation.backward(self, args, (dy,))
+        outputs, _ = operation.forward_with_statistics(self, args)
+        if self.has_backward:  # one cotangent like each output (a fused operation's y and residual_out)
+            with self.scope(args[0]):
+                cotangents = tuple(self.jax.numpy.zeros_like(o) for o in (
+                    outputs if isinstance(outputs, (tuple, list)) else (outputs,)))
+            operation.backward(self, operation.backward_args_from(args, outputs), cotangents)
         self.synchronize()
 
     def synchronize(self) -> None:
