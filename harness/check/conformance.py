@@ -48,7 +48,8 @@ def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str 
         return (f"backend {backend.name!r} takes a weight of normalized_shape only (per_head_weights = False), so one "
                 f"weight per head, of shape {case.weight_shape}, does not apply")
     limit_problem = backend.limits.case_problem(len(case.shape), case.eps_value, case.layout, case.dy_broadcast,
-                                                case.hidden)
+                                                case.hidden, dtype=case.dtype, residual_dtype=case.residual_type,
+                                                param_dtype=case.params if case.affine != "none" else None)
     if limit_problem:
         return f"outside backend {backend.name!r}'s documented limits: {limit_problem}"
     limit = backend.max_elements

@@ -121,18 +121,24 @@ class Limits:
     fewest dims x may have; ``layouts``: the layouts it accepts (of ``normbench.core.cases.LAYOUTS``,
     and ``"dybroadcast"`` for a stride-0 dy), None for every one; ``hidden_multiple``: the normalized
     size (the product of ``normalized_shape``) must be a multiple of it (a vectorized kernel's rule,
-    e.g. 8); ``source``: where the limits are documented, quoted in every skip.
+    e.g. 8); ``residual_in_x_dtype``, ``params_in_x_dtype``: a fused operation's residual, or the weight and
+    bias, must have x's dtype (a kernel that stores the sum in x's dtype, or takes one dtype for every tensor);
+    ``source``: where the limits are documented, quoted in every skip.
 
     >>> Limits(eps=(0.0, 1e-3), source="its docs").eps_problem(0.1)
     'eps 0.1 is outside the documented range [0, 0.001] (its docs)'
     >>> Limits(hidden_multiple=8).case_problem(2, 1e-5, "contiguous", hidden=100)
     'the normalized size 100 is not a multiple of 8, which the library requires'
+    >>> Limits(residual_in_x_dtype=True).case_problem(2, 1e-5, "contiguous", residual_dtype="float32", dtype="bfloat16")
+    "a float32 residual with bfloat16 x: the library takes the residual in x's dtype"
     """
 
     eps: tuple[float, float] = (0.0, float("inf"))
     min_rank: int = 1
     layouts: tuple[str, ...] | None = None
     hidden_multiple: int = 1
+    residual_in_x_dtype: bool = False
+    params_in_x_dtype: bool = False
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -150,9 +156,10 @@ class Limits:
         return f"eps {eps:g} is outside the documented range [{low:g}, {high:g}]{self._cite()}"
 
     def case_problem(self, rank: int, eps: float, layout: str, dy_broadcast: bool = False,
-                     hidden: int | None = None) -> str | None:
-        """Why a case of x's ``rank``, ``eps``, ``layout`` and normalized size ``hidden`` is outside the limits,
-        or None."""
+                     hidden: int | None = None, *, dtype: str | None = None, residual_dtype: str | None = None,
+                     param_dtype: str | None = None) -> str | None:
+        """Why a case of x's ``rank``, ``eps``, ``layout``, normalized size ``hidden`` and x's ``dtype`` (with a fused
+        operation's ``residual_dtype``, and the parameters' ``param_dtype``) is outside the limits, or None."""
         problem = self.eps_problem(eps)
         if problem:
             return problem
@@ -164,6 +171,10 @@ class Limits:
         for wanted in (layout, "dybroadcast") if dy_broadcast else (layout,):
             if self.layouts is not None and wanted not in self.layouts:
                 return f"layout {wanted} is not among the documented ones, {', '.join(self.layouts)}{self._cite()}"
+        for what, rule, given in (("residual", self.residual_in_x_dtype, residual_dtype),
+                                  ("weight and bias", self.params_in_x_dtype, param_dtype)):
+            if rule and given not in (None, dtype):
+                return f"a {given} {what} with {dtype} x: the library takes the {what} in x's dtype{self._cite()}"
         return None
 
 

