@@ -104,8 +104,9 @@ class JaxBackend(JaxBase):
 
     # -- the residual add fused in: x + residual rounded once to the residual's dtype, then the normalization --
 
-    def _fused(self, function, arrays, eps, normalized_shape, centered, dtype):
-        eps = float(eps) if centered else self.rms_eps(dtype, eps)
+    def _fused(self, function, arrays, eps, normalized_shape, centered, like):
+        """``function`` on ``arrays`` (eps None: RMSNorm's default of ``like``'s dtype, x's or dy's)."""
+        eps = float(eps) if centered else self.rms_eps(like, eps)
         with self.scope(*arrays):
             return self.queued(function(*arrays, eps, normalized_shape=tuple(normalized_shape), centered=centered))
 

@@ -35,6 +35,11 @@ import torch
 from normbench.impls.triton import launch
 
 
+def _shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
+    """normalized_shape as a tuple (an int is one dim)."""
+    return tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
+
+
 class LayerNormFunction(torch.autograd.Function):
     """``LayerNormFunction.apply(x, normalized_shape, weight, bias, eps)``; weight and bias may be None."""
 
@@ -42,7 +47,7 @@ class LayerNormFunction(torch.autograd.Function):
     def forward(ctx, x, normalized_shape, weight, bias, eps):
         y, mean, rstd = launch.forward(x, normalized_shape, weight, bias, eps)
         ctx.save_for_backward(x, weight, bias, mean, rstd)
-        ctx.normalized_shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
+        ctx.normalized_shape = _shape(normalized_shape)
         return y
 
     @staticmethod
@@ -76,7 +81,7 @@ class RMSNormFunction(torch.autograd.Function):
     def forward(ctx, x, normalized_shape, weight, eps):
         y, rstd = launch.rms_forward(x, normalized_shape, weight, eps)
         ctx.save_for_backward(x, weight, rstd)
-        ctx.normalized_shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
+        ctx.normalized_shape = _shape(normalized_shape)
         return y
 
     @staticmethod
@@ -99,10 +104,6 @@ class RMSNorm(torch.nn.RMSNorm):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.normalized_shape, self.weight, self.eps)
-
-
-def _shape(normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
-    return tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
 
 
 def _dsum_for(dsum: torch.Tensor | None, x_dtype: torch.dtype, residual_dtype: torch.dtype,
