@@ -769,7 +769,7 @@ def check_backward_values(backend: Backend, inputs: Inputs, dy: np.ndarray, run:
         with np.errstate(invalid="ignore", over="ignore"):
             dsum = dresidual + grads.dx
         bounds_in = lambda dtype, i: fused.dsum_bound(dy, ref, grads, dresidual, dsum, dtype, case.params)[i]
-        bound_dx, bound_dw, bound_db = (bounds_in(case.residual_type, i) for i in range(3))
+        bound_dx, bound_dw, bound_db = fused.dsum_bound(dy, ref, grads, dresidual, dsum, case.residual_type, case.params)
         notes += (f"dresidual_out: normbench.core.cases.make_dresidual(<case {case.id}>, seed={inputs.seed}); "
                   f"dsum = dresidual_out + dx, the gradient of x and of the residual",)
         _fail("dsum", oracle.rows_view(run.dx, case.normalized_shape), dsum, bound_dx, fused.normalized(inputs),
