@@ -9,8 +9,12 @@ the virtualenv:
   ``HEAD`` (and whether it has uncommitted changes), but only if the checkout
   is the top of its own git repository and the imported ``normbench`` lives
   inside it;
-* installed from a wheel, an index or a plain folder: no commit (the version
-  identifies a release; a folder may have changed since it was installed).
+* installed from a wheel or sdist normbench's build backend made from a checkout
+  (``tools/normbench_build.py``: a wheel carried to an offline GPU node, docs/gpu-node.md):
+  the commit it was built from, recorded in the package (``BUILD_COMMIT``), with
+  whether that checkout had uncommitted changes;
+* installed from an index or a plain folder: no commit (the version identifies a
+  release; a folder may have changed since it was installed).
 
 >>> source = Source("editable checkout", "/src/normbench", "abc123", dirty=True)
 >>> source.commit_label()
@@ -109,4 +113,30 @@ def source(package_file: Path | None = None) -> Source:
         record = json.loads(text) if text else None
     except ValueError:
         record = None
-    return from_direct_url(record if isinstance(record, dict) else None, package_file)
+    found = from_direct_url(record if isinstance(record, dict) else None, package_file)
+    built = built_from(package_file.parent / BUILD_RECORD)
+    if found.commit or not built:
+        return found
+    return Source(f"{found.kind}, built from a checkout", found.location, *built)
+
+
+#: the record normbench's build backend puts into a wheel or sdist built from a checkout
+BUILD_RECORD = "BUILD_COMMIT"
+
+
+def built_from(path: Path) -> tuple[str, bool] | None:
+    """``(commit, dirty)`` from a build record (None: no record, or not one normbench wrote).
+
+    >>> import tempfile
+    >>> record = Path(tempfile.mkdtemp()) / BUILD_RECORD
+    >>> _ = record.write_text('{"commit": "abc123", "dirty": false}')
+    >>> built_from(record)
+    ('abc123', False)
+    """
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("commit"), str) or not record["commit"]:
+        return None
+    return record["commit"], bool(record.get("dirty"))
