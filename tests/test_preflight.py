@@ -67,3 +67,27 @@ def test_each_gpu_is_said_with_what_a_reference_run_records(monkeypatch):
     [numpy] = preflight.backends(("numpy",), require_gpu=True)
     assert numpy.problem == ("backend numpy runs on cpu, not on the GPU. Fix: install a CUDA build of its "
                              "framework")
+
+
+def test_a_dependency_a_no_deps_install_did_not_bring_is_the_problem(monkeypatch):
+    import importlib.metadata
+
+    real = importlib.metadata.requires
+    monkeypatch.setattr(importlib.metadata, "requires",
+                        lambda name: [*real(name), "no-such-package-xyz>=1.0", "torch>=2.1; extra == \"torch\""])
+    check = preflight.dependencies()
+    assert check.problem == ("normbench needs no-such-package-xyz>=1.0, not installed here. Fix: bring their wheels "
+                             "and pip install --no-index --no-deps them (docs/gpu-node.md)")
+    assert check.found.startswith("numpy ") and "torch" not in check.found
+    monkeypatch.setattr(importlib.metadata, "requires", real)
+    assert not preflight.dependencies().problem
+
+
+def test_nsight_compute_is_said_never_required(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("NCU", raising=False)
+    check = preflight.profiler()
+    assert not check.problem and check.found.startswith("not on the PATH: the counters will not be measured")
+    (tmp_path / "ncu").write_text("#!/bin/sh\n")
+    (tmp_path / "ncu").chmod(0o755)
+    assert preflight.profiler().found == str(tmp_path / "ncu")

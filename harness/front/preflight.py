@@ -1,10 +1,11 @@
 """``normbench preflight``: in seconds, what a run on this machine will use, and one line for what is missing.
 
 Made for a GPU node reached for a short slot (docs/usage.md): before a minute of it goes to a run that cannot
-work, say normbench's version and commit, each GPU (name, memory, SM count, clocks, compute capability and
-mode, driver, CUDA), the libraries' versions, whether Triton can build its CUDA launcher here (Triton 3.6
-compiles it with the system C compiler against Python's headers; newer ones need neither), and each of
-normbench's backends as created here, with its device. Without ``--cpu`` a CUDA GPU is required: none seen
+work, say normbench's version and commit, whether its own dependencies are installed (a wheel installed with
+``--no-deps`` brings none), each GPU (name, memory, SM count, clocks, compute capability and mode, driver, CUDA),
+the libraries' versions, whether Triton can build its CUDA launcher here (Triton 3.6 compiles it with the system C
+compiler against Python's headers; newer ones need neither), whether Nsight Compute is there for the DRAM counters,
+and each of normbench's backends as created here, with its device. Without ``--cpu`` a CUDA GPU is required: none seen
 is the error. Every check is a :class:`Check`; the first that fails ends the command with exit status 2,
 after everything was printed.
 """
@@ -35,6 +36,42 @@ class Check:
 
     def line(self) -> str:
         return f"  {'ok ' if not self.problem else 'NO '} {self.what}: {self.found}"
+
+
+def dependencies() -> Check:
+    """normbench's own requirements (its metadata's, extras aside), each installed: a wheel installed with
+    ``--no-deps`` brings none of them."""
+    import importlib.metadata
+    import re
+
+    try:
+        required = importlib.metadata.requires("normbench") or []
+    except importlib.metadata.PackageNotFoundError:
+        return Check("normbench's dependencies", "not checked: normbench is not installed as a distribution (a "
+                                                 "source tree on sys.path)")
+    found, missing = [], []
+    for requirement in required:
+        if "extra ==" in requirement:
+            continue
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0)
+        try:
+            found.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(requirement)
+    if missing:
+        return Check("normbench's dependencies", ", ".join(found) or "none",
+                     f"normbench needs {', '.join(missing)}, not installed here. Fix: bring their wheels and "
+                     f"pip install --no-index --no-deps them (docs/gpu-node.md)")
+    return Check("normbench's dependencies", ", ".join(found))
+
+
+def profiler() -> Check:
+    """Nsight Compute, which the run's DRAM counters need (never a problem: without it the run says so and goes on)."""
+    from normbench.perf.counters import ncu
+
+    found = ncu()
+    return Check("ncu (Nsight Compute: the run's DRAM counters)", found or "not on the PATH: the counters will not be "
+                                                                       "measured, the rest of the run will")
 
 
 def c_compiler() -> Check:
@@ -100,6 +137,7 @@ def checks(cpu: bool, names: tuple[str, ...] = GPU_BACKENDS) -> list[Check]:
     found = [Check("normbench", f"{__version__}, {origin.kind}" + (f", commit {origin.commit_label()}"
                                                                   if origin.commit else ""))]
     libraries = environment.library_versions()
+    found.append(dependencies())
     found.append(Check("libraries", ", ".join(f"{k} {v}" for k, v in sorted(libraries.items())) or "none"))
     if "torch" in libraries:
         try:
@@ -110,6 +148,7 @@ def checks(cpu: bool, names: tuple[str, ...] = GPU_BACKENDS) -> list[Check]:
     found += gpus(require=not cpu)
     if "triton" in libraries and not cpu:
         found += [c_compiler(), python_headers()]
+    found.append(profiler())
     return found + backends(names, require_gpu=not cpu)
 
 
