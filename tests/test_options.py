@@ -232,7 +232,8 @@ def test_the_shared_options_are_the_same_under_either_prefix():
     assert described(short) == described(long)
     assert [a.dest for a in long._actions[1:]] == ["normbench_impl", "normbench_seed", "normbench_out",
                                                    "normbench_run_id", "normbench_cache", "normbench_direction",
-                                                   "normbench_dtype", "normbench_shape", "normbench_norm"]
+                                                   "normbench_dtype", "normbench_shape", "normbench_norm",
+                                                   "normbench_rehearsal"]
     assert all(a.help.endswith(("Default: %(default)r", "Default: all", "Default: 'all'", "Default: all of the sweep's",
                                 "Default: UTC time and host name")) for a in long._actions[1:])
 

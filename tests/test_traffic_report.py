@@ -50,7 +50,9 @@ def test_the_published_files_load_through_their_schemas():
 
 def test_every_column_is_documented_in_reports_readme():
     readme = (ROOT / "reports" / "README.md").read_text()
-    for columns in (traffic_schema.TRAFFIC_COLUMNS, kernel_stats_schema.KERNEL_STATS_COLUMNS):
+    from normbench.perf.counters import COUNTERS_COLUMNS
+
+    for columns in (traffic_schema.TRAFFIC_COLUMNS, kernel_stats_schema.KERNEL_STATS_COLUMNS, COUNTERS_COLUMNS):
         for c in columns:
             assert c.doc and f"| `{c.name}` | {c.kind} | {c.doc} |" in readme, f"reports/README.md: the row of {c.name}"
 

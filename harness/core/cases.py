@@ -851,12 +851,31 @@ THROUGHPUT_GPU_CASES: list[Case] = [c for op in OPERATIONS for c in gpu_sweep_ca
 THROUGHPUT_CPU_CASES: list[Case] = [c for op in OPERATIONS for c in cpu_sweep_cases(op)]
 
 
-def throughput_cases(device: str) -> list[Case]:
-    """The sweep for a backend's device: the GPU sweep on ``cuda*``, else the CPU sweep.
+#: ``normbench run --rehearsal``: each GPU sweep case keeps its operation, dtype and hidden size, with only as many
+#: rows as keep x within this many elements (one row at hidden 65536): the GPU run's cases, in its order, at sizes a
+#: CPU times in a blink
+REHEARSAL_ELEMENTS = 1 << 15
+
+
+def rehearsal_cases() -> list[Case]:
+    """The GPU sweep, shrunk (:data:`REHEARSAL_ELEMENTS`): what ``normbench run --rehearsal`` times on any device.
+
+    >>> [c.id for c in rehearsal_cases()][:2]
+    ['bfloat16-rows128-hidden256-normal', 'bfloat16-rows64-hidden512-normal']
+    """
+    return [dataclasses.replace(c, shape=(max(1, REHEARSAL_ELEMENTS // c.hidden), c.hidden))
+            for c in THROUGHPUT_GPU_CASES]
+
+
+def throughput_cases(device: str, rehearsal: bool = False) -> list[Case]:
+    """The sweep for a backend's device: the GPU sweep on ``cuda*``, else the CPU sweep; with ``rehearsal``, the
+    GPU sweep shrunk on any device (:func:`rehearsal_cases`).
 
     >>> [c.id for c in throughput_cases("cpu")][:1]
     ['float32-rows16384-hidden256-normal']
     """
+    if rehearsal:
+        return rehearsal_cases()
     return THROUGHPUT_GPU_CASES if device.strip().lower().startswith("cuda") else THROUGHPUT_CPU_CASES
 
 

@@ -86,6 +86,8 @@ ENVIRONMENT_FIELDS = record({}, {
     "skipped_backends": mapping(text()), "not_timed": mapping(text()), "runtime_notes": mapping(text()),
     "sessions": list_of(text()),
     "budget": record({"seconds": number(low=0.0), "tests_start_until": text()}),
+    "rehearsal": boolean(),
+    "counters": record({"state": one_of("measured", "not measured")}, {"reason": text(), "rows": integer(0)}),
     "status": STATUS_FIELDS,
 })
 _FIX = f"correct or remove that field (the file was edited or damaged), or re-run to write a new {ENVIRONMENT_FILE}"
@@ -226,6 +228,12 @@ def write_environment(folder: str | os.PathLike, env: dict[str, Any]) -> Path:
         if old.get("command") and old.get("command") != env.get("command"):
             merged["sessions"] = list(dict.fromkeys([*old.get("sessions", []), env["command"]]))
     return _write(path, merged)
+
+
+def update_environment(folder: str | os.PathLike, fields: dict[str, Any]) -> Path:
+    """Set top-level ``fields`` of the run's ``environment.json`` (``counters``), the rest kept."""
+    path = Path(folder) / ENVIRONMENT_FILE
+    return _write(path, {**read_environment(path), **fields})
 
 
 def _write(path: Path, document: dict[str, Any]) -> Path:

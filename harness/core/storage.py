@@ -174,7 +174,7 @@ RESULT_FILES: tuple[str, ...] = tuple(f"{stem}.{ext}" for stem in RUN_RESULTS fo
 #: the files of counts and static estimates (``normbench traffic``, ``normbench kernel-stats``: CSV only, not a run's
 #: results), by name and by pattern; with :data:`RESULT_FILES`, every file a normbench schema writes into a folder
 #: (each schema's module checks that its files are among them: a run folder holding one is refused)
-COUNTS_FILES: tuple[str, ...] = ("traffic.csv",)
+COUNTS_FILES: tuple[str, ...] = ("traffic.csv", "counters.csv")
 COUNTS_PATTERNS: tuple[str, ...] = ("kernels-*.csv",)
 
 

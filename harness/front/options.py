@@ -428,7 +428,7 @@ def add_seed_option(addoption: Callable, prefix: str) -> None:
 
 def add_throughput_options(addoption: Callable, prefix: str) -> None:
     """Where results go and which part of the throughput sweep runs, and how:
-    ``--<prefix>out``, ``run-id``, ``cache``, ``direction``, ``dtype``, ``shape`` and ``norm``."""
+    ``--<prefix>out``, ``run-id``, ``cache``, ``direction``, ``dtype``, ``shape``, ``norm`` and ``rehearsal``."""
     addoption(f"--{prefix}out", metavar="DIR", default="reports", type=parse_out_folder,
               help="Results go to DIR/<run-id>/ (CSV, JSON, environment.json). Default: %(default)r")
     addoption(f"--{prefix}run-id", metavar="ID", default=None, type=check_run_id,
@@ -445,3 +445,7 @@ def add_throughput_options(addoption: Callable, prefix: str) -> None:
               help="Throughput shapes to run, ROWSxHIDDEN separated by commas. Default: all of the sweep's")
     addoption(f"--{prefix}norm", metavar="LIST", type=parse_norms, default=None,
               help=f"Throughput normalizations to run, separated by commas: {', '.join(NAMES)}. Default: all")
+    addoption(f"--{prefix}rehearsal", action="store_true", default=False,
+              help="A dress rehearsal of the GPU reference run on any machine (docs/gpu-node.md): the GPU sweep's "
+                   "cases in its order, each shrunk to a few rows, timed briefly, the copy ceiling on a small buffer; "
+                   "the results say rehearsal and are no measurement. Default: %(default)r")

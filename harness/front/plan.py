@@ -50,6 +50,8 @@ class Plan:
     norm: tuple[str, ...] | None = None
     report: bool = True
     baseline: str = "torch"
+    #: ``normbench run --rehearsal``: the GPU sweep shrunk, timed briefly (docs/gpu-node.md)
+    rehearsal: bool = False
     #: the backends, once created (:meth:`select`); never sent to a worker
     selection: Selection | None = None
     #: how many conformance tests the suites collect, once counted (``normbench run``'s header): workers are capped by it
@@ -67,7 +69,7 @@ class Plan:
         by ``normbench.front.options``' types)."""
         given = {name: getattr(args, name) for name in ("threads", "require", "workers", "suites", "out",
                                                         "run_id", "cache", "direction", "dtype", "shape", "norm",
-                                                        "report", "baseline", "budget", "bundle")
+                                                        "report", "baseline", "budget", "bundle", "rehearsal")
                  if hasattr(args, name)}
         given["seeds"] = list(args.seed)
         return cls(impl=args.impl or ALL, **given)
@@ -88,7 +90,8 @@ class Plan:
         if throughput:
             values.update({"normbench_out": self.out, "normbench_run_id": throughput.get("run_id", self.run_id),
                            "normbench_cache": self.cache, "normbench_direction": self.direction,
-                           "normbench_dtype": self.dtype, "normbench_shape": self.shape, "normbench_norm": self.norm})
+                           "normbench_dtype": self.dtype, "normbench_shape": self.shape, "normbench_norm": self.norm,
+                           "normbench_rehearsal": self.rehearsal})
         return values
 
 

@@ -60,6 +60,14 @@ XDIST_REASON = ("throughput timing needs the machine to itself: run it without -
                 "(one worker process)")
 
 
+#: a rehearsal (``--normbench-rehearsal``) times each case this few samples, for this long at most, and measures the
+#: copy ceiling on, and flushes the cache with, a buffer of this many MiB (below the cache rule, which the ceiling's
+#: record says): it proves the path, it measures nothing
+REHEARSAL_SAMPLES = 3
+REHEARSAL_TIME_S = 0.05
+REHEARSAL_CEILING_MIB = 16
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("normbench", "normbench LayerNorm suites")
     add = group.addoption
@@ -84,7 +92,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def filters(config: pytest.Config) -> Filters:
     return Filters(config.getoption("normbench_direction"), config.getoption("normbench_dtype"),
-                   config.getoption("normbench_shape"), config.getoption("normbench_norm"))
+                   config.getoption("normbench_shape"), config.getoption("normbench_norm"),
+                   bool(config.getoption("normbench_rehearsal")))
 
 
 def not_timed_reason(backend: Backend) -> str | None:
@@ -170,12 +179,14 @@ def _session(config: pytest.Config) -> ThroughputSession:
         from normbench.perf.throughput import ThroughputRunner
         from normbench.perf.timing import TimingOptions
 
-        options = TimingOptions(cache=config.getoption("normbench_cache"),
-                                min_samples=config.getoption("normbench_min_samples"),
-                                max_samples=max(200, config.getoption("normbench_min_samples")),
-                                max_time_s=config.getoption("normbench_max_time"))
-        mib = config.getoption("normbench_ceiling_mib")
+        rehearsal = bool(config.getoption("normbench_rehearsal"))
+        min_samples = REHEARSAL_SAMPLES if rehearsal else config.getoption("normbench_min_samples")
+        options = TimingOptions(cache=config.getoption("normbench_cache"), min_samples=min_samples,
+                                max_samples=max(200, min_samples),
+                                max_time_s=REHEARSAL_TIME_S if rehearsal else config.getoption("normbench_max_time"))
+        mib = config.getoption("normbench_ceiling_mib") or (REHEARSAL_CEILING_MIB if rehearsal else None)
         runner = ThroughputRunner(options, ceiling_bytes=mib << 20 if mib else None,
+                                  flush_bytes=REHEARSAL_CEILING_MIB << 20 if rehearsal else None,
                                   seed=config.getoption("normbench_seed")[0], run_id=_run_id(config))
         config.stash[SESSION] = ThroughputSession(config, runner, _run_id(config))
     return config.stash[SESSION]

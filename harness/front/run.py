@@ -26,6 +26,8 @@ from normbench.front.plan import Plan, PlanPlugin
 from normbench.suites import DIRECTORY as SUITES_DIRECTORY
 
 INTERRUPTED = 2  # pytest.ExitCode.INTERRUPTED
+#: with ``--bundle``, the run's output, copied into its folder (and carried in the bundle)
+RUN_LOG = "run.log"
 #: pytest's own arguments every session of a run takes
 _QUIET_PYTEST = ["-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
 
@@ -108,6 +110,9 @@ def header(plan: Plan, run_id: str, folder) -> None:
         say(f"  budget:      {plan.budget:g} s: tests start until {_utc(plan.stop_at)} (the last "
             f"{budget_reserve(plan.budget):g} s are the summary's and the report's); the throughput suite first, "
             f"triton and torch first, bf16 first")
+    if plan.rehearsal:
+        say("  rehearsal:   the GPU sweep's cases shrunk to a few rows, timed briefly, the ceiling on a small buffer: "
+            "proves the run's path, measures nothing")
     say(f"  backends:    --impl={plan.impl}, creating each (imports its framework)...")
     shown = set()
 
@@ -169,6 +174,17 @@ def counts(plan: Plan, run_id: str, extra: Sequence[str]) -> int | None:
     return total
 
 
+#: under a budget, a suite's session is not started with less than this left before tests stop starting: its
+#: workers' start (imports, collection) takes seconds of it, and it would end past the budget having run nothing
+SESSION_MIN_S = 15.0
+#: under a budget, the counters' share, taken off the throughput sweep's time: at most this, a quarter of the budget
+COUNTERS_RESERVE_S = 120.0
+#: without a budget, the counters' time limit; an operation's measurement is not started with less than
+#: COUNTERS_MIN_S left
+COUNTERS_TIMEOUT_S = 600.0
+COUNTERS_MIN_S = 15.0
+
+
 def budget_reserve(budget: float) -> float:
     """Seconds of a ``--budget`` kept for the run's end (status, summary, report): a tenth, 10 s to 60 s."""
     return min(60.0, max(10.0, 0.1 * budget))
@@ -193,7 +209,7 @@ def cmd_run(plan: Plan, extra: Sequence[str], argv: Sequence[str]) -> int:
     if refused:
         raise NormbenchError(f"pytest refuses the arguments normbench run passes on to it ({' '.join(extra)}): "
                              f"{refused.rstrip('.')}. Fix: `normbench run --help` lists normbench's options; others go to pytest")
-    with claim(plan.out, run_id) as run, _signals_end_the_run():  # a bad run id, another writer, results there
+    with claim(plan.out, run_id) as run, _signals_end_the_run(), _teed(run.path / RUN_LOG if plan.bundle else None):
         main = _MainJob(plan, extra, argv, run.path, run_id)
         try:
             header(plan, run_id, run.path)
@@ -235,15 +251,96 @@ class _MainJob:
         env.update(backends_record(plan.selection))
         if plan.budget is not None:
             env["budget"] = {"seconds": plan.budget, "tests_start_until": _utc(plan.stop_at)}
+        if plan.rehearsal:
+            env["rehearsal"] = True
         write_environment(self.folder, env)
         self._status("running")
+        counters = self._counters_backend()
+        stop_at = plan.stop_at
         for suite in sorted(plan.suites, key=lambda s: s != "throughput") if plan.budget else plan.suites:
             if self.interrupted:
                 break
-            if plan.stop_at is not None and time.time() >= plan.stop_at:
+            if plan.stop_at is not None and time.time() >= plan.stop_at - SESSION_MIN_S:
                 self.unstarted.append(suite)
                 continue
-            (self._conformance if suite == "conformance" else self._throughput)()
+            if suite == "conformance":
+                self._conformance()
+                continue
+            if counters is not None and stop_at is not None:  # the counters' time comes off the sweep's
+                plan.stop_at = stop_at - min(COUNTERS_RESERVE_S, 0.25 * plan.budget)
+            try:
+                self._throughput()
+            finally:
+                plan.stop_at = stop_at
+            if counters is not None and not self.interrupted:
+                self._counters(counters)
+
+    def _counters_backend(self):
+        """The Triton backend on CUDA whose kernels the counters measure after the throughput suite (``ncu`` on the
+        PATH); None, said in the environment, where there is none."""
+        from normbench.perf import counters
+
+        if "throughput" not in self.plan.suites or self.plan.selection is None:
+            return None
+        backend = next((b for b in self.plan.selection.backends
+                        if "triton" in b.requires and b.device.startswith("cuda")), None)
+        why = ("no Triton backend runs on CUDA here" if backend is None else
+               None if counters.ncu() else "ncu (Nsight Compute) is not on the PATH")
+        if why:
+            self._record({"counters": {"state": "not measured", "reason": why}})
+            if self.plan.rehearsal or any(b.device.startswith("cuda") for b in self.plan.selection.backends):
+                self.sections.append(f"counters (DRAM bytes by ncu): not measured: {why}")
+            return None
+        return backend
+
+    def _record(self, fields: dict) -> None:
+        """Set fields of the run's environment.json; a folder that cannot take them is said at the end."""
+        from normbench.core.environment import update_environment
+        from normbench.core.storage import ResultsError
+
+        try:
+            update_environment(self.folder, fields)
+        except ResultsError as exc:
+            self.problems.append(f"{', '.join(fields)} could not be recorded: {exc}")
+
+    def _counters(self, backend) -> None:
+        """DRAM bytes of the Triton kernels measured by ncu beside the interpreter's count and the byte model
+        (:mod:`normbench.perf.counters`), an operation at a time (a slot cut short keeps those measured), into
+        ``counters.csv``; a profiler that refuses is said, not fatal."""
+        import tempfile
+
+        from normbench.core.exceptions import NormbenchError
+        from normbench.perf import counters
+
+        deadline = time.time() + COUNTERS_TIMEOUT_S if self.plan.stop_at is None else self.plan.stop_at
+        print(f"\nnormbench: DRAM counters: ncu on {backend.name}'s kernels, {len(counters.items())} directions of "
+              f"{len(counters.NORMS)} operations (until {_utc(deadline)})", flush=True)
+        rows, problem = [], None
+        with tempfile.TemporaryDirectory(prefix="normbench-counters-") as scratch:
+            for norm in counters.NORMS:
+                if time.time() > deadline - COUNTERS_MIN_S:
+                    problem = f"the time ran out before {norm}"
+                    break
+                try:
+                    rows += counters.measure(counters.items(norms=(norm,)), counters.profile_of(),
+                                             Path(scratch) / norm, backend=backend.name, timeout=deadline - time.time())
+                except NormbenchError as exc:  # ncu missing or refusing, out of time, records that do not match
+                    problem = f"{norm}: {exc}"
+                    break
+                except Exception as exc:  # noqa: BLE001 (a slot is not lost to the counters: said, the run goes on)
+                    problem = f"{norm}: {type(exc).__name__}: {exc} (a normbench bug: please report it)"
+                    break
+        record: dict = {"state": "measured" if rows else "not measured", "rows": len(rows)}
+        if problem:
+            record["reason"] = problem
+        if rows:
+            counters.write_csv(rows, self.folder / counters.COUNTERS_FILE)
+            self.sections.append("\n".join([f"counters: DRAM bytes measured by ncu ({counters.COUNTERS_FILE})"
+                                             + (f"; stopped: {problem}" if problem else ""),
+                                             *counters.table_lines(rows)]))
+        else:
+            self.sections.append(f"counters (DRAM bytes by ncu): not measured: {problem}")
+        self._record({"counters": record})
 
     def _conformance(self) -> None:
         from normbench.check.outcomes import CONFORMANCE
@@ -317,8 +414,12 @@ class _MainJob:
         from normbench.core.storage import ResultsError
         from normbench.report.bundle import write_bundle
 
+        sys.stdout.flush()
+        sys.stderr.flush()
+        log = self.folder / RUN_LOG
         try:
-            print(f"bundle: {write_bundle(self.folder, self.plan.bundle).parent}/", flush=True)
+            manifest = write_bundle(self.folder, self.plan.bundle, log=log if log.is_file() else None)
+            print(f"bundle: {manifest.parent}/", flush=True)
         except (ResultsError, OSError) as exc:
             self.problems.append(f"the bundle was not written: {exc}")
 
@@ -436,6 +537,39 @@ class _Sink:
                       file=sys.stderr, flush=True)
             return False
         return True
+
+
+class _Tee:
+    """A text stream that writes to ``stream`` and to ``copy``."""
+
+    def __init__(self, stream, copy) -> None:
+        self.stream, self.copy = stream, copy
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.copy.flush()
+        self.stream.flush()
+
+    def __getattr__(self, name: str):  # fileno, isatty, encoding...: the terminal's
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def _teed(path: Path | None):
+    """With ``--bundle``, what the run prints also goes to ``run.log`` in its folder, which the bundle carries."""
+    if path is None:
+        yield
+        return
+    with open(path, "a", encoding="utf-8", errors="replace") as copy:
+        saved = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = _Tee(sys.stdout, copy), _Tee(sys.stderr, copy)
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = saved
 
 
 @contextlib.contextmanager

@@ -1,7 +1,8 @@
 """The throughput sweep a run measures, and the filters that narrow it.
 
 The cases are :func:`normbench.core.cases.throughput_cases` (the GPU sweep on CUDA
-devices, the CPU sweep elsewhere) times :data:`normbench.perf.roofline.DIRECTIONS`.
+devices, the CPU sweep elsewhere, the GPU sweep shrunk for a rehearsal) times
+:data:`normbench.perf.roofline.DIRECTIONS`.
 ``--direction``, ``--dtype`` and ``--shape`` (``normbench run``) or their
 ``--normbench-*`` forms (pytest) keep a subset; their values are parsed by
 :mod:`normbench.front.options`, where a value outside the valid ones is a usage error
@@ -27,12 +28,14 @@ def sweep_shapes() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Filters:
-    """Which directions, dtypes, shapes and normalizations to keep; None keeps all."""
+    """Which directions, dtypes, shapes and normalizations to keep; None keeps all. ``rehearsal``: the GPU sweep
+    shrunk (``normbench run --rehearsal``) on every device."""
 
     directions: tuple[str, ...] | None = None
     dtypes: tuple[str, ...] | None = None
     shapes: tuple[str, ...] | None = None
     norms: tuple[str, ...] | None = None
+    rehearsal: bool = False
 
     def keep(self, case: Case, direction: str) -> bool:
         return ((self.directions is None or direction in self.directions)
@@ -42,4 +45,5 @@ class Filters:
 
     def pairs(self, device: str) -> list[tuple[Case, str]]:
         """The (case, direction) pairs of the sweep for ``device`` that pass the filters."""
-        return [(case, d) for case in cases.throughput_cases(device) for d in DIRECTIONS if self.keep(case, d)]
+        return [(case, d) for case in cases.throughput_cases(device, self.rehearsal) for d in DIRECTIONS
+                if self.keep(case, d)]

@@ -158,12 +158,14 @@ class ThroughputRunner:
     """Measures cases one after another, with one ceiling and one timer per device.
 
     ``ceiling_bytes`` overrides the ceiling's copy buffer (default 4x the
+    last-level cache), ``flush_bytes`` the cold-cache flush's (default the
     last-level cache); ``measure_ceiling`` and ``make_timer`` may be replaced
     (tests use a fixed ceiling and a synthetic clock).
     """
 
     options: TimingOptions = field(default_factory=TimingOptions)
     ceiling_bytes: int | None = None
+    flush_bytes: int | None = None
     seed: int = 0
     run_id: str = ""
     measure_ceiling: Callable[[str, int | None], Ceiling] = measure_ceiling
@@ -182,7 +184,7 @@ class ThroughputRunner:
     def _timer(self, key: str, events: bool):
         """The timer of device ``key``; ``events``: the backend's work is on torch's stream (CUDA events see it)."""
         if (key, events) not in self._timers:
-            self._timers[key, events] = self.make_timer(key, last_level_cache().bytes, events)
+            self._timers[key, events] = self.make_timer(key, self.flush_bytes or last_level_cache().bytes, events)
         return self._timers[key, events]
 
     def base_row(self, backend: Backend, case: Case, direction: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 A GPU node lent for minutes may return at most a few files, each of limited size (:data:`MAX_FILES`,
 :data:`MAX_FILE_BYTES`). :func:`write_bundle` copies what a run folder holds into one folder within those limits:
 ``environment.json``, the results as CSV (gzipped where larger than the limit: the loader reads ``.csv.gz``),
-``report.html``, the traffic and kernel-statistics tables, the run's log where one is given, and
+``report.html``, the traffic table, the counters' table (``normbench.perf.counters``), the run's log where one is given, and
 ``manifest.json`` (each file's size, SHA-256 and what it is; what was left out, and why). The bundle is then
 read back with the loader (every results file valid, or the bundle is refused), so what travels is a run folder
 ``normbench report`` renders as it is.
@@ -31,7 +31,8 @@ WANTED = (("environment.json", "the run's environment: machine, GPU, libraries, 
           ("conformance.csv", "the conformance suites' outcomes, a row per test"),
           ("throughput.csv", "the throughput suite's rows, a row per case and direction"),
           ("report.html", "the run's report, self-contained"),
-          ("traffic.csv", "bytes each Triton launch moved (normbench traffic), or the counters' table"),
+          ("traffic.csv", "bytes each Triton launch moved, counted in the interpreter (normbench traffic)"),
+          ("counters.csv", "DRAM bytes ncu measured for the Triton kernels, beside the counted and the byte model's"),
           ("run.log", "what the run printed"))
 
 
@@ -85,6 +86,7 @@ def check_bundle(out: str | os.PathLike) -> dict:
     """The bundle's manifest, after checking it: the limits kept, every file there with its size and SHA-256, and
     every results file valid to the loader (a ResultsError otherwise)."""
     from normbench.check.outcomes import CONFORMANCE
+    from normbench.perf.counters import COUNTERS, COUNTERS_FILE
     from normbench.perf.throughput import THROUGHPUT
 
     out = Path(out)
@@ -100,4 +102,6 @@ def check_bundle(out: str | os.PathLike) -> dict:
     for schema in (CONFORMANCE, THROUGHPUT):
         if any(storage.exists(out / f"{schema.stem}.{ext}") for ext in ("csv", "csv.gz")):
             storage.load(out, schema)  # read as the report reads it
+    if storage.exists(out / COUNTERS_FILE):
+        storage.load(out / COUNTERS_FILE, COUNTERS)
     return manifest

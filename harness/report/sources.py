@@ -175,19 +175,28 @@ def _label(parts: dict[str, Any], path: Path) -> str:
 
 def run_state(environment: dict[str, Any], folder: Path | None) -> str:
     """How the run ended, when a reader must be told first: interrupted (by what, when, how far), still
-    running (its folder's lock held), or never finished (its status says running, but no process holds
-    its folder, or the folder is unknown); "" for a finished run or one that recorded no status.
+    running (its folder's lock held), never finished (its status says running, but no process holds
+    its folder, or the folder is unknown), finished early (its ``--budget`` spent), and a rehearsal; "" for a
+    run that finished whole or recorded no status.
 
     >>> run_state({"status": {"state": "interrupted", "reason": "SIGTERM", "at": "2026-11-01T12:00:00+00:00",
     ...                       "done": 3, "total": 10}}, None)
     'The run was interrupted (SIGTERM) at 2026-11-01T12:00:00+00:00, after 3 of 10: its results are partial.'
+    >>> run_state({"status": {"state": "finished", "reason": "the time budget of 60 s was spent", "at": "",
+    ...                       "done": 3, "total": 10}, "rehearsal": True}, None)  # doctest: +NORMALIZE_WHITESPACE
+    'The run finished early: the time budget of 60 s was spent; 3 of 10 ran, the others are marked not run. A
+    rehearsal (normbench run --rehearsal: the GPU sweep shrunk, timed briefly): its speeds measure nothing.'
     """
     from normbench.core.run_folder import holder
 
     status = environment.get("status")
-    if not status or status["state"] == "finished":
-        return ""
+    rehearsal = (" A rehearsal (normbench run --rehearsal: the GPU sweep shrunk, timed briefly): its speeds measure "
+                 "nothing." if environment.get("rehearsal") else "")
+    if not status or status["state"] == "finished" and not status.get("reason"):
+        return rehearsal.strip()
     done = f"{status['done']} of {status['total']}" if status.get("total") is not None else f"{status['done']}"
+    if status["state"] == "finished":  # a spent --budget: what it left is marked not run
+        return f"The run finished early: {status['reason']}; {done} ran, the others are marked not run.{rehearsal}"
     if status["state"] == "interrupted":
         why = f" ({status['reason']})" if status.get("reason") else ""
         return f"The run was interrupted{why} at {status['at']}, after {done}: its results are partial."
