@@ -11,6 +11,7 @@ reducing over the trailing axes) so that the two check each other.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from normbench import Backend
@@ -24,7 +25,10 @@ def _axes(x: np.ndarray, normalized_shape: tuple[int, ...]) -> tuple[int, ...]:
 class NumpyBackend(Backend):
     name = "numpy"
     description = "NumPy reference: float64 math, one rounding to the input dtype"
-    operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
+    operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
+                  "layer_norm_quant", "rms_norm_quant", "add_layer_norm_quant", "add_rms_norm_quant",
+                  "layer_norm_dynamic_quant", "rms_norm_dynamic_quant", "add_layer_norm_dynamic_quant",
+                  "add_rms_norm_dynamic_quant")
     strided = True
     per_head_weights = True
     requires = ("numpy",)
@@ -103,6 +107,42 @@ class NumpyBackend(Backend):
                                            plus=dresidual_out)
         return dsum, dweight
 
+    # -- the output quantized (docs/quantized.md): y in float64, quantized once, exactly --
+
+    def layer_norm_quant(self, x, normalized_shape, weight, bias, eps, scale, qdtype):
+        return _static(self._normalize(x, normalized_shape, weight, bias, eps, dtype=np.float64), scale, qdtype)
+
+    def rms_norm_quant(self, x, normalized_shape, weight, eps, scale, qdtype):
+        return _static(self._normalize(x, normalized_shape, weight, None, eps, centered=False, dtype=np.float64),
+                       scale, qdtype)
+
+    def add_layer_norm_quant(self, x, residual, normalized_shape, weight, bias, eps, scale, qdtype):
+        out = self._add(x, residual)
+        return _static(self._normalize(out, normalized_shape, weight, bias, eps, dtype=np.float64), scale, qdtype), out
+
+    def add_rms_norm_quant(self, x, residual, normalized_shape, weight, eps, scale, qdtype):
+        out = self._add(x, residual)
+        y = self._normalize(out, normalized_shape, weight, None, eps, centered=False, dtype=np.float64)
+        return _static(y, scale, qdtype), out
+
+    def layer_norm_dynamic_quant(self, x, normalized_shape, weight, bias, eps, qdtype, scale_ub):
+        return _dynamic(self._normalize(x, normalized_shape, weight, bias, eps, dtype=np.float64), normalized_shape,
+                        qdtype, scale_ub)
+
+    def rms_norm_dynamic_quant(self, x, normalized_shape, weight, eps, qdtype, scale_ub):
+        y = self._normalize(x, normalized_shape, weight, None, eps, centered=False, dtype=np.float64)
+        return _dynamic(y, normalized_shape, qdtype, scale_ub)
+
+    def add_layer_norm_dynamic_quant(self, x, residual, normalized_shape, weight, bias, eps, qdtype, scale_ub):
+        out = self._add(x, residual)
+        y = self._normalize(out, normalized_shape, weight, bias, eps, dtype=np.float64)
+        return (*_dynamic(y, normalized_shape, qdtype, scale_ub), out)
+
+    def add_rms_norm_dynamic_quant(self, x, residual, normalized_shape, weight, eps, qdtype, scale_ub):
+        out = self._add(x, residual)
+        y = self._normalize(out, normalized_shape, weight, None, eps, centered=False, dtype=np.float64)
+        return (*_dynamic(y, normalized_shape, qdtype, scale_ub), out)
+
     def _gradients(self, dy, x, normalized_shape, weight, bias, eps, centered=True, plus=None, offset=0.0):
         """``(dx, dweight, dbias)``; with ``plus`` (a fused operation's dresidual_out), dx + plus, rounded once;
         ``offset``: Gemma's weight_offset (dx sees offset + weight; dweight, the gradient of weight, is unchanged)."""
@@ -122,3 +162,44 @@ class NumpyBackend(Backend):
                 axis=tuple(range(xhat.ndim - np.ndim(weight)))).astype(weight.dtype)
             dbias = None if bias is None else dy64.sum(axis=lead).astype(bias.dtype)
         return dx, dweight, dbias
+
+
+# -- quantization, written independently of normbench.core.quantized (whose table the oracle uses): float8 codes as
+# a quantum per binade, 2^(exponent - mantissa bits), one round-half-even of v / quantum --
+
+#: format -> (host type, max, mantissa bits, smallest normal exponent)
+_FORMATS = {"float8_e4m3fn": (ml_dtypes.float8_e4m3fn, 448.0, 3, -6),
+            "float8_e5m2": (ml_dtypes.float8_e5m2, 57344.0, 2, -14),
+            "int8": (np.int8, 127.0, None, None)}
+
+
+def _quantize(v: np.ndarray, qdtype: str) -> np.ndarray:
+    """saturate(round_to_nearest_even(v)) of float64 v in ``qdtype``."""
+    host, top, mantissa, emin = _FORMATS[qdtype]
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if mantissa is None:
+            return np.rint(np.clip(np.nan_to_num(v, nan=0.0), -128.0, top)).astype(np.int8)
+        clipped = np.clip(v, -top, top)
+        exponent = np.maximum(np.floor(np.log2(np.abs(clipped))), emin)
+        exponent = np.where(np.isfinite(exponent), exponent, emin)
+        quantum = np.exp2(exponent - mantissa)
+        rounded = np.clip(np.rint(clipped / quantum) * quantum, -top, top)
+        return rounded.astype(host)  # every value is the format's: exact
+
+
+def _static(y: np.ndarray, scale: float, qdtype: str) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _quantize(y / np.float64(np.float32(scale)), qdtype)
+
+
+def _dynamic(y: np.ndarray, normalized_shape, qdtype: str, scale_ub: float | None):
+    """``(q, scales)``: per row, ``max(min(absmax, scale_ub) / qmax, 1 / (qmax * 512))`` rounded to float32."""
+    top = _FORMATS[qdtype][1]
+    axes = _axes(y, normalized_shape)
+    with np.errstate(invalid="ignore"):
+        absmax = np.abs(y).max(axis=axes, keepdims=True)
+        if scale_ub is not None:
+            absmax = np.minimum(absmax, scale_ub)
+        scales = np.maximum(absmax / top, 1.0 / (top * 512.0)).astype(np.float32)
+        q = _quantize(y / scales.astype(np.float64), qdtype)
+    return q, scales.reshape(y.shape[: y.ndim - len(axes)])

@@ -20,7 +20,10 @@ class TorchBackend(AutogradBackend):
     name = "torch"
     description = ("torch.nn.functional.layer_norm and rms_norm (ATen), CUDA if available else CPU; "
                    "backward via autograd")
-    operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
+    operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
+                  "layer_norm_quant", "rms_norm_quant", "add_layer_norm_quant", "add_rms_norm_quant",
+                  "layer_norm_dynamic_quant", "rms_norm_dynamic_quant", "add_layer_norm_dynamic_quant",
+                  "add_rms_norm_dynamic_quant")
     strided = True
     per_head_weights = True
     requires = ("torch",)
@@ -101,6 +104,60 @@ class TorchBackend(AutogradBackend):
         if eps is None:  # the default of x's dtype, as the operation defines it (float32's for every narrower one)
             eps = self.torch.finfo(self.torch.promote_types(x.dtype, self.torch.float32)).eps
         return self.torch.nn.functional.rms_norm(out, list(normalized_shape), weight, eps).to(x.dtype), out
+
+    # -- the output quantized as a PyTorch user composes it (docs/quantized.md): y in x's dtype, then float32 y / scale
+    # (a static scale; per-row absmax scales for dynamic), clamped to the format's range and converted (float8: torch's
+    # round-to-nearest-even conversion; int8: torch.round, half to even) --
+
+    def _quantize(self, v, qdtype):
+        torch = self.torch
+        if qdtype == "int8":
+            return torch.round(v.clamp(-128.0, 127.0)).nan_to_num(0.0).to(torch.int8)
+        dtype = getattr(torch, qdtype)
+        top = torch.finfo(dtype).max
+        return v.clamp(-top, top).to(dtype)
+
+    def _static(self, y, scale, qdtype):
+        return self._quantize(y.float() / scale, qdtype)
+
+    def _dynamic(self, y, normalized_shape, qdtype, scale_ub):
+        torch = self.torch
+        top = 127.0 if qdtype == "int8" else torch.finfo(getattr(torch, qdtype)).max
+        dims = tuple(range(y.dim() - len(normalized_shape), y.dim()))
+        y = y.float()
+        absmax = y.abs().amax(dim=dims, keepdim=True)
+        if scale_ub is not None:
+            absmax = absmax.clamp(max=scale_ub)
+        scales = (absmax / top).clamp(min=1.0 / (top * 512.0))
+        return self._quantize(y / scales, qdtype), scales.reshape(y.shape[: y.dim() - len(dims)])
+
+    def layer_norm_quant(self, x, normalized_shape, weight, bias, eps, scale, qdtype):
+        return self._static(self.layer_norm(x, normalized_shape, weight, bias, eps), scale, qdtype)
+
+    def rms_norm_quant(self, x, normalized_shape, weight, eps, scale, qdtype):
+        return self._static(self.rms_norm(x, normalized_shape, weight, eps), scale, qdtype)
+
+    def add_layer_norm_quant(self, x, residual, normalized_shape, weight, bias, eps, scale, qdtype):
+        y, out = self.add_layer_norm(x, residual, normalized_shape, weight, bias, eps)
+        return self._static(y, scale, qdtype), out
+
+    def add_rms_norm_quant(self, x, residual, normalized_shape, weight, eps, scale, qdtype):
+        y, out = self.add_rms_norm(x, residual, normalized_shape, weight, eps)
+        return self._static(y, scale, qdtype), out
+
+    def layer_norm_dynamic_quant(self, x, normalized_shape, weight, bias, eps, qdtype, scale_ub):
+        return self._dynamic(self.layer_norm(x, normalized_shape, weight, bias, eps), normalized_shape, qdtype, scale_ub)
+
+    def rms_norm_dynamic_quant(self, x, normalized_shape, weight, eps, qdtype, scale_ub):
+        return self._dynamic(self.rms_norm(x, normalized_shape, weight, eps), normalized_shape, qdtype, scale_ub)
+
+    def add_layer_norm_dynamic_quant(self, x, residual, normalized_shape, weight, bias, eps, qdtype, scale_ub):
+        y, out = self.add_layer_norm(x, residual, normalized_shape, weight, bias, eps)
+        return (*self._dynamic(y, normalized_shape, qdtype, scale_ub), out)
+
+    def add_rms_norm_dynamic_quant(self, x, residual, normalized_shape, weight, eps, qdtype, scale_ub):
+        y, out = self.add_rms_norm(x, residual, normalized_shape, weight, eps)
+        return (*self._dynamic(y, normalized_shape, qdtype, scale_ub), out)
 
     def synchronize(self):
         if self._device.type == "cuda":

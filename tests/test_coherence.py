@@ -45,7 +45,9 @@ def _verdict(backend, case, seed) -> str | None:
 
 
 def _applies(backend, case) -> bool:
-    return conformance.skip_reason(backend, case) is None and case.dtype in backend.dtypes
+    """The case runs on the backend, and its output is a float y (a quantized output is judged code by code)."""
+    return (conformance.skip_reason(backend, case) is None and case.dtype in backend.dtypes
+            and not operations.of(case.norm).quant)
 
 
 # -- the mutants: caught on every seed, on every dtype where the bug exists -------------------
@@ -196,7 +198,7 @@ def test_affine_chain_with_per_column_bias_passes():
 
 # -- the built-in backends ---------------------------------------------------------------------
 
-SMALL = [c for c in cases.FORWARD_CASES if c.rows * c.hidden <= cases.SLOW_ELEMENTS]
+SMALL = [c for c in cases.FORWARD_CASES if c.rows * c.hidden <= cases.SLOW_ELEMENTS and not operations.of(c.norm).quant]
 
 
 def test_numpy_builtin_passes():

@@ -14,13 +14,14 @@ from collections import Counter, defaultdict
 import pytest
 
 from normbench.suites import DIRECTORY as SUITES
-from tests import fused_mutants, mutants, rms_mutants
+from tests import fused_mutants, mutants, quant_mutants, rms_mutants
 from tests.plugins import ROOT, outcomes_by_backend, pytest_command
 
 pytestmark = pytest.mark.e2e
 #: direction -> its mutants, and how many of its suite's tests the control must pass, more than;
 #: the rms- directions run RMSNorm's cases (``-k rms``) with the RMSNorm control and mutants, the add- ones the
-#: fused operations' cases (``-k add-``) with the fused control and mutants (``tests/fused_mutants.py``)
+#: fused operations' cases (``-k add-``) with the fused control and mutants (``tests/fused_mutants.py``), q-forward
+#: the quantized outputs' cases with the quantized control and mutants (``tests/quant_mutants.py``)
 DIRECTIONS = {
     "forward": (mutants.FORWARD_MUTANTS, 200),
     "backward": (mutants.BACKWARD_MUTANTS, 250),
@@ -28,12 +29,15 @@ DIRECTIONS = {
     "rms-backward": (rms_mutants.BACKWARD_MUTANTS, 250),
     "add-forward": (fused_mutants.FORWARD_MUTANTS, 400),
     "add-backward": (fused_mutants.BACKWARD_MUTANTS, 300),
+    "q-forward": (quant_mutants.MUTANTS, 150),
 }
 CONTROLS = {"forward": mutants.Fp32Kernel, "backward": mutants.Fp32Kernel,
             "rms-forward": rms_mutants.RmsKernel, "rms-backward": rms_mutants.RmsKernel,
-            "add-forward": fused_mutants.FusedKernel, "add-backward": fused_mutants.FusedKernel}
-#: the cases each direction runs (a pytest -k expression), by its prefix
-SELECTED = {"rms-": ["-k", "rms and not add-"], "add-": ["-k", "add-"]}
+            "add-forward": fused_mutants.FusedKernel, "add-backward": fused_mutants.FusedKernel,
+            "q-forward": quant_mutants.QuantKernel}
+#: the cases each direction runs (a pytest -k expression), by its prefix (the quantized operations' ids start with
+#: q- or dq-: docs/quantized.md)
+SELECTED = {"rms-": ["-k", "rms and not add- and not q-"], "add-": ["-k", "add- and not q-"], "q-": ["-k", "q-"]}
 MUTANTS = [pytest.param(direction, mutant, id=f"{direction}-{mutant.name}")
            for direction, (classes, _) in DIRECTIONS.items() for mutant in classes]
 
@@ -52,7 +56,7 @@ def outcomes(direction, make_plugins, once_per_run) -> dict[str, Counter]:
     names = [c.name for c in classes]
     prefix = direction[:direction.index("-") + 1] if "-" in direction else ""
     suite = direction.removeprefix(prefix)
-    only = SELECTED.get(prefix, ["-k", "not add-"])
+    only = SELECTED.get(prefix, ["-k", "not add- and not q-"])
 
     def run() -> dict[str, Counter]:
         plugins = make_plugins({c.name: f"{c.__module__}:{c.__name__}" for c in classes}, dist="normbench-mutants")

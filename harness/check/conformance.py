@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from normbench.check import coherence, error_model, fused, hypotheses, oracle
+from normbench.check import coherence, error_model, fused, hypotheses, oracle, quantized
 from normbench.check.outcomes import HISTOGRAM_BINS, HISTOGRAM_WIDTH, Histogram
 from normbench.check.worst import ConformanceError, Worst, worst_violation
 from normbench.core import cases, operations
@@ -470,6 +470,9 @@ class Properties:
 #: ``user_properties`` under ``normbench_<column>``, read back by ``normbench.front.runner``
 ERROR_STRUCTURE: tuple[str, ...] = ("error_histogram", "nearest_histogram", "coherence_scale", "coherence_offset",
                                     "coherence_toward_zero", "coherence_downward")
+#: every conformance column a test records as a measurement: the error structure, and a quantized output's codes
+#: (``check_quantized_forward``: exact, allowed and wrong)
+RECORDED: tuple[str, ...] = ERROR_STRUCTURE + ("codes",)
 #: the output dtypes whose error is measured: not float64, whose oracle is itself float64 (its error in float64
 #: ulps would be the oracle's own rounding as much as the kernel's)
 MEASURED_DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
@@ -593,6 +596,9 @@ def check_forward(backend: Backend, inputs: Inputs, properties: Properties | Non
     interpreter's truncation to bfloat16) hides no other check. Given ``properties``, y's error structure
     (:func:`error_structure`) is recorded there first, before any check can fail."""
     __tracebackhide__ = True
+    if operations.of(inputs.case.norm).quant:  # a quantized output: judged code by code
+        check_quantized_forward(backend, inputs, properties)
+        return
     ref = reference(inputs)
     run = run_forward(backend, inputs)
     if properties is not None:
@@ -608,6 +614,59 @@ def check_forward(backend: Backend, inputs: Inputs, properties: Properties | Non
     except ConformanceError:  # a kernel that normalizes the unrounded sum is judged against that sum's normalization
         coherence.check_forward_coherence(backend, dataclasses.replace(inputs, x=fused.exact_sum(inputs)), run.y,
                                           fused.unrounded_reference(inputs))
+
+
+# -- a quantized output (docs/quantized.md): run here, judged code by code by normbench.check.quantized ---------
+
+
+def run_quantized(backend: Backend, inputs: Inputs) -> dict[str, np.ndarray]:
+    """The backend's outputs of a quantized case as host arrays: ``q`` (x's shape, the format's host dtype),
+    ``scales`` (dynamic: one float32 per row) and ``residual_out`` (fused), its inputs handed over and checked
+    untouched (:class:`Handover`)."""
+    __tracebackhide__ = True
+    case = inputs.case
+    op = operations.of(case.norm)
+    handed = Handover.of(backend, x=inputs.x, residual=inputs.residual, weight=inputs.weight, bias=inputs.bias)
+    args = op.arguments(x=handed["x"], residual=handed["residual"], normalized_shape=case.normalized_shape,
+                        weight=handed["weight"], bias=handed["bias"], eps=case.eps,
+                        scale=None if case.scale is None else float(np.float32(case.scale)), qdtype=case.qdtype,
+                        scale_ub=case.scale_ub)
+    out = op.forward(backend, args)
+    backend.synchronize()
+    handed.check(op.entry, _context(backend, inputs))
+    outputs = fused_outputs(backend, case, op, out) if len(op.outputs) > 1 else (out,)
+    got = dict(zip(op.outputs, outputs))
+    fmt = quantized.qformat(case.qdtype)
+    host = {"q": host_array("q", got["q"], backend, case.shape)}
+    if host["q"].dtype != fmt.host:
+        raise ConformanceError(f"{backend.name}: q has dtype {host['q'].dtype}, expected {fmt.name}")
+    if "scales" in got:
+        host["scales"] = host_array("scales", got["scales"], backend, (case.rows,), "float32", exact_shape=False)
+    if "residual_out" in got:
+        host["residual_out"] = host_array("residual_out", got["residual_out"], backend, case.shape, case.residual_type)
+    return host
+
+
+def check_quantized_forward(backend: Backend, inputs: Inputs, properties: Properties | None = None) -> None:
+    """Every check of a quantized case: inputs untouched, residual_out bit for bit (fused), the codes (and the dynamic
+    scales) as the module doc derives; then the property ``deterministic`` (q, scales and residual_out the same bits
+    twice)."""
+    __tracebackhide__ = True
+    first = run_quantized(backend, inputs)
+    if "residual_out" in first:
+        check_residual_out(backend, inputs, first["residual_out"])
+    head = _context(backend, inputs)
+    properties = properties if properties is not None else Properties()
+    record = lambda codes: properties.record({"codes": codes})  # noqa: E731
+    if operations.of(inputs.case.norm).quant == "static":
+        quantized.check_static(inputs, first["q"], head, record)
+    else:
+        quantized.check_dynamic(inputs, first["q"], first["scales"], head, record)
+    again = run_quantized(backend, inputs)
+    differs = next((f"{bit_differences(first[k], again[k])} (in {k})" for k in first
+                    if bit_differences(first[k], again[k])), "")
+    properties.report(DETERMINISTIC, not differs, differs and f"the same input twice gave different outputs: {differs}",
+                      backend, inputs)
 
 
 def check_rows_independent(backend: Backend, inputs: Inputs, properties: Properties | None = None) -> None:

@@ -116,9 +116,41 @@ HISTOGRAM_FORM = ("a histogram b=BINSxWIDTH;u=UNDER;o=OVER;c=COUNT,... (odd BINS
 #: a coherence statistic's worst |value|/allowance (1: at the allowance; above: the test fails)
 RATIO: dict[str, Any] = {"low": 0.0}
 
-#: the conformance schema, version 3: one row per test of a ``normbench run``
+
+def codes_text(exact: int, allowed: int, wrong: int) -> str:
+    """A quantized output's code agreement as the ``codes`` column writes it.
+
+    >>> codes_text(250, 5, 1), parse_codes("exact=250;allowed=5;wrong=1")
+    ('exact=250;allowed=5;wrong=1', (250, 5, 1))
+    """
+    return f"exact={exact};allowed={allowed};wrong={wrong}"
+
+
+def parse_codes(text: str) -> tuple[int, int, int]:
+    """``(exact, allowed, wrong)`` from the ``codes`` column's text (ValueError saying why not)."""
+    parts = dict(p.split("=", 1) for p in text.split(";") if "=" in p)
+    try:
+        values = tuple(int(parts[k]) for k in ("exact", "allowed", "wrong"))
+    except (KeyError, ValueError):
+        raise ValueError(f"is {text!r}, not exact=E;allowed=A;wrong=W") from None
+    if min(values) < 0 or len(parts) != 3:
+        raise ValueError(f"is {text!r}, not exact=E;allowed=A;wrong=W with counts >= 0")
+    return values
+
+
+def _codes_problem(text: str) -> str | None:
+    try:
+        parse_codes(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+CODES_FORM = ("exact=E;allowed=A;wrong=W (counts)", _codes_problem)
+
+#: the conformance schema, version 4: one row per test of a ``normbench run``
 CONFORMANCE_COLUMNS: tuple[Column, ...] = (
-    Column("schema_version", "int", "the schema version of this row (3)"),
+    Column("schema_version", "int", "the schema version of this row (4)"),
     Column("run_id", "str", "the run this row belongs to"),
     Column("backend", "str", "the backend name"),
     Column("suite", "str", "the suite file, e.g. test_forward.py"),
@@ -158,14 +190,18 @@ CONFORMANCE_COLUMNS: tuple[Column, ...] = (
     Column("coherence_offset", "float", "the same, for the per-row offset. Version 2", **RATIO),
     Column("coherence_toward_zero", "float", "the same, for the case's rounding bias toward zero. Version 2", **RATIO),
     Column("coherence_downward", "float", "the same, for the case's rounding bias downward. Version 2", **RATIO),
+    Column("codes", "str", "test_forward of a quantized output (docs/quantized.md): its codes as exact=E;allowed=A;"
+                           "wrong=W, how many are the exact quantization of y_exact / scale, how many another code a "
+                           "correct kernel may return (within the window of a rounding boundary), how many neither; "
+                           "empty for every other test. Version 4", form=CODES_FORM),
 )
 
 
 #: the conformance schema's version: 2 added the properties beyond tolerance (deterministic, batch_invariant,
 #: property_notes) and the structure of the forward error (error_histogram, nearest_histogram, coherence_*);
 #: version 1 files are migrated, all of these "not measured" (empty); 3 added ``normalization`` (RMSNorm),
-#: migrated from the case id (every earlier case is LayerNorm's)
-CONFORMANCE_VERSION = 3
+#: migrated from the case id (every earlier case is LayerNorm's); 4 added ``codes`` (quantized outputs), empty before
+CONFORMANCE_VERSION = 4
 CONFORMANCE = Schema("normbench.conformance", CONFORMANCE_VERSION, "conformance", CONFORMANCE_COLUMNS, migrations={
     # 1 -> 2: the properties beyond tolerance and the error's structure were not recorded: not measured
     1: lambda df: df.assign(deterministic="", batch_invariant="", property_notes="", error_histogram="",
@@ -173,4 +209,6 @@ CONFORMANCE = Schema("normbench.conformance", CONFORMANCE_VERSION, "conformance"
                             coherence_toward_zero=None, coherence_downward=None),
     # 2 -> 3: the normalization, LayerNorm for every earlier case
     2: lambda df: df.assign(normalization=[operations.of_case_id(str(c)).name for c in df["case"]]),
+    # 3 -> 4: no quantized output was checked before
+    3: lambda df: df.assign(codes=""),
 })

@@ -24,6 +24,7 @@ from normbench.core import operations
 from normbench.core.dtypes import DTYPES, dtype_name, host_dtype
 from normbench.core.exceptions import InvalidInput
 from normbench.core.operations import OPERATIONS, Operation
+from normbench.core.quantized import QDTYPES, qformat
 
 AFFINES = ("wb", "w", "b", "none")
 LAYOUTS = ("contiguous", "transposed", "step2", "colslice", "rowslice")
@@ -92,6 +93,26 @@ def _poisoned(rng, shape, eps):
     return x
 
 
+def _alternating(rng, shape, eps):
+    """Rows of +c, -c, +c, ... with c a power of two per row: mean 0 (N even) and rms c exactly, so at eps 0 a
+    normalization's xhat is exactly +-1 and y is the weight itself (the quantized ties: :func:`tie_weights`)."""
+    signs = np.where(np.arange(shape[1]) % 2 == 0, 1.0, -1.0)
+    return signs[None, :] * 2.0 ** rng.integers(-3, 4, (shape[0], 1)).astype(np.float64)
+
+
+def _decades(rng, shape, eps):
+    """Magnitudes spread log-uniformly over 1e-4 to 1e1 with random signs: after normalization y spans five
+    decades, through a float8 format's subnormal codes and past its maximum at a small scale."""
+    return rng.choice([-1.0, 1.0], shape) * 10.0 ** rng.uniform(-4, 1, shape)
+
+
+def _zero_rows(rng, shape, eps):
+    """N(0, 1) with every fourth row all zero (row 0 among them): a dynamic scale's floor."""
+    x = rng.standard_normal(shape)
+    x[::4] = 0.0
+    return x
+
+
 #: name -> generator of float64 (M, N) values before rounding to the dtype
 DISTRIBUTIONS: dict[str, Callable[[np.random.Generator, tuple[int, int], float], np.ndarray]] = {
     "normal": _normal,
@@ -112,6 +133,9 @@ DISTRIBUTIONS: dict[str, Callable[[np.random.Generator, tuple[int, int], float],
     "zero": lambda rng, shape, eps: np.zeros(shape),
     "nearconstant": _near_constant,
     "poisoned": _poisoned,
+    "alternating": _alternating,
+    "decades": _decades,
+    "zerorows": _zero_rows,
 }
 
 
@@ -138,6 +162,23 @@ RESIDUALS: dict[str, Callable[..., np.ndarray]] = {
     "dominant": lambda rng, shape, eps, x, dist: 1e2 * rng.standard_normal(shape),  # x's bits mostly rounded away
     "cancel": _residual_cancel,
 }
+
+
+def validate_quant(op: Operation, qdtype: str | None, scale: float | None, scale_ub: float | None) -> None:
+    """A quantized operation's case names its format, and a static one its scale (a finite positive number), a dynamic
+    one at most an upper bound (positive); every other case none of them."""
+    if not op.quant:
+        if (qdtype, scale, scale_ub) != (None, None, None):
+            raise InvalidInput(f"{op.label} has no quantized output; qdtype, scale and scale_ub must be None")
+        return
+    if qdtype not in QDTYPES:
+        raise InvalidInput(f"{op.label} needs a qdtype, one of {', '.join(QDTYPES)}; got {qdtype!r}")
+    if op.quant == "static" and (scale_ub is not None or not isinstance(scale, (int, float))
+                                 or not math.isfinite(scale) or scale <= 0):
+        raise InvalidInput(f"{op.label} needs a scale, a finite number > 0 (and no scale_ub); got scale {scale!r}")
+    if op.quant == "dynamic" and (scale is not None or scale_ub is not None and not scale_ub > 0):
+        raise InvalidInput(f"{op.label} returns its scales: scale must be None, scale_ub None or > 0; got "
+                           f"{scale!r}, {scale_ub!r}")
 
 
 def validate_eps(eps: float | None, norm: str = "layer_norm") -> None:
@@ -194,10 +235,16 @@ class Case:
     #: ``(heads, *normalized_shape)`` (:attr:`weight_shape`), row ``r`` scaled by head ``r % heads``'s weight; dweight
     #: sums each head's rows. Only for a normalization without a bias (RMSNorm), plain
     per_head: bool = False
+    #: a quantized output's format (``normbench.core.quantized.QDTYPES``), a static operation's float32 scale, a
+    #: dynamic one's optional upper bound on the row's absmax (docs/quantized.md); None for every other case
+    qdtype: str | None = None
+    scale: float | None = None
+    scale_ub: float | None = None
 
     def __post_init__(self) -> None:
         validate_shapes(self.shape, self.normalized_shape, None, None)
         norm = operations.of(self.norm)
+        validate_quant(norm, self.qdtype, self.scale, self.scale_ub)
         validate_eps(self.eps, norm.name)
         if norm.fuses and self.residual is None:
             object.__setattr__(self, "residual", "same")
@@ -300,6 +347,12 @@ class Case:
             parts.append(f"weightoffset{self.weight_offset:g}")
         if self.per_head:
             parts.append("perhead")
+        if self.qdtype is not None:
+            parts.append(qformat(self.qdtype).short)
+        if self.scale is not None:
+            parts.append(f"scale{self.scale:g}")
+        if self.scale_ub is not None:
+            parts.append(f"ub{self.scale_ub:g}")
         return "-".join(parts)
 
     def __str__(self) -> str:
@@ -367,8 +420,26 @@ def make_inputs(case: Case, seed: int) -> Inputs:
     x = _with_layout(values, case.layout, rng) if case.layout != "contiguous" else values.reshape(case.shape)
     pdt = host_dtype(case.params)
     weight = rng.standard_normal(case.weight_shape).astype(pdt) if case.affine in ("wb", "w") else None
+    if case.qdtype is not None and case.dist == "alternating" and weight is not None:
+        weight = tie_weights(case, rng).astype(pdt)
     bias = rng.standard_normal(case.normalized_shape).astype(pdt) if case.affine in ("wb", "b") else None
     return Inputs(case, seed, x, weight, bias, _residual(case, seed, values))
+
+
+def tie_weights(case: Case, rng: np.random.Generator) -> np.ndarray:
+    """A quantized ties case's weight: each element the scale times the midpoint between two adjacent codes of the
+    format (random ones, at most a few hundred times the smallest), so that with x ``alternating`` at eps 0, y / scale
+    lies exactly on a rounding boundary (every value exact in any parameter dtype: a midpoint of float8 codes has at
+    most 5 significant bits, k + 1/2 with |k| < 128 at most 8; the scale a power of two)."""
+    fmt = qformat(case.qdtype)
+    n = case.hidden
+    if fmt.integer:
+        midpoints = rng.integers(-100, 100, n) + 0.5
+    else:
+        positive = fmt._positive[: min(len(fmt._positive), 40)]
+        i = rng.integers(0, len(positive) - 1, n)
+        midpoints = (positive[i] + positive[i + 1]) / 2 * rng.choice([-1.0, 1.0], n)
+    return (midpoints * (case.scale or 1.0)).reshape(case.normalized_shape)
 
 
 def _residual(case: Case, seed: int, x_values: np.ndarray) -> np.ndarray | None:
@@ -774,12 +845,41 @@ def _throughput_cpu(add: Add, op: Operation, suite: str) -> None:
 
 # -- every suite's cases, by operation --------------------------------------------------
 
+#: the static scales of the quantized cases: y / scale beyond every format's maximum (and int8's), near 1, small
+QUANT_SCALES = (0.01, 1.0, 10.0)
+
+
+def _quant(add: Add, op: Operation, suite: str) -> None:
+    """A quantized output's cases (docs/quantized.md), every format: static scales of 0.01 (saturation: y / scale
+    past 448 and 127), 1 and 10 (float8's subnormal codes); magnitudes over five decades (subnormal and saturated
+    codes at once); exact ties between two codes (x alternating at eps 0, the weight on midpoints: either neighbour is
+    correct); NaN and Inf rows; one outlier per row (a dynamic absmax that is one element); all-zero rows (a dynamic
+    scale's floor) and a scale bound that is active (scale_ub 1, below most rows' absmax) or not."""
+    ties = {"residual": "zero"} if op.fuses else {}  # the residual stream adds nothing: residual_out is x
+    for q in QDTYPES:
+        case = lambda rows, hidden, dtype, q=q, **kw: _rows_hidden("quant", rows, hidden, dtype,  # noqa: E731
+                                                                    norm=op.name, qdtype=q, **kw)
+        if op.quant == "static":
+            cases = [case(64, 256, "bfloat16", scale=s) for s in QUANT_SCALES] + [case(8, ODD, "bfloat16", scale=1.0)]
+            cases += [case(64, 256, "bfloat16", dist="decades", scale=1.0),
+                      case(16, 256, "float32", dist="decades", scale=0.01),
+                      case(16, 1000, "float32", dist="outlier", scale=1.0),
+                      case(8, 256, "float16", dist="poisoned", scale=1.0),
+                      case(16, 256, "bfloat16", dist="alternating", eps=0.0, affine="w", scale=1.0, **ties)]
+        else:
+            cases = [case(64, 256, "bfloat16"), case(64, 256, "bfloat16", scale_ub=1.0), case(8, ODD, "bfloat16"),
+                     case(64, 256, "bfloat16", dist="decades"), case(16, 1000, "float32", dist="outlier"),
+                     case(32, 256, "float32", dist="zerorows"), case(8, 256, "float16", dist="poisoned")]
+        for c in cases:
+            add(c)
+
+
 #: family name -> its builder ``(add, operation, suite)``; an operation's entry names the families each suite runs
 FAMILIES: dict[str, Callable[[Add, Operation, str], None]] = {
     "hidden": _hidden, "multidim": _multidim, "rows": _rows, "rank": _rank, "affine": _affine, "mixed": _mixed,
     "eps": _eps, "dist": _dist, "constant": _constant, "layout": _layout, "nonfinite": _nonfinite,
     "residual": _residual_family, "heads": _heads, "gemma": _gemma, "gradcheck": _gradcheck, "invariance": _invariance,
-    "geometry": _geometry, "throughput_gpu": _throughput_gpu, "throughput_cpu": _throughput_cpu,
+    "geometry": _geometry, "throughput_gpu": _throughput_gpu, "throughput_cpu": _throughput_cpu, "quant": _quant,
 }
 
 

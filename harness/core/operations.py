@@ -1,12 +1,16 @@
 """The operations normbench knows, each a unit: one entry says everything specific to it.
 
-An operation is what a backend computes and normbench checks and times. Two today, with
+An operation is what a backend computes and normbench checks and times. Two normalizations, with
 ``torch.nn.functional``'s semantics (normalize over the trailing ``normalized_shape`` dims,
 weight of that shape or None, y in x's dtype):
 
 * ``layer_norm``: ``y = (x - mean) / sqrt(var + eps) * weight + bias``, biased variance;
 * ``rms_norm``: ``y = x / sqrt(mean(x^2) + eps) * weight``: no mean, no bias; ``eps=None``
-  means :func:`normbench.core.dtypes.default_rms_eps` (what torch does).
+  means :func:`normbench.core.dtypes.default_rms_eps` (what torch does);
+
+the same two with the residual add fused in (``add_layer_norm``, ``add_rms_norm``: docs/fused.md), and those
+four with their output quantized for an fp8 or int8 matrix multiply (``*_quant`` with a static scale,
+``*_dynamic_quant`` with per-row scales: docs/quantized.md).
 
 Each :class:`Operation` entry in :data:`OPERATIONS` holds, for its operation:
 
@@ -41,8 +45,10 @@ deprecated (:data:`LEGACY_HOOKS`).
 
 >>> RMS_NORM.backward_entry, RMS_NORM.gradients
 ('rms_norm_backward', ('dx', 'dweight'))
->>> of("rms_norm").label, [op.name for op in OPERATIONS]
-('RMSNorm', ['layer_norm', 'rms_norm', 'add_layer_norm', 'add_rms_norm'])
+>>> of("rms_norm").label, [op.name for op in OPERATIONS][:5]
+('RMSNorm', ['layer_norm', 'rms_norm', 'add_layer_norm', 'add_rms_norm', 'layer_norm_quant'])
+>>> of("add_rms_norm_dynamic_quant").signature()
+'add_rms_norm_dynamic_quant(x, residual, normalized_shape, weight, eps, qdtype, scale_ub) -> (q, scales, residual_out)'
 >>> ADD_RMS_NORM.signature(), ADD_RMS_NORM.signature(backward=True)
 ('add_rms_norm(x, residual, normalized_shape, weight, eps) -> (y, residual_out)', \
 'add_rms_norm_backward(dy, dresidual_out, residual_out, normalized_shape, weight, eps) -> (dsum, dweight)')
@@ -66,8 +72,8 @@ class Traffic:
     """One tensor a direction must move: ``tensor`` is ``read`` or ``written``; it holds ``extent``
     elements (``"M*N"``, ``"N"`` or ``"M"``: rows M, normalized size N) of ``element`` bytes: ``"x"``
     (x's dtype), ``"residual"`` (the residual stream's dtype, a fused operation's), ``"weight"``/``"bias"``
-    (the parameters' dtype, 0 where the case has none) or
-    ``"fp32"`` (4, statistics)."""
+    (the parameters' dtype, 0 where the case has none),
+    ``"fp32"`` (4, statistics and dynamic scales) or ``"q"`` (1, a quantized output's code)."""
 
     tensor: str
     access: str
@@ -76,7 +82,7 @@ class Traffic:
 
     def __post_init__(self) -> None:
         assert self.access in ("read", "written") and self.extent in ("M*N", "N", "M") \
-            and self.element in ("x", "residual", "weight", "bias", "fp32"), self
+            and self.element in ("x", "residual", "weight", "bias", "fp32", "q"), self
 
 
 def _reads(*terms: tuple[str, str, str]) -> tuple[Traffic, ...]:
@@ -155,6 +161,11 @@ class Operation:
     #: ``weight_offset``: Gemma's ``x*r*(weight_offset + weight)``); a backend whose entry points take one runs those
     #: cases, the others skip them, saying so (:meth:`option_problem`)
     options: tuple[str, ...] = ()
+    #: a quantized output (docs/quantized.md): "static" (a float32 ``scale`` given, ``q = Q(y / scale)``) or "dynamic"
+    #: (one scale per row returned, from the row's absolute maximum); None for an operation whose y is its output
+    quant: str | None = None
+    #: the operation whose output y it quantizes (``rms_norm_quant`` quantizes ``rms_norm``'s y), or None
+    quantizes: str | None = None
 
     def __str__(self) -> str:
         return self.name
@@ -414,8 +425,41 @@ def _fused(plain: Operation, name: str, label: str, id_prefix: str) -> Operation
 ADD_LAYER_NORM = _fused(LAYER_NORM, "add_layer_norm", "Add+LayerNorm", "add-")
 ADD_RMS_NORM = _fused(RMS_NORM, "add_rms_norm", "Add+RMSNorm", "add-rms-")
 
+
+def _quantized(base: Operation, mode: str) -> Operation:
+    """``base`` with its output y quantized for the next matrix multiply (docs/quantized.md): ``static``, a float32
+    ``scale`` given, ``q = saturate(round_to_nearest_even(y / scale))`` in ``qdtype`` (``float8_e4m3fn``,
+    ``float8_e5m2``, ``int8``); ``dynamic``, one float32 scale per row returned with q, ``max(min(absmax(y_row),
+    scale_ub) / qmax, 1 / (qmax * 512))``. A fused base keeps its ``residual_out``. Inference only: no backward."""
+    static = mode == "static"
+    extra = ("scale", "qdtype") if static else ("qdtype", "scale_ub")
+    outputs = ("q",) + (() if static else ("scales",)) + base.outputs[1:]
+    label = f"{base.label}+{'static' if static else 'dynamic'} quant"
+    formula = (f"{base.formula}; q = Q(y / scale)" if static
+               else f"{base.formula}; scales = max(min(absmax(y), scale_ub) / qmax, 1/(qmax*512)); q = Q(y / scales)")
+    return Operation(
+        f"{base.name}_quant" if static else f"{base.name}_dynamic_quant", label, formula,
+        ("q-" if static else "dq-") + base.id_prefix, params=base.params + extra, outputs=outputs, cotangents=(),
+        gradients=(), differentiable=(), statistics=(), centered=base.centered, has_bias=base.has_bias,
+        default_eps=base.default_eps,
+        error_terms=(f"q: every code between Q(v - b) and Q(v + b), v = y_exact / scale, b = B / |scale| + 2*u32*|v|, "
+                     f"B {base.label}'s bound on y", "saturation exact; NaN stays NaN in float8")
+        + (() if static else ("scales: within max_row(B) / qmax + 2*u32*scale of the exact row scale; q judged against "
+                              "the kernel's own scales, q*scale within half a step of y plus B",))
+        + (base.error_terms[:1] if base.fuses else ()),
+        families=Families(("quant",), (), gradcheck=(), invariance=(), geometry=(), throughput_gpu=(),
+                          throughput_cpu=()),
+        traffic={"forward-inference": tuple(t for t in base.traffic["forward-inference"] if t.tensor != "y")
+                 + _writes(("q", "M*N", "q"), *(() if static else (("scales", "M", "fp32"),)))},
+        hypotheses=(), fuses=base.fuses, quant=mode, quantizes=base.name)
+
+
+#: the normalization's output quantized for an fp8 or int8 matrix multiply, static and dynamic, plain and fused
+QUANTIZED: tuple[Operation, ...] = tuple(_quantized(base, mode) for mode in ("static", "dynamic")
+                                         for base in (LAYER_NORM, RMS_NORM, ADD_LAYER_NORM, ADD_RMS_NORM))
+
 #: every operation, in the order suites, tables and reports show them
-OPERATIONS: tuple[Operation, ...] = (LAYER_NORM, RMS_NORM, ADD_LAYER_NORM, ADD_RMS_NORM)
+OPERATIONS: tuple[Operation, ...] = (LAYER_NORM, RMS_NORM, ADD_LAYER_NORM, ADD_RMS_NORM, *QUANTIZED)
 NAMES: tuple[str, ...] = tuple(op.name for op in OPERATIONS)
 assert len(set(NAMES)) == len(NAMES) and len({op.id_prefix for op in OPERATIONS}) == len(OPERATIONS)
 

@@ -193,10 +193,11 @@ def _properties(props: dict) -> tuple[tuple[str, str], ...]:
 
 
 def _measures(props: dict) -> tuple[tuple[str, str | float], ...]:
-    """The error structure among a report's ``user_properties`` (``conformance.Properties.record``)."""
-    from normbench.check.conformance import ERROR_STRUCTURE, user_property_key
+    """The measurements among a report's ``user_properties`` (``conformance.Properties.record``): the error structure,
+    a quantized output's codes."""
+    from normbench.check.conformance import RECORDED, user_property_key
 
-    found = ((name, props.get(user_property_key(name))) for name in ERROR_STRUCTURE)
+    found = ((name, props.get(user_property_key(name))) for name in RECORDED)
     return tuple((name, value) for name, value in found
                  if isinstance(value, str) and value or isinstance(value, float))
 

@@ -33,12 +33,18 @@ def from_host(torch: Any, host: np.ndarray, device: Any) -> Any:
 
 
 def to_host(torch: Any, tensor: Any) -> np.ndarray:
-    """A tensor back as a NumPy array (bfloat16 as ``ml_dtypes.bfloat16``)."""
+    """A tensor back as a NumPy array (bfloat16 as ``ml_dtypes.bfloat16``, float8 as ``ml_dtypes.float8_e4m3fn`` and
+    ``float8_e5m2``)."""
     t = tensor.detach().cpu()
     if t.dtype == torch.bfloat16:
         import ml_dtypes
 
         return t.contiguous().view(torch.uint16).numpy().view(ml_dtypes.bfloat16).reshape(t.shape)
+    float8 = {getattr(torch, name, None): name for name in ("float8_e4m3fn", "float8_e5m2")}
+    if t.dtype in float8:
+        import ml_dtypes
+
+        return t.contiguous().view(torch.uint8).numpy().view(getattr(ml_dtypes, float8[t.dtype])).reshape(t.shape)
     return t.numpy()
 
 

@@ -57,7 +57,7 @@ BYTE_MODELS: dict[str, str] = {"forward": "forward-inference", "backward": "back
 VARIANTS: tuple[str, ...] = ("forward-inference", "forward-training", "backward")
 #: statistics are fp32 whatever the input dtype: 4 bytes each (LayerNorm's mean and rstd)
 STAT_BYTES = 4
-_ELEMENT_WORDS = {"x": "e_x", "residual": "e_r", "weight": "e_w", "bias": "e_b", "fp32": "4"}
+_ELEMENT_WORDS = {"x": "e_x", "residual": "e_r", "weight": "e_w", "bias": "e_b", "fp32": "4", "q": "1"}
 
 
 def formula(norm: str | operations.Operation, variant: str) -> str:
@@ -99,7 +99,7 @@ def model_bytes(norm: str | operations.Operation, variant: str, rows: int, hidde
     op = operations.of(norm)
     e, ep = host_dtype(dtype).itemsize, host_dtype(param_dtype or dtype).itemsize
     element = {"x": e, "residual": host_dtype(residual_dtype or dtype).itemsize, "weight": ep if weight else 0,
-               "bias": ep if bias and op.has_bias else 0, "fp32": STAT_BYTES}
+               "bias": ep if bias and op.has_bias else 0, "fp32": STAT_BYTES, "q": 1}
     extent = {"M*N": rows * hidden, "N": hidden, "M": rows}
     return sum(extent[t.extent] * element[t.element] for t in op.traffic[variant])
 

@@ -1,0 +1,223 @@
+"""Quantized outputs judged code by code: a normalization whose output is quantized for the next matrix multiply
+(``normbench.core.operations``' ``*_quant`` and ``*_dynamic_quant`` operations; docs/quantized.md).
+
+**What is exact.** The quantization ``q = saturate(round_to_nearest_even(y / scale))`` is a deterministic function
+of a real number, so the only freedom a correct kernel has is the error of its y, which the error model already
+bounds: ``|y - y_exact| <= B`` componentwise (``normbench.check.error_model.forward_bound``: the accumulation and the
+roundings, the rounding of y to x's dtype included, so a kernel that quantizes y rounded to its storage dtype and
+one that quantizes its float32 y are both inside it). Dividing by the scale, or multiplying by its float32
+reciprocal, adds at most ``2*u32*|v|`` (two roundings of the quotient ``v = y / scale``). So with
+``b = B / |scale| + 2*u32*|v| + 4*u64*|v|`` (the last: this module's own float64 division), every real number a
+correct kernel may quantize lies in ``[v - b, v + b]``, and since quantizing is monotone, every code a correct
+kernel may return lies between ``Q(v - b)`` and ``Q(v + b)`` (:func:`allowed`): where ``v`` is farther than ``b``
+from a rounding boundary that is one code, the exact one; within ``b`` of a boundary, either neighbour.
+Saturation is exact: beyond the format's maximum every correct kernel returns the maximum, whatever b. NaN: a NaN y
+is NaN in both float8 formats (e4m3fn has no infinity: an infinite y saturates to 448); int8 has no NaN, so a NaN
+y's int8 code is not judged.
+
+**A fused residual add** (``add_*``): residual_out bit for bit, as ``normbench.check.fused`` does, and the codes
+under either convention of the sum, each whole (the stored residual_out's normalization, or the unrounded sum's).
+
+**Dynamic scales** (per row: ``scale = max(min(absmax, scale_ub) / qmax, 1 / (qmax * 512))``,
+``normbench.core.quantized.dynamic_scale``): a kernel's absmax is that of its own y, within the row's largest B of
+the exact absmax; min, max and the floor do not widen a difference, and the division by qmax (or the product by its
+float32 reciprocal) adds ``2*u32*scale``. So each row's scale must lie within ``max_row(B) / qmax + 2*u32*scale`` of
+the exact one (an all-zero row's is the floor exactly); the codes are then judged against the kernel's *own* scale
+(what the next matrix multiply dequantizes with), and ``q * scale`` must reconstruct y within half the format's step
+there times the scale, plus B (:func:`check_reconstruction`).
+
+A failure names the element, its returned and exact codes (value and bits), ``y / scale`` and the rounding boundary
+it was near, and the window b.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from normbench.check import error_model, fused, oracle
+from normbench.check.outcomes import codes_text, parse_codes
+from normbench.check.worst import ConformanceError
+from normbench.core import operations
+from normbench.core.cases import Inputs
+from normbench.core.dtypes import U64, UNIT_ROUNDOFF
+from normbench.core.quantized import QFormat, dynamic_scale, qformat
+
+U32 = UNIT_ROUNDOFF["float32"]
+
+
+def window(y_bound: np.ndarray, v: np.ndarray, scale) -> np.ndarray:
+    """b: how far from ``v = y / scale`` a correct kernel's quotient may be (the module doc)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return y_bound / np.abs(scale) + (2 * U32 + 4 * U64) * np.abs(v)
+
+
+def allowed(fmt: QFormat, v: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The lowest and highest code values a correct kernel may return for ``v`` within ``b`` (float64)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return fmt.values(fmt.quantize(v - b)), fmt.values(fmt.quantize(v + b))
+
+
+def violations(fmt: QFormat, got: np.ndarray, v: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Where the returned codes ``got`` (host codes) are not among the allowed ones (boolean, ``v``'s shape)."""
+    value = fmt.values(got)
+    lo, hi = allowed(fmt, v, b)
+    nan_v = np.isnan(v)
+    wrong = ~((value >= lo) & (value <= hi))
+    if fmt.has_nan:
+        wrong = np.where(nan_v, ~np.isnan(value), wrong)
+    return wrong & fmt.judged(v)
+
+
+def agreement(fmt: QFormat, got: np.ndarray, v: np.ndarray, b: np.ndarray, where: np.ndarray | None = None) -> str:
+    """The ``codes`` column's text: how many judged codes are the exact quantization of v, how many another allowed
+    code, how many wrong (``where``: the elements judged, besides the format's own rule)."""
+    judged = fmt.judged(v) if where is None else fmt.judged(v) & where
+    value, exact = fmt.values(got), fmt.values(fmt.quantize(v))
+    same = (value == exact) | (np.isnan(value) & np.isnan(exact))
+    wrong = violations(fmt, got, v, b) & judged
+    n_exact = int((same & judged).sum())
+    return codes_text(n_exact, int(judged.sum()) - n_exact - int((wrong & ~same).sum()), int((wrong & ~same).sum()))
+
+
+def _bits(fmt: QFormat, code) -> str:
+    raw = np.asarray(code).astype(fmt.host).reshape(1).view(np.uint8)[0]
+    return f"0x{int(raw):02x}"
+
+
+def _code(fmt: QFormat, value: float) -> str:
+    return f"{value:.9g} ({_bits(fmt, value)})"
+
+
+def describe_code(fmt: QFormat, what: str, got: np.ndarray, v: np.ndarray, b: np.ndarray, wrong: np.ndarray,
+                  scale, head: str) -> str:
+    """The worst wrong code of ``what``: where, returned and exact codes, y/scale, the boundary it was near."""
+    value = fmt.values(got)
+    exact = fmt.values(fmt.quantize(v))
+    with np.errstate(invalid="ignore"):
+        distance = np.where(wrong, np.abs(np.nan_to_num(value - exact, nan=np.inf)), -1.0)
+    at = np.unravel_index(int(np.argmax(distance)), distance.shape)
+    vi, bi = float(v[at]), float(b[at])
+    lo, hi = (float(a[at]) for a in allowed(fmt, v, b))
+    step = float(fmt.step(np.array([vi]))[0])
+    boundary = (float(exact[at]) + np.copysign(step / 2, vi - float(exact[at]))) if np.isfinite(vi) else float("nan")
+    where = ", ".join(map(str, at))
+    scale_text = f"{float(np.asarray(scale).reshape(-1)[at[0] if np.size(scale) > 1 else 0]):.9g}"
+    return (f"{head}{what}[{where}] = {_code(fmt, float(value[at]))}, exact code {_code(fmt, float(exact[at]))} "
+            f"of y/scale = {vi:.9g} (scale {scale_text}); allowed {fmt.name} codes {lo:.9g} to {hi:.9g} (window "
+            f"b = {bi:.3g}; nearest rounding boundary {boundary:.9g}, {abs(vi - boundary):.3g} away); "
+            f"{int(wrong.sum())} of {wrong.size} codes wrong")
+
+
+def references(inputs: Inputs) -> list[oracle.Forward]:
+    """The float64 normalizations a correct kernel may quantize: the case's, and for a fused case also the unrounded
+    sum's (either convention, each whole)."""
+    base = fused.normalized(inputs)
+    first = oracle.forward(base.x, inputs.case.normalized_shape, inputs.weight, inputs.bias, inputs.case.eps_value,
+                           operations.of(inputs.case.norm).normalization.name, inputs.case.weight_offset)
+    if not operations.of(inputs.case.norm).fuses:
+        return [first]
+    return [first, fused.unrounded_reference(inputs)]
+
+
+def check_static(inputs: Inputs, q: np.ndarray, head: str, record=lambda codes: None) -> None:
+    """Static scale: the codes of ``q`` (host codes, x's shape) within the window of one convention (module doc);
+    ``record(codes)`` gets the agreement (:func:`agreement`) of the convention that holds, or of the first."""
+    __tracebackhide__ = True
+    case, fmt = inputs.case, qformat(inputs.case.qdtype)
+    scale = np.float64(np.float32(case.scale))
+    first, first_codes = None, None
+    for ref in references(inputs):
+        codes = np.asarray(q).reshape(ref.y.shape)
+        bound = error_model.forward_bound(ref, case.dtype)
+        with np.errstate(invalid="ignore", over="ignore"):
+            v = ref.y / scale
+        b = window(bound, v, scale)
+        wrong = violations(fmt, codes, v, b)
+        if not wrong.any():
+            record(agreement(fmt, codes, v, b))
+            return
+        first = first or describe_code(fmt, "q", codes, v, b, wrong, scale, head)
+        first_codes = first_codes or agreement(fmt, codes, v, b)
+    record(first_codes)
+    raise ConformanceError(first + ("\n  nor within the window of the unrounded sum's normalization (the other correct "
+                                    "convention)" if operations.of(case.norm).fuses else ""))
+
+
+def scale_bound(bound: np.ndarray, scale_exact: np.ndarray, qdtype: str) -> np.ndarray:
+    """How far a correct kernel's per-row scale may be from the exact one (module doc)."""
+    from normbench.core.quantized import qmax
+
+    with np.errstate(invalid="ignore"):
+        return np.nanmax(np.where(np.isfinite(bound), bound, 0.0), axis=1) / qmax(qdtype) + (2 * U32 + 4 * U64) * scale_exact
+
+
+def check_dynamic(inputs: Inputs, q: np.ndarray, scales: np.ndarray, head: str, record=lambda codes: None) -> None:
+    """Dynamic per-row scales within their bound of the exact ones, and the codes judged against the kernel's own
+    scales, under one convention (module doc); ``record(codes)`` as :func:`check_static`'s (the codes of rows whose
+    scale is wrong count as wrong)."""
+    __tracebackhide__ = True
+    case, fmt = inputs.case, qformat(inputs.case.qdtype)
+    problems, recorded = [], []
+    for ref in references(inputs):
+        m, n = ref.y.shape
+        codes = np.asarray(q).reshape(m, n)
+        mine = np.asarray(scales, dtype=np.float64).reshape(m)
+        bound = error_model.forward_bound(ref, case.dtype)
+        with np.errstate(invalid="ignore"):
+            exact = dynamic_scale(np.max(np.abs(ref.y), axis=1), case.qdtype, case.scale_ub)
+        allowance = scale_bound(bound, exact, case.qdtype)
+        finite_rows = np.isfinite(ref.y).all(axis=1)
+        bad_scale = finite_rows & ~(np.abs(mine - exact) <= allowance)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            v = ref.y / mine[:, None]
+        b = window(bound, v, mine[:, None])
+        exact_v = ref.y / exact[:, None]
+        codes_seen = agreement(fmt, codes, np.where(bad_scale[:, None], exact_v, v), b, finite_rows[:, None])
+        if bad_scale.any():
+            recorded.append(_with_wrong_rows(codes_seen, fmt, codes, exact_v, bad_scale))
+            r = int(np.argmax(np.where(bad_scale, np.abs(mine - exact) / np.maximum(allowance, 1e-300), -1)))
+            problems.append(f"{head}scales[{r}] = {mine[r]:.9g}, exact {exact[r]:.9g} (the row's absmax "
+                            f"{np.max(np.abs(ref.y[r])):.9g}, scale_ub {case.scale_ub}, floor "
+                            f"{dynamic_scale(np.zeros(1), case.qdtype)[0]:.9g}); |error| {abs(mine[r] - exact[r]):.3g} > "
+                            f"bound {allowance[r]:.3g}; {int(bad_scale.sum())} of {m} row scales wrong")
+            continue
+        recorded.append(codes_seen)
+        wrong = violations(fmt, codes, v, b) & finite_rows[:, None]
+        if wrong.any():
+            problems.append(describe_code(fmt, "q", codes, v, b, wrong, mine, head))
+            continue
+        reconstruction = check_reconstruction(fmt, codes, mine, ref.y, bound) & finite_rows[:, None]
+        if reconstruction.any():
+            r, c = np.unravel_index(int(np.argmax(reconstruction)), reconstruction.shape)
+            problems.append(f"{head}q[{r}, {c}] * scales[{r}] = {fmt.values(codes)[r, c] * mine[r]:.9g} does not "
+                            f"reconstruct y = {ref.y[r, c]:.9g} within half a step times the scale plus the bound")
+            continue
+        record(codes_seen)
+        return
+    record(recorded[0])
+    raise ConformanceError(problems[0] + ("\n  nor under the unrounded sum's normalization (the other correct "
+                                          "convention)" if len(problems) > 1 else ""))
+
+
+def _with_wrong_rows(text: str, fmt: QFormat, codes: np.ndarray, exact_v: np.ndarray, bad_rows: np.ndarray) -> str:
+    """``text`` with every judged code of a row whose scale is wrong counted wrong unless it is the exact code."""
+    exact, allowed, wrong = parse_codes(text)
+    rows = codes[bad_rows]
+    judged = fmt.judged(exact_v[bad_rows])
+    value, want = fmt.values(rows), fmt.values(fmt.quantize(exact_v[bad_rows]))
+    off = int((judged & ~((value == want) | (np.isnan(value) & np.isnan(want)))).sum())
+    moved = min(off, allowed)
+    return codes_text(exact, allowed - moved, wrong + moved)
+
+
+def check_reconstruction(fmt: QFormat, codes: np.ndarray, scales: np.ndarray, y: np.ndarray,
+                         bound: np.ndarray) -> np.ndarray:
+    """Where ``q * scale`` is farther from y than half the format's step times the scale plus the bound (elements
+    within the format's range; beyond it, saturation is judged by the codes)."""
+    value = fmt.values(codes)
+    s = scales[:, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = y / s
+        inside = np.abs(v) <= fmt.max
+        slack = fmt.step(v) / 2 * s + bound + (2 * U32 + 4 * U64) * np.abs(y) + (fmt.step(v) * s) * 1e-9
+        return inside & ~(np.abs(value * s - y) <= slack)
