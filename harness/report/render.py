@@ -34,7 +34,7 @@ from normbench import __version__
 from normbench.core import provenance
 from normbench.core.files import write_atomic
 from normbench.core.storage import ResultsError
-from normbench.report import errors, properties, shape, survey, svg
+from normbench.report import codes, errors, properties, shape, survey, svg
 from normbench.report.sources import ResultSet, input_files, load_result_sets
 
 TEMPLATE = "report.html.j2"
@@ -93,6 +93,7 @@ def context(sets: list[ResultSet], baseline: str = "torch") -> dict[str, Any]:
                   "details": shape.conformance_details(rs), "table1": rs.table1, "findings": rs.findings,
                   "n_findings": None if rs.findings is None else len(rs.findings),
                   "properties": properties.properties_table(rs), "errors": errors.error_pictures(rs),
+                  "codes": codes.code_table(rs),
                   "n_throughput": len(rs.throughput), "n_conformance": len(rs.conformance),
                   "n_traffic": None if rs.traffic is None else len(rs.traffic),
                   "n_kernels": None if rs.kernel_stats is None else len(rs.kernel_stats), "is_run": rs.is_run}
