@@ -200,7 +200,21 @@ class UnroundedSum(QuantKernel):
                 self.add(x, residual))
 
 
-VARIANTS = [ReciprocalMultiply, UnroundedY, UnroundedSum]
+class NoFloorGuarded(QuantKernel):
+    """Correct: no floor on the dynamic scale, an all-zero row's scale 0 and its codes 0 (its division guarded), as
+    vLLM's CPU kernel does (``dynamic_scaled_int8_quant``: scale 0.0, codes 0 on a zero row)."""
+
+    name = "mutant-quant-no-floor-guarded"
+
+    def floor(self, scale, qdtype):
+        return scale
+
+    def divide(self, y, scale):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return np.where(scale == 0, F32(0), super().divide(y, scale)).astype(F32)
+
+
+VARIANTS = [ReciprocalMultiply, UnroundedY, UnroundedSum, NoFloorGuarded]
 
 
 # -- mutants: one real bug each ----------------------------------------------------------------------------------

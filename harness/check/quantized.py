@@ -22,7 +22,9 @@ under either convention of the sum, each whole (the stored residual_out's normal
 ``normbench.core.quantized.dynamic_scale``): a kernel's absmax is that of its own y, within the row's largest B of
 the exact absmax; min, max and the floor do not widen a difference, and the division by qmax (or the product by its
 float32 reciprocal) adds ``2*u32*scale``. So each row's scale must lie within ``max_row(B) / qmax + 2*u32*scale`` of
-the exact one (an all-zero row's is the floor exactly); the codes are then judged against the kernel's *own* scale
+the exact one. The floor is each library's own (vLLM's CUDA kernels 1 / (qmax * 512), its CPU kernel none: an all-zero
+row's scale 0, its codes 0): a scale without the floor is correct too, and an all-zero row may have any finite scale
+>= 0, its codes 0 (a NaN code or scale there is the bug). The codes are then judged against the kernel's *own* scale
 (what the next matrix multiply dequantizes with), and ``q * scale`` must reconstruct y within half the format's step
 there times the scale, plus B (:func:`check_reconstruction`).
 
@@ -40,7 +42,7 @@ from normbench.check.worst import ConformanceError
 from normbench.core import operations
 from normbench.core.cases import Inputs
 from normbench.core.dtypes import U64, UNIT_ROUNDOFF
-from normbench.core.quantized import QFormat, dynamic_scale, qformat
+from normbench.core.quantized import QFormat, dynamic_scale, qformat, scale_floor
 
 U32 = UNIT_ROUNDOFF["float32"]
 
@@ -164,22 +166,28 @@ def check_dynamic(inputs: Inputs, q: np.ndarray, scales: np.ndarray, head: str, 
         mine = np.asarray(scales, dtype=np.float64).reshape(m)
         bound = error_model.forward_bound(ref, case.dtype)
         with np.errstate(invalid="ignore"):
-            exact = dynamic_scale(np.max(np.abs(ref.y), axis=1), case.qdtype, case.scale_ub)
-        allowance = scale_bound(bound, exact, case.qdtype)
+            absmax = np.max(np.abs(ref.y), axis=1)
+            exact = dynamic_scale(absmax, case.qdtype, case.scale_ub)
+            bare = dynamic_scale(absmax, case.qdtype, case.scale_ub, floor=0.0)
         finite_rows = np.isfinite(ref.y).all(axis=1)
-        bad_scale = finite_rows & ~(np.abs(mine - exact) <= allowance)
+        with np.errstate(invalid="ignore"):
+            scale_ok = ((np.abs(mine - exact) <= scale_bound(bound, exact, case.qdtype))
+                        | (np.abs(mine - bare) <= scale_bound(bound, bare, case.qdtype))
+                        | (absmax == 0) & np.isfinite(mine) & (mine >= 0))  # an all-zero row: any floor, even 0
+        allowance = scale_bound(bound, exact, case.qdtype)
+        bad_scale = finite_rows & ~scale_ok
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            v = ref.y / mine[:, None]
-        b = window(bound, v, mine[:, None])
-        exact_v = ref.y / exact[:, None]
+            v = np.where(ref.y == 0, 0.0, ref.y / mine[:, None])  # a zero y is code 0 whatever the scale
+            exact_v = np.where(ref.y == 0, 0.0, ref.y / exact[:, None])
+            b = np.where(mine[:, None] == 0, 0.0, window(bound, v, mine[:, None]))  # a zero scale: an all-zero row
         codes_seen = agreement(fmt, codes, np.where(bad_scale[:, None], exact_v, v), b, finite_rows[:, None])
         if bad_scale.any():
             recorded.append(_with_wrong_rows(codes_seen, fmt, codes, exact_v, bad_scale))
             r = int(np.argmax(np.where(bad_scale, np.abs(mine - exact) / np.maximum(allowance, 1e-300), -1)))
             problems.append(f"{head}scales[{r}] = {mine[r]:.9g}, exact {exact[r]:.9g} (the row's absmax "
-                            f"{np.max(np.abs(ref.y[r])):.9g}, scale_ub {case.scale_ub}, floor "
-                            f"{dynamic_scale(np.zeros(1), case.qdtype)[0]:.9g}); |error| {abs(mine[r] - exact[r]):.3g} > "
-                            f"bound {allowance[r]:.3g}; {int(bad_scale.sum())} of {m} row scales wrong")
+                            f"{absmax[r]:.9g}, scale_ub {case.scale_ub}, floor {scale_floor(case.qdtype):.9g}; "
+                            f"{bare[r]:.9g} without a floor); |error| {abs(mine[r] - exact[r]):.3g} > bound "
+                            f"{allowance[r]:.3g}; {int(bad_scale.sum())} of {m} row scales wrong")
             continue
         recorded.append(codes_seen)
         wrong = violations(fmt, codes, v, b) & finite_rows[:, None]

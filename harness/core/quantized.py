@@ -109,13 +109,14 @@ def qmax(name: str) -> float:
     return qformat(name).max
 
 
-def dynamic_scale(absmax: np.ndarray, qdtype: str, scale_ub: float | None = None) -> np.ndarray:
-    """The per-row scale of dynamic quantization, exactly (float64): ``max(min(absmax, scale_ub) / qmax,
-    1 / (qmax * 512))``, the floor vLLM's kernels use so that an all-zero row divides by a positive number
-    (docs/quantized.md)."""
+def dynamic_scale(absmax: np.ndarray, qdtype: str, scale_ub: float | None = None,
+                  floor: float | None = None) -> np.ndarray:
+    """The per-row scale of dynamic quantization, exactly (float64): ``max(min(absmax, scale_ub) / qmax, floor)``,
+    the floor by default vLLM's CUDA kernels' ``1 / (qmax * 512)``, so that an all-zero row divides by a positive
+    number (docs/quantized.md; ``floor=0.0``: none, as vLLM's CPU kernel)."""
     top = qmax(qdtype)
     bounded = np.asarray(absmax, dtype=np.float64) if scale_ub is None else np.minimum(absmax, scale_ub)
-    return np.maximum(bounded / top, scale_floor(qdtype))
+    return np.maximum(bounded / top, scale_floor(qdtype) if floor is None else floor)
 
 
 def scale_floor(qdtype: str) -> float:
