@@ -286,7 +286,8 @@ class ReciprocalTwice(QuantKernel):
 
 
 class NoScaleFloor(QuantKernel):
-    """A per-row scale without its floor: an all-zero row divides by zero (NaN codes, a zero scale)."""
+    """A per-row scale without a floor and an unguarded division: an all-zero row divides 0 by 0 (NaN codes). (No
+    floor alone is correct: ``NoFloorGuarded``.)"""
 
     name = "mutant-quant-no-floor"
 

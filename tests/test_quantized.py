@@ -185,3 +185,58 @@ def test_a_run_records_the_codes_and_the_report_shows_their_agreement(tmp_path):
         assert row["exact"] >= 0.99 * (row["exact"] + row["allowed"]) > 0
     html = render.render_html([sources.load_result_set(tmp_path / "q")])
     assert "Quantized outputs: code-level agreement" in html
+
+
+def test_an_infinite_y_allows_its_saturated_code_alone():
+    v = np.array([np.inf, -np.inf])
+    b = quantized.window(np.array([1.0, 1.0]), v, 1.0)
+    assert not quantized.violations(E4M3, E4M3.quantize(v), v, b).any()
+    assert quantized.violations(INT8, np.array([126, -128], np.int8), v, b).tolist() == [True, False]
+
+
+class _ScaleOffInRowZero(quant_mutants.QuantKernel):
+    name = "scale-off-in-row-0"
+
+    def row_scale(self, absmax, qdtype, scale_ub):
+        scales = super().row_scale(absmax, qdtype, scale_ub)
+        scales[0] *= 1.5
+        return scales
+
+
+class _NanRowsZeroed(quant_mutants.QuantKernel):
+    name = "nan-rows-zeroed"
+
+    def convert(self, v, qdtype):
+        return super().convert(np.where(np.isnan(v).any(axis=1, keepdims=True), 0, v), qdtype)
+
+
+def test_a_row_with_a_wrong_scale_counts_its_codes_against_the_exact_scale_once():
+    from normbench.check.conformance import Properties
+    from normbench.check.outcomes import parse_codes
+
+    case = next(c for c in QUANT_CASES if c.id == "dq-rms-bfloat16-rows64-hidden256-normal-int8")
+    inputs = cases.make_inputs(case, 0)
+    measured = {}
+    for kernel in (quant_mutants.QuantKernel(), _ScaleOffInRowZero()):
+        properties = Properties()
+        try:
+            conformance.check_forward(kernel, inputs, properties)
+        except ConformanceError as exc:
+            assert "scales[0]" in str(exc)
+        measured[kernel.name] = parse_codes(properties.values["codes"])
+    exact, allowed, wrong = measured["scale-off-in-row-0"]
+    q, scales = _ScaleOffInRowZero().rms_norm_dynamic_quant(inputs.x, (256,), inputs.weight, case.eps, "int8", None)
+    [ref] = quantized.references(inputs)
+    exact_scale = quantized.dynamic_scale(np.abs(ref.y).max(axis=1), "int8")[0]
+    off = int((INT8.values(q[0]) != INT8.values(INT8.quantize(ref.y[0] / exact_scale))).sum())
+    assert wrong == off and exact + allowed + wrong == 64 * 256
+    control_exact, control_allowed, _ = measured[quant_mutants.QuantKernel.name]
+    assert allowed <= control_allowed and exact + allowed == control_exact + control_allowed - off
+
+
+def test_a_nan_y_must_be_a_nan_code_with_dynamic_scales_too():
+    case = next(c for c in QUANT_CASES if c.norm == "rms_norm_dynamic_quant" and c.dist == "poisoned"
+                and c.qdtype == "float8_e4m3fn")
+    with pytest.raises(ConformanceError, match=r"q\[1, 0\] = 0 \(0x00\), exact code nan"):
+        conformance.check_forward(_NanRowsZeroed(), cases.make_inputs(case, 0))
+    conformance.check_forward(quant_mutants.QuantKernel(), cases.make_inputs(case, 0))

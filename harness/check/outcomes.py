@@ -191,9 +191,10 @@ CONFORMANCE_COLUMNS: tuple[Column, ...] = (
     Column("coherence_toward_zero", "float", "the same, for the case's rounding bias toward zero. Version 2", **RATIO),
     Column("coherence_downward", "float", "the same, for the case's rounding bias downward. Version 2", **RATIO),
     Column("codes", "str", "test_forward of a quantized output (docs/quantized.md): its codes as exact=E;allowed=A;"
-                           "wrong=W, how many are the exact quantization of y_exact / scale, how many another code a "
-                           "correct kernel may return (within the window of a rounding boundary), how many neither; "
-                           "empty for every other test. Version 4", form=CODES_FORM),
+                           "wrong=W, how many are the exact quantization of y_exact / scale (a dynamic case's: by the "
+                           "kernel's own scales), how many another code a correct kernel may return (within the "
+                           "window of a rounding boundary), how many neither; empty for every other test. Version 4",
+           form=CODES_FORM),
 )
 
 

@@ -444,8 +444,9 @@ def _quantized(base: Operation, mode: str) -> Operation:
         default_eps=base.default_eps,
         error_terms=(f"q: every code between Q(v - b) and Q(v + b), v = y_exact / scale, b = B / |scale| + 2*u32*|v|, "
                      f"B {base.label}'s bound on y", "saturation exact; NaN stays NaN in float8")
-        + (() if static else ("scales: within max_row(B) / qmax + 2*u32*scale of the exact row scale; q judged against "
-                              "the kernel's own scales, q*scale within half a step of y plus B",))
+        + (() if static else ("scales: within max_row(B) / qmax + 2*u32*scale of the exact row scale, with the floor "
+                              "or without; an all-zero row any finite scale >= 0, codes 0; q judged against the "
+                              "kernel's own scales",))
         + (base.error_terms[:1] if base.fuses else ()),
         families=Families(("quant",), (), gradcheck=(), invariance=(), geometry=(), throughput_gpu=(),
                           throughput_cpu=()),
