@@ -3,7 +3,7 @@
 The wheel is built as the page says, installed with ``--no-index --no-deps`` into a fresh virtual environment
 that sees this environment's packages (torch, triton, numpy, pandas, pytest...: what a GPU node has) but not
 normbench's checkout or its installed copy, and the page's two rehearsal commands run from a folder outside the
-checkout: the preflight, and ``normbench run --rehearsal --budget=60 --bundle=...``. The tests then read what came
+checkout: the preflight, and ``normbench run --rehearsal --budget=45 --bundle=...``. The tests then read what came
 back: the bundle (every file present and valid), the budget kept, the not-run marks, the GPU sweep's order.
 
 What a CPU cannot run is said in each skip reason, with where it is exercised instead.
@@ -38,8 +38,8 @@ DOCS = ROOT / "docs" / "gpu-node.md"
 BUILD = "python -m pip wheel --no-deps --no-build-isolation -w carry ."
 INSTALL = "python -m pip install --no-index --no-deps carry/normbench-*.whl"
 PREFLIGHT = "normbench preflight --cpu --impl=torch,triton"
-RUN = "normbench run --impl=torch,triton --rehearsal --budget=60 --out=/tmp/normbench --bundle=$OUT/bundle"
-BUDGET = 60
+RUN = "normbench run --impl=torch,triton --rehearsal --budget=45 --out=/tmp/normbench --bundle=$OUT/bundle"
+BUDGET = 45
 #: past the budget, what the wall clock may show: Python's start before the budget's clock starts, a test started
 #: just before the cut finishing, a loaded machine
 SLACK_S = 20
@@ -122,7 +122,7 @@ def test_the_run_keeps_its_budget_and_ends_cleanly(slot):
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     assert slot["seconds"] <= BUDGET + SLACK_S, f"{slot['seconds']:.0f} s for a {BUDGET} s budget"
     assert "  rehearsal:   the GPU sweep's cases shrunk" in run.stdout
-    assert "BUDGET SPENT: the time budget of 60 s was spent" in run.stdout
+    assert f"BUDGET SPENT: the time budget of {BUDGET} s was spent" in run.stdout
     assert "counters (DRAM bytes by ncu): not measured: no Triton backend runs on CUDA here" in run.stdout
 
 
@@ -135,7 +135,7 @@ def test_the_bundle_carries_the_run_and_reads_back(slot):
     assert log.startswith("normbench run rehearsal") and "normbench throughput summary" in log
     env = json.loads((slot["bundle"] / "environment.json").read_text())
     assert env["rehearsal"] is True and env["budget"]["seconds"] == BUDGET and env["git_commit"]
-    assert env["status"]["state"] == "finished" and "time budget of 60 s was spent" in env["status"]["reason"]
+    assert env["status"]["state"] == "finished" and f"time budget of {BUDGET} s was spent" in env["status"]["reason"]
     assert env["counters"] == {"state": "not measured", "reason": "no Triton backend runs on CUDA here"}
 
 
