@@ -272,6 +272,19 @@ def forward_entry(backend: Backend, norm: operations.Operation, statistics: bool
             else f"{norm.entry} or {norm.statistics_entry}")
 
 
+def hand_over(backend: Backend, inputs: Inputs) -> tuple[Handover, tuple]:
+    """The case's arrays handed over (:class:`Handover`) and the forward's ``args`` built on them: x (and a fused
+    case's residual), normalized_shape, weight, bias, eps, and a quantized case's scale (its float32 value), qdtype and
+    scale_ub; a parameter the operation does not take is left out."""
+    case = inputs.case
+    handed = Handover.of(backend, x=inputs.x, residual=inputs.residual, weight=inputs.weight, bias=inputs.bias)
+    args = operations.of(case.norm).arguments(
+        x=handed["x"], residual=handed["residual"], normalized_shape=case.normalized_shape, weight=handed["weight"],
+        bias=handed["bias"], eps=case.eps, scale=None if case.scale is None else float(np.float32(case.scale)),
+        qdtype=case.qdtype, scale_ub=case.scale_ub)
+    return handed, args
+
+
 def run_forward(backend: Backend, inputs: Inputs, *, statistics: bool = True) -> ForwardRun:
     """Convert inputs, run the forward once and bring results back: the operation's forward with its
     statistics (``Operation.forward_with_statistics``: LayerNorm's ``layer_norm_with_statistics``, y and the
@@ -281,9 +294,7 @@ def run_forward(backend: Backend, inputs: Inputs, *, statistics: bool = True) ->
     __tracebackhide__ = True
     case = inputs.case
     norm = operations.of(case.norm)
-    handed = Handover.of(backend, x=inputs.x, residual=inputs.residual, weight=inputs.weight, bias=inputs.bias)
-    args = norm.arguments(x=handed["x"], residual=handed["residual"], normalized_shape=case.normalized_shape,
-                          weight=handed["weight"], bias=handed["bias"], eps=case.eps)
+    handed, args = hand_over(backend, inputs)
     if statistics and not case.options:
         y, stats = norm.forward_with_statistics(backend, args)
     else:
@@ -626,11 +637,7 @@ def run_quantized(backend: Backend, inputs: Inputs) -> dict[str, np.ndarray]:
     __tracebackhide__ = True
     case = inputs.case
     op = operations.of(case.norm)
-    handed = Handover.of(backend, x=inputs.x, residual=inputs.residual, weight=inputs.weight, bias=inputs.bias)
-    args = op.arguments(x=handed["x"], residual=handed["residual"], normalized_shape=case.normalized_shape,
-                        weight=handed["weight"], bias=handed["bias"], eps=case.eps,
-                        scale=None if case.scale is None else float(np.float32(case.scale)), qdtype=case.qdtype,
-                        scale_ub=case.scale_ub)
+    handed, args = hand_over(backend, inputs)
     out = op.forward(backend, args)
     backend.synchronize()
     handed.check(op.entry, _context(backend, inputs))
