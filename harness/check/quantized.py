@@ -80,13 +80,15 @@ def violations(fmt: QFormat, got: np.ndarray, v: np.ndarray, b: np.ndarray) -> n
     return wrong & fmt.judged(v)
 
 
-def agreement(fmt: QFormat, got: np.ndarray, v: np.ndarray, b: np.ndarray, where: np.ndarray | None = None) -> str:
+def agreement(fmt: QFormat, got: np.ndarray, v: np.ndarray, b: np.ndarray, where: np.ndarray | None = None,
+              outside: np.ndarray | None = None) -> str:
     """The ``codes`` column's text: how many judged codes are the exact quantization of v, how many another allowed
-    code, how many wrong (``where``: the elements judged, besides the format's own rule)."""
+    code, how many wrong (``where``: the elements judged, besides the format's own rule; ``outside``: the caller's
+    :func:`violations` of the same codes, computed here when not given)."""
     judged = fmt.judged(v) if where is None else fmt.judged(v) & where
     value, exact = fmt.values(got), fmt.values(fmt.quantize(v))
     same = (value == exact) | (np.isnan(value) & np.isnan(exact))
-    wrong = violations(fmt, got, v, b) & judged
+    wrong = (violations(fmt, got, v, b) if outside is None else outside) & judged
     n_exact = int((same & judged).sum())
     return codes_text(n_exact, int(judged.sum()) - n_exact - int((wrong & ~same).sum()), int((wrong & ~same).sum()))
 
@@ -146,10 +148,10 @@ def check_static(inputs: Inputs, q: np.ndarray, head: str, record=lambda codes: 
         b = window(bound, v, scale)
         wrong = violations(fmt, codes, v, b)
         if not wrong.any():
-            record(agreement(fmt, codes, v, b))
+            record(agreement(fmt, codes, v, b, outside=wrong))
             return
         first = first or describe_code(fmt, "q", codes, v, b, wrong, scale, head)
-        first_codes = first_codes or agreement(fmt, codes, v, b)
+        first_codes = first_codes or agreement(fmt, codes, v, b, outside=wrong)
     record(first_codes)
     raise ConformanceError(first + ("\n  nor within the window of the unrounded sum's normalization (the other correct "
                                     "convention)" if operations.of(case.norm).fuses else ""))
@@ -189,7 +191,8 @@ def check_dynamic(inputs: Inputs, q: np.ndarray, scales: np.ndarray, head: str, 
             exact_v = np.where(ref.y == 0, 0.0, ref.y / exact[:, None])
             b = np.where(mine[:, None] == 0, 0.0, window(bound, v, mine[:, None]))  # a zero scale: an all-zero row
         good = (finite_rows & ~bad_scale)[:, None]
-        codes_seen = _with_wrong_rows(agreement(fmt, codes, v, b, good), fmt, codes, exact_v, bad_scale)
+        outside = violations(fmt, codes, v, b)
+        codes_seen = _with_wrong_rows(agreement(fmt, codes, v, b, good, outside), fmt, codes, exact_v, bad_scale)
         recorded.append(codes_seen)
         if bad_scale.any():
             r = int(np.argmax(np.where(bad_scale, np.abs(mine - exact) / np.maximum(allowance, 1e-300), -1)))
@@ -198,7 +201,7 @@ def check_dynamic(inputs: Inputs, q: np.ndarray, scales: np.ndarray, head: str, 
                             f"{bare[r]:.9g} without a floor); |error| {abs(mine[r] - exact[r]):.3g} > bound "
                             f"{allowance[r]:.3g}; {int(bad_scale.sum())} of {m} row scales wrong")
             continue
-        wrong = violations(fmt, codes, v, b) & good
+        wrong = outside & good
         if fmt.has_nan:  # rows with a NaN: its code must be NaN, whatever the scale
             wrong |= ~finite_rows[:, None] & np.isnan(ref.y) & ~np.isnan(fmt.values(codes))
         if wrong.any():
