@@ -136,3 +136,28 @@ def test_a_hidden_size_rule_is_a_skip_with_its_reason_and_layouts_still_run():
         "the library requires (its docs: hidden must be a multiple of 8)")
     with pytest.raises(ValueError, match="hidden_multiple=0"):
         Limits(hidden_multiple=0)
+
+
+def test_a_quantized_format_or_scale_bound_a_library_lacks_is_a_skip_with_its_reason():
+    """Limits(qdtypes=..., scale_ub=False): a library that stores int8 alone and takes no bound on a dynamic scale
+    (vLLM's CPU quantizers) skips the float8 and scale_ub cases, saying why, and runs the rest."""
+    from normbench.check import conformance
+    from normbench.core.backend import Limits
+    from tests import quant_mutants
+
+    class Int8Only(quant_mutants.QuantKernel):
+        name = "int8-only"
+        limits = Limits(qdtypes=("int8",), scale_ub=False, source="its docs")
+
+    backend = Int8Only()
+    quant = [c for c in cases.suite_cases("rms_norm_dynamic_quant", "forward")]
+    runs = [c for c in quant if conformance.skip_reason(backend, c) is None]
+    assert runs and all(c.qdtype == "int8" and c.scale_ub is None for c in runs)
+    e4m3 = next(c for c in quant if c.qdtype == "float8_e4m3fn")
+    assert conformance.skip_reason(backend, e4m3) == ("outside backend 'int8-only''s documented limits: the library "
+                                                      "stores no float8_e4m3fn codes (it stores int8) (its docs)")
+    bounded = next(c for c in quant if c.qdtype == "int8" and c.scale_ub is not None)
+    assert "takes no upper bound on a dynamic scale (scale_ub 1)" in conformance.skip_reason(backend, bounded)
+    for wrong in (("float8_e4m3fnuz",), (), "int8"):
+        with pytest.raises(ValueError, match=r"Limits\(qdtypes=.*give a tuple of some of float8_e4m3fn"):
+            Limits(qdtypes=wrong)

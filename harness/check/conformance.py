@@ -49,7 +49,8 @@ def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str 
                 f"weight per head, of shape {case.weight_shape}, does not apply")
     limit_problem = backend.limits.case_problem(len(case.shape), case.eps_value, case.layout, case.dy_broadcast,
                                                 case.hidden, dtype=case.dtype, residual_dtype=case.residual_type,
-                                                param_dtype=case.params if case.affine != "none" else None)
+                                                param_dtype=case.params if case.affine != "none" else None,
+                                                qdtype=case.qdtype, scale_ub=case.scale_ub)
     if limit_problem:
         return f"outside backend {backend.name!r}'s documented limits: {limit_problem}"
     limit = backend.max_elements

@@ -123,7 +123,9 @@ class Limits:
     size (the product of ``normalized_shape``) must be a multiple of it (a vectorized kernel's rule,
     e.g. 8); ``residual_in_x_dtype``, ``params_in_x_dtype``: a fused operation's residual, or the weight and
     bias, must have x's dtype (a kernel that stores the sum in x's dtype, or takes one dtype for every tensor);
-    ``source``: where the limits are documented, quoted in every skip.
+    ``qdtypes``: the quantized formats a quantized operation stores (of ``normbench.core.quantized.QDTYPES``), None
+    for every one; ``scale_ub``: whether a dynamic quantization takes an upper bound on the row's scale (a case with
+    one is skipped where it does not); ``source``: where the limits are documented, quoted in every skip.
 
     >>> Limits(eps=(0.0, 1e-3), source="its docs").eps_problem(0.1)
     'eps 0.1 is outside the documented range [0, 0.001] (its docs)'
@@ -131,6 +133,8 @@ class Limits:
     'the normalized size 100 is not a multiple of 8, which the library requires'
     >>> Limits(residual_in_x_dtype=True).case_problem(2, 1e-5, "contiguous", residual_dtype="float32", dtype="bfloat16")
     "a float32 residual with bfloat16 x: the library takes the residual in x's dtype"
+    >>> Limits(qdtypes=("int8",)).case_problem(2, 1e-5, "contiguous", qdtype="float8_e4m3fn")
+    'the library stores no float8_e4m3fn codes (it stores int8)'
     """
 
     eps: tuple[float, float] = (0.0, float("inf"))
@@ -139,11 +143,20 @@ class Limits:
     hidden_multiple: int = 1
     residual_in_x_dtype: bool = False
     params_in_x_dtype: bool = False
+    qdtypes: tuple[str, ...] | None = None
+    scale_ub: bool = True
     source: str = ""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.hidden_multiple, int) and self.hidden_multiple >= 1):
             raise ValueError(f"Limits(hidden_multiple={self.hidden_multiple!r}): give a whole number >= 1, e.g. 8")
+        if self.qdtypes is not None:
+            from normbench.core.quantized import QDTYPES
+
+            unknown = [q for q in self.qdtypes if q not in QDTYPES] if isinstance(self.qdtypes, tuple) else None
+            if unknown is None or unknown or not self.qdtypes:
+                raise ValueError(f"Limits(qdtypes={self.qdtypes!r}): give a tuple of some of {', '.join(QDTYPES)}, "
+                                 f"e.g. ('int8',)")
 
     def _cite(self) -> str:
         return f" ({self.source})" if self.source else ""
@@ -157,9 +170,11 @@ class Limits:
 
     def case_problem(self, rank: int, eps: float, layout: str, dy_broadcast: bool = False,
                      hidden: int | None = None, *, dtype: str | None = None, residual_dtype: str | None = None,
-                     param_dtype: str | None = None) -> str | None:
+                     param_dtype: str | None = None, qdtype: str | None = None,
+                     scale_ub: float | None = None) -> str | None:
         """Why a case of x's ``rank``, ``eps``, ``layout``, normalized size ``hidden`` and x's ``dtype`` (with a fused
-        operation's ``residual_dtype``, and the parameters' ``param_dtype``) is outside the limits, or None."""
+        operation's ``residual_dtype``, the parameters' ``param_dtype``, a quantized one's ``qdtype`` and dynamic
+        ``scale_ub``) is outside the limits, or None."""
         problem = self.eps_problem(eps)
         if problem:
             return problem
@@ -175,6 +190,10 @@ class Limits:
                                   ("weight and bias", self.params_in_x_dtype, param_dtype)):
             if rule and given not in (None, dtype):
                 return f"a {given} {what} with {dtype} x: the library takes the {what} in x's dtype{self._cite()}"
+        if qdtype is not None and self.qdtypes is not None and qdtype not in self.qdtypes:
+            return f"the library stores no {qdtype} codes (it stores {', '.join(self.qdtypes)}){self._cite()}"
+        if scale_ub is not None and not self.scale_ub:
+            return f"the library takes no upper bound on a dynamic scale (scale_ub {scale_ub:g}){self._cite()}"
         return None
 
 
