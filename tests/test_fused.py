@@ -216,3 +216,18 @@ def test_a_forward_that_returns_y_alone_is_told_the_contract():
     case = next(c for c in FORWARD if c.norm == "add_rms_norm")
     with pytest.raises(ConformanceError, match=r"must return the tuple \(y, residual_out\)"):
         conformance.check_forward(YAlone(), cases.make_inputs(case, 0))
+
+
+def test_a_truncated_residual_out_is_named_and_a_differently_wrong_one_is_not():
+    """The diagnosis names truncation only where every element is the exact sum rounded toward zero (the Triton
+    interpreter's and vLLM's CPU bfloat16 stores without AVX512-BF16): the truncating mutant gets it, a sum rounded
+    twice does not."""
+    case = next(c for c in FORWARD if c.norm == "add_rms_norm" and c.dtype == "bfloat16" and c.residual is not None
+                and c.residual_type == "bfloat16" and c.rows * c.hidden >= 1000)
+    inputs = cases.make_inputs(case, 0)
+    with pytest.raises(ConformanceError, match=r"every element is the exact sum truncated \(rounded toward zero\)"):
+        conformance.check_forward(fused_mutants.ResidualOutTruncated(), inputs)
+    twice = np.asarray(fused.exact_sum(inputs).astype(np.float16).astype(fused.residual_out(inputs).dtype))
+    with pytest.raises(ConformanceError, match=r"rounded once to bfloat16") as caught:
+        conformance.check_residual_out(fused_mutants.FusedKernel(), inputs, twice)
+    assert "truncated" not in str(caught.value)

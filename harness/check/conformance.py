@@ -350,11 +350,15 @@ def check_residual_out(backend: Backend, inputs: Inputs, got: np.ndarray) -> Non
     count, at = int(change.sum()), np.unravel_index(int(np.argmax(change)), change.shape)
     exact = fused.exact_sum(inputs)[at]
     dtype = inputs.case.residual_type
+    truncated = "" if changed(fused.truncated_sum(inputs), np.ascontiguousarray(got)) is not None else (
+        f"; every element is the exact sum truncated (rounded toward zero) to {dtype}: a conversion that drops the "
+        f"low bits instead of rounding to nearest")
     raise ConformanceError(
         f"{_context(backend, inputs)}residual_out[{', '.join(map(str, at))}] = {_value(got[at])}, expected "
         f"{_value(want[at])}: x + residual = {_value(inputs.x[at])} + {_value(inputs.residual[at])} = {exact:.17g} "
         f"rounded once to {dtype} ({count:,} of {want.size:,} elements differ); residual_out is checked bit for bit, "
-        f"one rounding of an exact sum (a sum not written, written unrounded, rounded twice, or of other operands)\n"
+        f"one rounding of an exact sum (a sum not written, written unrounded, rounded twice, or of other operands)"
+        f"{truncated}\n"
         f"  inputs: normbench.core.cases.make_inputs(<case {inputs.case.id}>, seed={inputs.seed})")
 
 

@@ -62,6 +62,25 @@ def residual_out(inputs: Inputs) -> np.ndarray:
         return np.ascontiguousarray(exact_sum(inputs).astype(host_dtype(inputs.case.residual_type)))
 
 
+def truncated_sum(inputs: Inputs) -> np.ndarray:
+    """The exact sum rounded toward zero in the residual's dtype: what a conversion that drops the low bits stores
+    (the Triton interpreter's fp32 -> bfloat16, vLLM's CPU bfloat16 stores without AVX512-BF16). A diagnosis, never
+    correct: :func:`residual_out` is the one correct value.
+
+    >>> from normbench.core.cases import Case, make_inputs
+    >>> ins = make_inputs(Case("residual", (1, 8), (8,), "bfloat16", norm="add_rms_norm"), 0)
+    >>> bool(np.all(np.abs(truncated_sum(ins).astype(np.float64)) <= np.abs(exact_sum(ins))))
+    True
+    """
+    exact = exact_sum(inputs)
+    nearest = residual_out(inputs)
+    bits = nearest.view(np.dtype(f"u{nearest.dtype.itemsize}"))
+    with np.errstate(invalid="ignore"):
+        away = (np.abs(nearest.astype(np.float64)) > np.abs(exact)) & (bits & ~np.array(1 << (8 * bits.itemsize - 1),
+                                                                                         bits.dtype) != 0)
+    return np.where(away, bits - np.array(1, bits.dtype), bits).astype(bits.dtype).view(nearest.dtype)
+
+
 def normalized(inputs: Inputs) -> Inputs:
     """What the normalization of a fused case normalizes: its inputs with x replaced by :func:`residual_out` (the case
     and everything else kept, so the oracle, the error model, the hypotheses and the coherence checks judge y as
