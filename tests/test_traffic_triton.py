@@ -75,6 +75,31 @@ def test_unique_traffic_is_the_byte_model_plus_the_documented_extra(triton_backe
     assert seen == set(MODEL_TENSORS if norm.startswith("add_") else MODEL_TENSORS[:4])
 
 
+#: the four with their output quantized (a static scale): a forward alone, the codes one byte per element (Q)
+QUANT_NORMS = [f"{norm}_quant" for norm in NORMS]
+
+
+@pytest.mark.parametrize("norm", QUANT_NORMS)
+@pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
+def test_quantized_forward_traffic_is_the_byte_model_plus_the_statistics(triton_backend, shape, norm):
+    """The byte model counts the codes at one byte per element (``normbench.core.operations``' element "q"): a kernel
+    that wrote y in x's dtype, or codes twice, is off by rows * hidden bytes or more."""
+    rows, hidden, dtype = shape
+    acc = 8 if dtype == "float64" else 4
+    itemsize = torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+    with traffic.emulated_gpu(H100):
+        (launch,) = traffic.count_direction(triton_backend, rows, hidden, dtype, "forward", norm=norm)
+        extra = heuristics.traffic_beyond_model(rows, hidden, acc, TARGET, "forward", itemsize, norm)
+        assert launch.kernel.startswith(f"{norm}_forward_") and extra == (2 if "layer" in norm else 1) * rows * acc
+        assert launch.unique == direction_bytes(rows, hidden, dtype, "forward", norm=norm) + extra
+        assert launch.args["Q"].unique == launch.args["Q"].unique_write == rows * hidden
+        for name in ("X", "R", "RES_OUT"):
+            if name in launch.args:
+                assert launch.args[name].unique == rows * hidden * itemsize, name
+        with pytest.raises(traffic.NormbenchError, match="has no backward"):
+            traffic.count_direction(triton_backend, rows, hidden, dtype, "backward", norm=norm)
+
+
 @pytest.mark.parametrize("norm", NORMS)
 def test_the_looped_backward_is_one_launch_and_a_reduction(triton_backend, norm):
     """x and dy leave DRAM once: the row sums and dx come from one launch (issue 14 measured

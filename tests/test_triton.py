@@ -41,6 +41,11 @@ from normbench.kit.triton import ensure_mode  # noqa: E402
 
 MODE = ensure_mode()
 
+import triton  # noqa: E402  (after the mode is settled)
+import triton.language as tl  # noqa: E402
+
+from normbench.impls.triton import forward_kernels  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def triton_backend():
@@ -250,11 +255,13 @@ def test_unavailable_without_triton_names_the_install(monkeypatch):
 @pytest.mark.e2e
 def test_kernels_compile_for_a_gpu(tmp_path):
     """The interpreter cannot show what only the compiler rejects: compile a few configurations
-    for sm_90 (row in registers and looped, half and double) in a fresh process."""
+    for sm_90 (row in registers and looped, half and double) in a fresh process (the quantized
+    kernels: test_quantized_kernels_compile_for_a_gpu_and_keep_their_rounding)."""
     from normbench.impls.triton import compile_check
 
     out = subprocess.run([sys.executable, "-m", "normbench.impls.triton.compile_check", "--arch", "90",
-                          "--hidden", "1,1000,65536", "--dtypes", "bfloat16,float64"],
+                          "--hidden", "1,1000,65536", "--dtypes", "bfloat16,float64",
+                          "--norms", ",".join(compile_check.NORMS)],
                          capture_output=True, text=True, timeout=600,
                          env={**os.environ, "TRITON_DEFAULT_FP_FUSION": "1"})
     assert out.returncode == 0, out.stdout + out.stderr
@@ -467,7 +474,9 @@ def test_rms_only_the_gradients_asked_for_and_no_double_backward():
 def test_rms_backend_methods(triton_backend):
     """The backend contract: rms_norm, its backward (through autograd), the backward prepared
     alone, one forward and one backward, warmup; the same bits every way."""
-    assert tuple(triton_backend.operations) == ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
+    assert tuple(triton_backend.operations) == ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
+                                                "layer_norm_quant", "rms_norm_quant", "add_layer_norm_quant",
+                                                "add_rms_norm_quant")
     x, w, dy = rms_inputs((6, 40), "float32", True)
     y = triton_backend.rms_norm(x, (40,), w, None)
     dx, dw = triton_backend.rms_norm_backward(dy, x, (40,), w, None)
@@ -598,6 +607,151 @@ def test_fused_backend_methods_and_bad_input(triton_backend):
         launch.add_rms_backward(dy, torch.zeros(6), residual_out, (40,), None, rstd)
     with pytest.raises(TypeError, match=r"residual has dtype torch.int64; the Triton add \+ LayerNorm kernels"):
         add_layer_norm(x, torch.zeros(6, 40, dtype=torch.int64), (40,))
+
+
+# -- the output quantized with a static scale: the same bodies with QUANT ---------------------
+#
+# The suites judge the codes against the float64 oracle within the error model's window (pytest suites --impl=triton
+# -k "q- and not dq-"). Here: the quantizer itself bit for bit against normbench.core.quantized on the values that
+# break one (every code, every midpoint and its float32 neighbours, beyond the maximum, NaN, Inf, -0, subnormal
+# float32), and what ties the quantized kernels to the plain ones: the codes of the very fp32 y the plain kernel
+# stores, and a fused kernel's codes the plain quantized kernel's on the residual_out it stored.
+
+
+def _quantizer_probes(fmt) -> np.ndarray:
+    """float32 values at and around every rounding decision of ``fmt``, and 20000 random magnitudes over 18 decades."""
+    exact = fmt._positive if not fmt.integer else np.arange(0, 129, dtype=np.float64)
+    values = np.concatenate([exact, (exact[1:] + exact[:-1]) / 2, fmt.max * np.array([1.0001, 1.5, 2, 1e6])])
+    v32 = values.astype(np.float32)
+    near = np.concatenate([v32, np.nextafter(v32, np.float32(np.inf)), np.nextafter(v32, np.float32(0))])
+    rng = np.random.default_rng(0)
+    spread = (rng.standard_normal(20000) * 10.0 ** rng.uniform(-12, 6, 20000)).astype(np.float32)
+    special = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-45, 1.0625, 464, 500, -0.001, 127.5, 126.5, -128.5],
+                       np.float32)
+    return np.concatenate([near, -near, spread, special]).astype(np.float32)
+
+
+@triton.jit
+def _quantize_probe(V, Q, n, QUANT: tl.constexpr, BLOCK: tl.constexpr):
+    """forward_kernels.quantize on n fp32 values: their codes."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    codes = forward_kernels.quantize(tl.load(V + offsets, mask=mask, other=0.0), QUANT)
+    tl.store(Q + offsets, codes.to(Q.dtype.element_ty), mask=mask)
+
+
+@pytest.mark.parametrize("qdtype", ["float8_e4m3fn", "float8_e5m2", "int8"])
+def test_the_kernels_quantizer_is_the_oracles_bit_for_bit(qdtype):
+    """forward_kernels.quantize: saturate, round to nearest even, NaN kept (int8: not judged), sign of zero kept."""
+    from normbench.core.quantized import qformat
+
+    fmt = qformat(qdtype)
+    v = _quantizer_probes(fmt)
+    device = torch.device("cpu" if MODE.interpreter else "cuda")
+    out = torch.empty(v.size, dtype=torch.int8 if fmt.integer else torch.uint8, device=device)
+    with np.errstate(all="ignore"):
+        _quantize_probe[(triton.cdiv(v.size, 1024),)](torch.from_numpy(v).to(device), out, v.size,
+                                                      QUANT=forward_kernels.QUANT_FORMATS[qdtype], BLOCK=1024)
+    got = out.cpu().numpy().view(np.uint8)
+    expected = fmt.quantize(v.astype(np.float64))
+    nan = np.isnan(v)
+    wrong = np.flatnonzero((got != expected.view(np.uint8)) & ~nan)
+    assert wrong.size == 0, [(float(v[i]), int(got[i]), int(expected.view(np.uint8)[i])) for i in wrong[:8]]
+    if not fmt.integer:  # NaN stays NaN (any NaN code)
+        assert np.isnan(got[nan].view(fmt.host).astype(np.float64)).all()
+
+
+#: (shape, x dtype): rows in registers, ragged looped rows (several chunks), fp64 statistics
+QUANT_SHAPES = [((37, 1001), "float32"), ((3, 20000), "float32"), ((4, 100), "float64")]
+
+
+@pytest.mark.parametrize("qdtype", ["float8_e4m3fn", "float8_e5m2", "int8"])
+@pytest.mark.parametrize("shape,dtype", QUANT_SHAPES, ids=str)
+def test_quantized_kernels_store_the_codes_of_the_plain_kernels_y(shape, dtype, qdtype):
+    """For fp32 and fp64 x the plain kernel stores y exactly as the quantized kernel holds it before quantizing, so
+    the codes are bit for bit ``Q(y * rn(1 / scale))`` of that y (fp32; fp64 then rounded once to fp32), for both
+    normalizations, plain and fused (whose residual_out is the plain fused kernel's)."""
+    from normbench.core.quantized import qformat
+    from normbench.kit import torch as torch_arrays
+
+    fmt = qformat(qdtype)
+    x, residual, w, b = _fused_inputs(shape, dtype, dtype)
+    x = x * 40  # y / scale spans the saturated codes too
+    n, scale = shape[-1:], 0.0625 * 3  # a scale whose reciprocal rounds
+    for centered in (True, False):
+        bias = b if centered else None
+        y_plain = launch._forward(x, n, w, bias, 1e-5, centered)[0]
+        y_fused, out_fused = launch._forward(x, n, w, bias, 1e-5, centered, residual=residual)[::3]
+        for res, y in ((None, y_plain), (residual, y_fused)):
+            q, out = launch.quant_forward(x, res, n, w, bias, 1e-5, scale, qdtype, centered)
+            assert q.dtype == getattr(torch, qdtype) and q.shape == x.shape
+            if dtype == "float64":
+                v = (y.cpu().numpy() * (1.0 / scale)).astype(np.float32)
+            else:
+                v = y.cpu().numpy() * np.float32(1.0 / np.float32(scale))
+            expected = fmt.quantize(v.astype(np.float64))
+            assert np.array_equal(torch_arrays.to_host(torch, q).view(np.uint8), expected.view(np.uint8))
+            assert (out is None) == (res is None) and (out is None or torch.equal(out, out_fused))
+
+
+@pytest.mark.parametrize("shape,dtype,residual_dtype", FUSED_SHAPES[:4], ids=str)
+def test_fused_quantized_kernels_are_the_plain_quantized_kernel_on_the_residual_out_they_store(shape, dtype,
+                                                                                              residual_dtype):
+    """Every dtype (bfloat16 included, whose residual_out the interpreter truncates): the codes are the plain
+    quantized kernel's on the stored residual_out, bit for bit."""
+    x, residual, w, b = _fused_inputs(shape, dtype, residual_dtype)
+    n = shape[-1:]
+    for centered, qdtype in ((True, "float8_e4m3fn"), (False, "float8_e5m2"), (False, "int8")):
+        bias = b if centered else None
+        q, out = launch.quant_forward(x, residual, n, w, bias, 1e-5, 0.01, qdtype, centered)
+        assert torch.equal(out, _stored_sum(x, residual))
+        q_plain, none = launch.quant_forward(out, None, n, w, bias, 1e-5, 0.01, qdtype, centered)
+        assert none is None and torch.equal(q.view(torch.int8), q_plain.view(torch.int8))
+
+
+def test_quantized_backend_methods_and_bad_input(triton_backend):
+    """The backend's four static quantized operations, warmup (a forward alone: no backward) and the messages for a
+    format the kernels do not store and a scale that is not a finite positive number."""
+    x, residual, w, b = _fused_inputs((6, 40), "float32", "float32")
+    q = triton_backend.rms_norm_quant(x, (40,), w, None, 0.5, "int8")
+    q_ln = triton_backend.layer_norm_quant(x, (40,), w, b, 1e-5, 0.5, "float8_e4m3fn")
+    q_add, out = triton_backend.add_rms_norm_quant(x, residual, (40,), w, None, 0.5, "int8")
+    q_add_ln, out_ln = triton_backend.add_layer_norm_quant(x, residual, (40,), w, b, 1e-5, 0.5, "float8_e5m2")
+    assert q.dtype == torch.int8 and q_ln.dtype == torch.float8_e4m3fn and q_add_ln.dtype == torch.float8_e5m2
+    assert torch.equal(out, out_ln) and torch.equal(q_add, launch.quant_forward(out, None, (40,), w, None, None, 0.5,
+                                                                                "int8", False)[0])
+    assert triton_backend.warmup("add_rms_norm_quant", (x, residual, (40,), w, None, 0.5, "int8")) is None
+    with pytest.raises(ValueError, match=r"qdtype 'float8_e4m3fnuz' is not one the Triton kernels store; expected "
+                                         r"one of float8_e4m3fn, float8_e5m2, int8"):
+        launch.quant_forward(x, None, (40,), w, None, None, 0.5, "float8_e4m3fnuz", False)
+    for scale in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="scale must be a finite positive number"):
+            launch.quant_forward(x, None, (40,), w, None, None, scale, "int8", False)
+
+
+def test_quantized_kernels_compile_for_a_gpu_and_keep_their_rounding():
+    """Compiled for sm_90 (rows in registers and looped, each format): the round-to-nearest-even step, adding and
+    subtracting 2**23 (1.5 * 2**23 for int8), survives the compiler: as many subtractions as additions (an fma with
+    the exact power-of-two product is still one rounding), and no approximate division."""
+    program = ("from normbench.impls.triton import compile_check as cc\n"
+               "for norm in ('add_rms_norm_quant', 'layer_norm_quant'):\n"
+               "    for q, c in (('float8_e4m3fn', '4B000000'), ('float8_e5m2', '4B000000'), ('int8', '4B400000')):\n"
+               "        for n in (1000, 65536):\n"
+               "            for v in cc.variants(n, 'bfloat16', 'bfloat16', next(iter(cc.affines(norm))), norm=norm,\n"
+               "                                 qdtype=q):\n"
+               "                ptx = cc.compile_variant(v, 90).asm['ptx']\n"
+               "                print(v.kernel, n, q, ptx.count('0f' + c), ptx.count('0fC' + c[1:]),\n"
+               "                      ptx.count('div.full.f32'))\n")
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"})
+    assert out.returncode == 0, out.stderr
+    counts = [line.split() for line in out.stdout.splitlines()]
+    assert len(counts) == 12, out.stdout
+    assert all(int(add) > 0 and add == sub and full == "0" for *_, add, sub, full in counts), out.stdout
+    assert {(k, n) for k, n, *_ in counts} == {("add_rms_norm_quant_forward_rows", "1000"),
+                                             ("add_rms_norm_quant_forward_looped", "65536"),
+                                             ("layer_norm_quant_forward_rows", "1000"),
+                                             ("layer_norm_quant_forward_looped", "65536")}
 
 
 # -- compiled or interpreted: decided before triton is imported ------------------------------

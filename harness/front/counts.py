@@ -84,9 +84,11 @@ def add_parsers(sub) -> None:
     p.add_argument("--gpu", default="h100", choices=sorted(GPUS), help="launch configuration. Default: %(default)s")
     p.add_argument("--shapes", default="sweep", type=parse_shape_list,
                    help="'sweep' (the GPU throughput sweep) or ROWSxHIDDEN:DTYPE,... Default: %(default)s")
-    p.add_argument("--directions", default="forward,backward", type=parse_counted_directions)
+    p.add_argument("--directions", type=parse_counted_directions,
+                   help="forward,backward (an inference-only operation's: forward). Default: every one it has")
     p.add_argument("--norm", default="layer_norm", choices=operations.NAMES,
-                   help="LayerNorm with weight and bias, or RMSNorm with weight. Default: %(default)s")
+                   help="LayerNorm with weight and bias, or RMSNorm with weight, plain, fused or quantized. "
+                        "Default: %(default)s")
     p.add_argument("--all-programs", action="store_true", help="run every program (slow), no extrapolation")
     p.add_argument("--out", help="write the rows as CSV here")
 
@@ -116,6 +118,10 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     missing = operations.missing_reason(backend, args.norm)
     if missing:
         raise NormbenchError(f"traffic: {missing}")
+    has_backward = bool(operations.of(args.norm).cotangents)
+    directions = args.directions or (("forward", "backward") if has_backward else ("forward",))
+    if "backward" in directions and not has_backward:
+        raise NormbenchError(f"traffic: {args.norm} has no backward (inference only). Fix: --directions forward")
     gpu = GPUS[args.gpu]
     norm = "" if args.norm == "layer_norm" else f" {args.norm}"
     print(f"# {args.impl}{norm} with the launch configuration of {gpu.name} ({gpu.sm_count} SMs); {RATIO_NOTE}")
@@ -125,7 +131,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
               f"(requested {row['requested_ratio']:.3f}) {row['kernels']}", flush=True)
 
     start = time.monotonic()
-    rows = traffic_rows(backend, args.impl, args.shapes, gpu, args.directions, not args.all_programs, show, args.norm)
+    rows = traffic_rows(backend, args.impl, args.shapes, gpu, directions, not args.all_programs, show, args.norm)
     print(f"# {len(rows)} rows in {time.monotonic() - start:.0f} s")
     if args.out:
         write_csv(rows, args.out)

@@ -78,7 +78,11 @@ EMULATED_SM_COUNT_ENV = "NORMBENCH_EMULATED_SM_COUNT"
 SAMPLE_ALL_BELOW = 7
 #: the ``normalization`` column's value per normalization (LayerNorm's predates normbench.core.operations' names)
 NORMALIZATION_COLUMN = {"layer_norm": "layernorm", "rms_norm": "rmsnorm", "add_layer_norm": "add-layernorm",
-                        "add_rms_norm": "add-rmsnorm"}
+                        "add_rms_norm": "add-rmsnorm", "layer_norm_quant": "layernorm-quant",
+                        "rms_norm_quant": "rmsnorm-quant", "add_layer_norm_quant": "add-layernorm-quant",
+                        "add_rms_norm_quant": "add-rmsnorm-quant"}
+#: the codes a quantized operation's traffic is counted with (one byte each, whichever format)
+COUNTED_QDTYPE = "float8_e4m3fn"
 #: what a ratio means, printed with every table
 RATIO_NOTE = ("ratio = unique bytes / byte model: counted in the Triton interpreter with the GPU's launch "
               "configuration; re-reads inside a launch are assumed to hit L1/L2 (modelled, not measured); "
@@ -419,7 +423,8 @@ def count_direction(backend: Any, rows: int, hidden: int, dtype: str, direction:
                     sample: bool = True, norm: str = "layer_norm") -> list[Launch]:
     """The launches of one direction of a (rows, hidden) LayerNorm with weight and bias
     (``norm="rms_norm"``: an RMSNorm with weight; ``add_layer_norm``, ``add_rms_norm``: the fused
-    operations, the residual in x's dtype).
+    operations, the residual in x's dtype; ``*_quant``: their output quantized to :data:`COUNTED_QDTYPE` with
+    scale 1, forward only).
 
     ``backend`` is a normbench Backend whose arrays are torch tensors on the CPU
     (any Triton backend under the interpreter). Inputs are uninitialized
@@ -440,7 +445,11 @@ def count_direction(backend: Any, rows: int, hidden: int, dtype: str, direction:
     bias = torch.zeros(hidden, dtype=torch_dtype) if operation.has_bias else None
     residual = empty() if "residual" in operation.params else None
     args = operation.arguments(x=empty(), residual=residual, normalized_shape=(hidden,), weight=weight, bias=bias,
-                               eps=eps)
+                               eps=eps, scale=1.0 if operation.quant == "static" else None,
+                               qdtype=COUNTED_QDTYPE if operation.quant else None)
+    if direction == "backward" and not operation.cotangents:
+        raise NormbenchError(f"{operation.label} has no backward (inference only): count its forward "
+                             f"(--directions forward)")
     with record(sample) as forward:
         outputs = operation.forward(backend, args)
     if direction == "forward":

@@ -1,5 +1,6 @@
 """The ``triton`` backend: normbench's own Triton kernels under the harness, LayerNorm and RMSNorm, plain
-and with the residual add fused in (``add_layer_norm``, ``add_rms_norm``).
+and with the residual add fused in (``add_layer_norm``, ``add_rms_norm``), and the four with their output
+quantized by a static scale (``*_quant``: float8 e4m3fn or e5m2, int8; forward only, as inference runs them).
 
 On a machine with a CUDA device the kernels are compiled and run there; on one
 without, they run in the Triton interpreter on CPU (``normbench.kit.triton``
@@ -31,9 +32,10 @@ INTERPRETER_MAX_ELEMENTS = 1 << 20
 class TritonBackend(torch_arrays.AutogradBackend):
     name = "triton"
     description = ("normbench's Triton kernels (impls/triton): LayerNorm and RMSNorm, plain or with the residual add "
-                   "fused in, fp32 statistics (two-pass for LayerNorm), deterministic persistent backward; CUDA, or "
-                   "the Triton interpreter on CPU")
-    operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
+                   "fused in, fp32 statistics (two-pass for LayerNorm), deterministic persistent backward; their output "
+                   "quantized to float8 or int8 by a static scale; CUDA, or the Triton interpreter on CPU")
+    operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "layer_norm_quant", "rms_norm_quant",
+                  "add_layer_norm_quant", "add_rms_norm_quant")
     strided = True
     requires = ("triton", "torch")
     install_hint = "pip install 'normbench[triton]'"
@@ -87,8 +89,11 @@ class TritonBackend(torch_arrays.AutogradBackend):
 
     def warmup(self, op, args):
         """Compile (on CUDA) every kernel that arguments like these launch, forward and
-        backward, and wait: Triton compiles per dtype, flags and block sizes."""
+        backward (a quantized operation has none), and wait: Triton compiles per dtype, flags and block sizes."""
         outputs = getattr(self, op)(*args)  # y, or a fused operation's (y, residual_out): one cotangent each
+        if op.endswith("_quant"):
+            self.synchronize()
+            return
         cotangents = tuple(self.torch.zeros_like(o) for o in (outputs if isinstance(outputs, tuple) else (outputs,)))
         self.forward_backward(op, args, cotangents)
         self.synchronize()
@@ -106,6 +111,21 @@ class TritonBackend(torch_arrays.AutogradBackend):
 
     def add_rms_norm(self, x, residual, normalized_shape, weight, eps):
         return self.launch.add_rms_forward(x, residual, normalized_shape, weight, eps)[:2]
+
+    # -- the output quantized with a static scale: the same kernels storing codes (QUANT; forward only) --------------
+
+    def layer_norm_quant(self, x, normalized_shape, weight, bias, eps, scale, qdtype):
+        return self.launch.quant_forward(x, None, normalized_shape, weight, bias, eps, scale, qdtype, centered=True)[0]
+
+    def rms_norm_quant(self, x, normalized_shape, weight, eps, scale, qdtype):
+        return self.launch.quant_forward(x, None, normalized_shape, weight, None, eps, scale, qdtype, centered=False)[0]
+
+    def add_layer_norm_quant(self, x, residual, normalized_shape, weight, bias, eps, scale, qdtype):
+        return self.launch.quant_forward(x, residual, normalized_shape, weight, bias, eps, scale, qdtype, centered=True)
+
+    def add_rms_norm_quant(self, x, residual, normalized_shape, weight, eps, scale, qdtype):
+        return self.launch.quant_forward(x, residual, normalized_shape, weight, None, eps, scale, qdtype,
+                                         centered=False)
 
     def synchronize(self):
         if self._device.type == "cuda":

@@ -11,11 +11,14 @@ registers and spill bytes ptxas prints::
     python -m normbench.impls.triton.compile_check --arch 80 --hidden 1000,65536 --dtypes bfloat16
     python -m normbench.impls.triton.compile_check --norms rms_norm          # RMSNorm's kernels only
     python -m normbench.impls.triton.compile_check --norms add_rms_norm      # the fused add + RMSNorm's
+    python -m normbench.impls.triton.compile_check --norms add_rms_norm_quant --qdtype float8_e5m2
+
 
 Every operation: LayerNorm's kernels (``layer_norm_*``) and RMSNorm's (``rms_norm_*``, the
 same bodies with CENTERED off, no bias), their fused forms with the residual add
 (``add_layer_norm_*``, ``add_rms_norm_*``: HAS_RESIDUAL, HAS_DRES; the residual in x's
-dtype), and the partial-sum reduction all launch.
+dtype), and the partial-sum reduction all launch; and the four with a quantized output
+(``*_quant``: their forward kernels with QUANT, for ``--qdtype``, float8_e4m3fn by default).
 
 It exits 1 if any configuration fails to compile (spills are reported, not
 failed: a tuning pass reads them). It sets ``TRITON_INTERPRET=0`` for itself.
@@ -54,7 +57,7 @@ class Variant:
 
     @property
     def label(self) -> str:
-        shown = {k: v for k, v in self.constexprs if k.startswith("BLOCK") or k == "PARTIALS_IN_MEMORY"}
+        shown = {k: v for k, v in self.constexprs if k.startswith("BLOCK") or k in ("PARTIALS_IN_MEMORY", "QUANT")}
         flags = [k for k, value in self.constexprs if value is False and k != "PARTIALS_IN_MEMORY"]
         absent = f", no {'/'.join(flags)}" if flags else ""
         return f"{self.kernel}[{self.x}/{self.params}, N={self.n}, warps={self.num_warps}, {shown}{absent}]"
@@ -67,26 +70,31 @@ AFFINES = {"wb": (True, True, True, True, True), "none": (False, False, True, Fa
 RMS_AFFINES = {"w": (True, False, True, True, False), "none": (False, False, True, False, False),
                "dweight-only": (True, False, False, True, False)}
 NORMS = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
-#: the operations whose kernels take a bias (LayerNorm's, plain and fused)
-CENTERED = ("layer_norm", "add_layer_norm")
+#: the four with a quantized output (a static scale): their forward kernels alone, storing codes (QUANT)
+QUANT_NORMS = tuple(f"{norm}_quant" for norm in NORMS)
+#: the operations whose kernels take a bias (LayerNorm's, plain and fused, quantized or not)
+CENTERED = ("layer_norm", "add_layer_norm", "layer_norm_quant", "add_layer_norm_quant")
 
 
 def affines(norm: str = "layer_norm") -> dict[str, tuple[bool, ...]]:
     """The weight/bias cases compiled for ``norm``, the full one first."""
-    if norm not in NORMS:
-        raise ValueError(f"norm must be one of {', '.join(NORMS)}, not {norm!r}")
+    if norm not in NORMS + QUANT_NORMS:
+        raise ValueError(f"norm must be one of {', '.join(NORMS + QUANT_NORMS)}, not {norm!r}")
     return AFFINES if norm in CENTERED else RMS_AFFINES
 
 
 def variants(n: int, x: str, params: str, affine: str = "wb", rows: int = ROWS,
-             target: heuristics.Target = TARGET, norm: str = "layer_norm") -> list[Variant]:
-    """Every kernel the wrappers launch for ``rows`` x n inputs of these dtypes, ``affine`` and ``norm``."""
-    return [v for v, _ in _launches(n, x, params, affine, rows, target, norm)]
+             target: heuristics.Target = TARGET, norm: str = "layer_norm",
+             qdtype: str = "float8_e4m3fn") -> list[Variant]:
+    """Every kernel the wrappers launch for ``rows`` x n inputs of these dtypes, ``affine`` and ``norm`` (a
+    quantized one's codes in ``qdtype``)."""
+    return [v for v, _ in _launches(n, x, params, affine, rows, target, norm, qdtype)]
 
 
 def _launches(n: int, x: str, params: str, affine: str, rows: int, target: heuristics.Target,
-              norm: str = "layer_norm") -> list[tuple[Variant, int]]:
-    """Each kernel a forward and a backward launch, with its number of programs."""
+              norm: str = "layer_norm", qdtype: str = "float8_e4m3fn") -> list[tuple[Variant, int]]:
+    """Each kernel a forward and a backward launch (a quantized operation's forward alone), with its number of
+    programs."""
     acc_bytes = 8 if x == "float64" else 4
     has_w, has_b, dx, dw, db = affines(norm)[affine]
     if norm in CENTERED:
@@ -99,6 +107,11 @@ def _launches(n: int, x: str, params: str, affine: str, rows: int, target: heuri
     f = heuristics.forward_config(rows, n, acc_bytes, target)
     name = f"{norm}_forward_looped" if f.looped else f"{norm}_forward_rows"
     block = (("BLOCK_N", f.block_n),) if f.looped else (("BLOCK_M", f.block_m), ("BLOCK_N", f.block_n))
+    if norm in QUANT_NORMS:
+        from normbench.impls.triton.forward_kernels import QUANT_FORMATS
+
+        flags += (("QUANT", QUANT_FORMATS[qdtype]),)
+        return [(Variant(name, x, params, n, f.num_warps, flags + block), math.prod(f.grid))]
     out.append((Variant(name, x, params, n, f.num_warps, flags + block), math.prod(f.grid)))
     b = heuristics.backward_config(rows, n, acc_bytes, target, 2 if x in ("float16", "bfloat16") else acc_bytes)
     if b.looped:
@@ -144,7 +157,9 @@ def _arg_type(arg: str, v: Variant) -> str:
         return "*" + TRITON_TYPES[v.params]
     if arg in ("MEAN", "RSTD", "SUMS", "DW_PARTIAL", "DB_PARTIAL"):
         return "*" + acc
-    return "i64" if arg == "eps_bits" else "i32"
+    if arg == "Q":  # the codes: float8 as its bytes (QUANT 1, 2), or int8 (3)
+        return "*i8" if dict(v.constexprs)["QUANT"] == 3 else "*u8"
+    return "i64" if arg in ("eps_bits", "scale_bits") else "i32"
 
 
 def _specialized(arg: str, v: Variant, flags: dict) -> tuple[bool, object]:
@@ -188,17 +203,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", default=",".join(map(str, HIDDEN)), help="hidden sizes. Default: %(default)s")
     parser.add_argument("--dtypes", default="float16,bfloat16,float32,float64",
                         help="x dtypes (bfloat16 also runs with float32 parameters). Default: %(default)s")
-    parser.add_argument("--norms", default=",".join(NORMS), help="operations. Default: %(default)s")
+    parser.add_argument("--norms", default=",".join(NORMS + QUANT_NORMS), help="operations. Default: %(default)s")
+    parser.add_argument("--qdtype", default="float8_e4m3fn",
+                        help="the quantized operations' codes: float8_e4m3fn, float8_e5m2 or int8. Default: %(default)s")
     args = parser.parse_args(argv)
     norms = args.norms.split(",")
-    if any(norm not in NORMS for norm in norms):
-        parser.error(f"--norms: give some of {', '.join(NORMS)}, separated by commas")
+    if any(norm not in NORMS + QUANT_NORMS for norm in norms):
+        parser.error(f"--norms: give some of {', '.join(NORMS + QUANT_NORMS)}, separated by commas")
     os.environ["TRITON_INTERPRET"] = "0"
     from normbench.kit.triton import ensure_mode
 
     if ensure_mode().interpreter:
         print("compile_check: the kernels were already set to the interpreter in this process", file=sys.stderr)
         return 2
+    from normbench.impls.triton.forward_kernels import QUANT_FORMATS
+
+    if args.qdtype not in QUANT_FORMATS:
+        parser.error(f"--qdtype: give one of {', '.join(QUANT_FORMATS)}")
     pairs = [(d, d) for d in args.dtypes.split(",")] + ([("bfloat16", "float32")] if "bfloat16" in args.dtypes else [])
     failures = 0
     for n, norm in ((int(h), norm) for h in args.hidden.split(",") for norm in norms):
@@ -206,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         full, *others = affines(norm)
         runs = [(x, params, full) for x, params in pairs] + [(*pairs[0], a) for a in others]
         for x, params, affine in runs:
-            for v in variants(n, x, params, affine, norm=norm):
+            for v in variants(n, x, params, affine, norm=norm, qdtype=args.qdtype):
                 try:
                     registers, spills = ptxas_usage(compile_variant(v, args.arch).asm["ptx"], args.arch)
                 except Exception as exc:  # report every failure, then exit 1

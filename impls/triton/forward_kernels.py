@@ -19,6 +19,11 @@ one correct rounding, as fp32 has more than twice their precision plus two bits)
 as ``residual_out`` in the residual's dtype, and the *stored* value is normalized: what the
 unfused composition computes (docs/fused.md: either convention passes).
 
+The quantized operations (``*_quant``: docs/quantized.md) run the same bodies again with ``QUANT``
+(:data:`QUANT_FORMATS`): y, still in ACC, is multiplied by the float32 scale's correctly rounded reciprocal and
+stored as its code in the format (:func:`quantize`: saturate, then round to nearest even, in integer and fp32
+arithmetic that is exact), one byte per element, where the plain kernels store y.
+
 Layout: x is read through a row stride (``X + row*stride_x_row + col``; any
 stride, 0 included); its columns are contiguous (the wrapper in
 ``normbench.impls.triton.launch`` copies other layouts). y is written contiguous.
@@ -43,11 +48,11 @@ def accumulator(fp64: bool) -> tl.dtype:
 
 
 @triton.jit
-def eps_from_bits(eps_bits, ACC: tl.constexpr):
-    """eps travels as the bits of a float64 in an integer argument: Triton passes
-    Python floats as fp32 (and the interpreter rounds float literals to fp32),
-    which would round eps for float64 inputs."""
-    return eps_bits.to(tl.int64).to(tl.float64, bitcast=True).to(ACC)
+def float_from_bits(bits, ACC: tl.constexpr):
+    """eps (and a quantized output's scale) travels as the bits of a float64 in an integer argument: Triton passes
+    Python floats as fp32 (and the interpreter keeps them Python floats, rounding float literals to fp32), which
+    would round eps for float64 inputs."""
+    return bits.to(tl.int64).to(tl.float64, bitcast=True).to(ACC)
 
 
 @triton.jit
@@ -86,6 +91,59 @@ def apply_affine(xhat, W, B, cols, col_mask, HAS_WEIGHT: tl.constexpr, HAS_BIAS:
     return y
 
 
+#: the quantized formats the kernels store (``QUANT``), by ``normbench.core.quantized`` name; 0: y itself
+QUANT_FORMATS = {"float8_e4m3fn": 1, "float8_e5m2": 2, "int8": 3}
+
+
+@triton.jit
+def float8_code(v, MBITS: tl.constexpr, EMIN: tl.constexpr, FMAX: tl.constexpr):
+    """:func:`quantize` for a float8 format of MBITS mantissa bits, smallest normal exponent EMIN, maximum FMAX."""
+    bits = v.to(tl.int32, bitcast=True)
+    magnitude = tl.minimum(tl.where(v == v, tl.abs(v), 0.0), FMAX)
+    exponent = tl.maximum((magnitude.to(tl.int32, bitcast=True) >> 23) - 127, EMIN)
+    to_integer = ((127 + MBITS - exponent) << 23).to(tl.float32, bitcast=True)  # 2**(MBITS - exponent), exact
+    steps = ((magnitude * to_integer + 8388608.0) - 8388608.0).to(tl.int32)  # rounded to nearest even: 2**23
+    code = (((exponent - EMIN) << MBITS) + steps) | ((bits >> 24) & 0x80)
+    return tl.where(v == v, code, 0x7F)  # NaN: exponent and mantissa all ones (both formats)
+
+
+@triton.jit
+def quantize(v, QUANT: tl.constexpr):
+    """The code of ``saturate(round_to_nearest_even(v))`` for fp32 ``v``, as int32: a float8 format's bits
+    (QUANT 1, e4m3fn, or 2, e5m2; NaN stays NaN) or the int8 value (QUANT 3; NaN gives 0).
+
+    Computed, not converted: the Triton interpreter's fp32 -> float8 conversion is not this function on a CPU
+    (1.0625 gives 1.125, 464 NaN, 500 256: docs/quantized.md), so the same arithmetic runs there and on a GPU, where
+    the few integer operations per element hide under the memory traffic. Float8: ``|v|`` clamped to the format's
+    maximum, its binary exponent ``e`` read from the bits (at least the format's smallest normal exponent, which
+    makes subnormal codes the same formula), ``|v| * 2**(m - e)`` (exact: a power of two) lies in [0, 2**(m+1)] and
+    is rounded to an integer by adding and subtracting 2**23 (fp32 addition rounds to nearest even; exact below
+    2**22); the code is ``((e - emin) << m) + that``, a carry into the next binade included, with v's sign bit."""
+    if QUANT == 3:
+        clamped = tl.minimum(tl.maximum(tl.where(v == v, v, 0.0), -128.0), 127.0)
+        code = ((clamped + 12582912.0) - 12582912.0).to(tl.int32)  # 1.5 * 2**23: rounds |v| < 2**22 to an integer
+    elif QUANT == 1:  # e4m3fn: 3 mantissa bits, smallest normal exponent -6, max 448
+        code = float8_code(v, 3, -6, 448.0)
+    else:  # e5m2: 2 mantissa bits, smallest normal exponent -14, max 57344
+        code = float8_code(v, 2, -14, 57344.0)
+    return code
+
+
+@triton.jit
+def store_y(Y, offsets, y, mask, scale_bits, QUANT: tl.constexpr, ACC: tl.constexpr):
+    """Store y in Y's dtype, or with QUANT its code (:func:`quantize`) of ``y / scale``, computed as ``y`` times
+    the correctly rounded reciprocal of the float32 scale (its float64 bits: :func:`float_from_bits`; with fp64 ACC
+    in fp64, then rounded to fp32 once)."""
+    if QUANT == 0:
+        tl.store(Y + offsets, y.to(Y.dtype.element_ty), mask=mask)
+    else:
+        if ACC == tl.float64:
+            v = (y * (1.0 / float_from_bits(scale_bits, tl.float64))).to(tl.float32)
+        else:
+            v = y * tl.div_rn(tl.zeros_like(y) + 1.0, tl.zeros_like(y) + float_from_bits(scale_bits, tl.float32))
+        tl.store(Y + offsets, quantize(v, QUANT).to(Y.dtype.element_ty), mask=mask)
+
+
 @triton.jit
 def add_residual(x, R, RES_OUT, r_offsets, out_offsets, mask, ACC: tl.constexpr):
     """``residual_out = x + residual``: the sum formed in ACC, stored rounded to RES_OUT's dtype (the
@@ -97,14 +155,15 @@ def add_residual(x, R, RES_OUT, r_offsets, out_offsets, mask, ACC: tl.constexpr)
 
 
 @triton.jit
-def forward_rows(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits,
+def forward_rows(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, scale_bits,
                  HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, CENTERED: tl.constexpr,
-                 ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 QUANT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """The body of ``layer_norm_forward_rows`` (CENTERED) and ``rms_norm_forward_rows`` (not), and of
     their fused ``add_*`` forms (HAS_RESIDUAL): BLOCK_M whole rows per program, each read once and held
     in registers. Without CENTERED the row is not centred (``centered`` is x itself: padded lanes load
     0), so ``var`` is mean(x^2), and no mean is saved (MEAN and B are None). With HAS_RESIDUAL the row
-    normalized is ``residual_out`` (:func:`add_residual`); otherwise R and RES_OUT are None."""
+    normalized is ``residual_out`` (:func:`add_residual`); otherwise R and RES_OUT are None. With QUANT, Y holds
+    codes (:func:`store_y`) of ``y / scale``; otherwise scale_bits is None."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     row_mask = rows < M
@@ -121,9 +180,9 @@ def forward_rows(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row,
     else:
         centered = x
     var = divide(tl.sum(centered * centered, axis=1), N, ACC)
-    rstd = rstd_from_var(var, eps_from_bits(eps_bits, ACC), ACC)
+    rstd = rstd_from_var(var, float_from_bits(eps_bits, ACC), ACC)
     y = apply_affine(centered * rstd[:, None], W, B, cols[None, :], col_mask[None, :], HAS_WEIGHT, HAS_BIAS, ACC)
-    tl.store(Y + rows[:, None] * N + cols[None, :], y.to(Y.dtype.element_ty), mask=mask)
+    store_y(Y, rows[:, None] * N + cols[None, :], y, mask, scale_bits, QUANT, ACC)
     if CENTERED:
         tl.store(MEAN + rows, mean, mask=row_mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)
@@ -139,9 +198,9 @@ def row_chunk(x_row, r_row, out_row, cols, mask, HAS_RESIDUAL: tl.constexpr, ACC
 
 
 @triton.jit
-def forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits,
+def forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits, scale_bits,
                    HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                   CENTERED: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr):
+                   CENTERED: tl.constexpr, QUANT: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr):
     """The body of ``layer_norm_forward_looped`` (CENTERED) and ``rms_norm_forward_looped``, and of
     their fused ``add_*`` forms (HAS_RESIDUAL): one row per program, too long for registers, walked
     twice in chunks.
@@ -152,7 +211,7 @@ def forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_ro
     lane a chain of N/BLOCK_N additions), reduced once. Pass 2 reads the row again (mostly
     from L2) and writes y. With HAS_RESIDUAL, pass 1 reads x and the residual and writes
     ``residual_out``; pass 2 reads ``residual_out`` back, this program's own writes (one
-    tensor instead of two), after a barrier.
+    tensor instead of two), after a barrier. With QUANT, pass 2 stores codes (:func:`store_y`).
     """
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x_row
@@ -179,7 +238,7 @@ def forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_ro
             mean += delta * weight
             m2 += tl.sum(centered * centered, axis=0) + delta * delta * (count * weight)
             count = total
-        rstd = rstd_from_var(divide(m2, N, ACC), eps_from_bits(eps_bits, ACC), ACC)
+        rstd = rstd_from_var(divide(m2, N, ACC), float_from_bits(eps_bits, ACC), ACC)
         tl.store(MEAN + row, mean)
     else:
         squares = tl.zeros((BLOCK_N,), ACC)
@@ -187,7 +246,7 @@ def forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_ro
             cols = start + tl.arange(0, BLOCK_N)
             x = row_chunk(x_row, r_row, out_row, cols, cols < N, HAS_RESIDUAL, ACC)
             squares += x * x
-        rstd = rstd_from_var(divide(tl.sum(squares, axis=0), N, ACC), eps_from_bits(eps_bits, ACC), ACC)
+        rstd = rstd_from_var(divide(tl.sum(squares, axis=0), N, ACC), float_from_bits(eps_bits, ACC), ACC)
     tl.store(RSTD + row, rstd)
     if HAS_RESIDUAL:
         tl.debug_barrier()  # pass 2 reads residual_out: every store of pass 1 before any load of it
@@ -201,7 +260,7 @@ def forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_ro
         else:
             xhat = x * rstd
         y = apply_affine(xhat, W, B, cols, mask, HAS_WEIGHT, HAS_BIAS, ACC)
-        tl.store(Y + row * N + cols, y.to(Y.dtype.element_ty), mask=mask)
+        store_y(Y, row * N + cols, y, mask, scale_bits, QUANT, ACC)
 
 
 # -- the kernels: LayerNorm and RMSNorm, one body each ---------------------------------------
@@ -218,7 +277,7 @@ def layer_norm_forward_rows(
     stride_x_row,  # elements between consecutive rows of x
     M,  # number of rows
     N,  # elements per row (the product of normalized_shape)
-    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    eps_bits,  # eps as float64 bits (see float_from_bits)
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACC: tl.constexpr,  # accumulation dtype
@@ -226,8 +285,8 @@ def layer_norm_forward_rows(
     BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
 ):
     """BLOCK_M whole rows per program, each read once and held in registers."""
-    forward_rows(X, None, Y, None, W, B, MEAN, RSTD, stride_x_row, 0, M, N, eps_bits, False, HAS_WEIGHT, HAS_BIAS, True,
-                 ACC, BLOCK_M, BLOCK_N)
+    forward_rows(X, None, Y, None, W, B, MEAN, RSTD, stride_x_row, 0, M, N, eps_bits, None, False, HAS_WEIGHT, HAS_BIAS,
+                 True, 0, ACC, BLOCK_M, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -239,15 +298,15 @@ def rms_norm_forward_rows(
     stride_x_row,  # elements between consecutive rows of x
     M,  # number of rows
     N,  # elements per row (the product of normalized_shape)
-    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    eps_bits,  # eps as float64 bits (see float_from_bits)
     HAS_WEIGHT: tl.constexpr,
     ACC: tl.constexpr,  # accumulation dtype
     BLOCK_M: tl.constexpr,  # rows per program
     BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
 ):
     """RMSNorm: ``layer_norm_forward_rows`` without the mean and the bias."""
-    forward_rows(X, None, Y, None, W, None, None, RSTD, stride_x_row, 0, M, N, eps_bits, False, HAS_WEIGHT, False, False,
-                 ACC, BLOCK_M, BLOCK_N)
+    forward_rows(X, None, Y, None, W, None, None, RSTD, stride_x_row, 0, M, N, eps_bits, None, False, HAS_WEIGHT, False,
+                 False, 0, ACC, BLOCK_M, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -260,15 +319,15 @@ def layer_norm_forward_looped(
     RSTD,  # *rstd (M,), ACC dtype
     stride_x_row,  # elements between consecutive rows of x
     N,  # elements per row
-    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    eps_bits,  # eps as float64 bits (see float_from_bits)
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACC: tl.constexpr,  # accumulation dtype
     BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
 ):
     """One row per program, too long for registers, walked twice in chunks (see forward_looped)."""
-    forward_looped(X, None, Y, None, W, B, MEAN, RSTD, stride_x_row, 0, N, eps_bits, False, HAS_WEIGHT, HAS_BIAS, True,
-                   ACC, BLOCK_N)
+    forward_looped(X, None, Y, None, W, B, MEAN, RSTD, stride_x_row, 0, N, eps_bits, None, False, HAS_WEIGHT, HAS_BIAS,
+                   True, 0, ACC, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -279,14 +338,14 @@ def rms_norm_forward_looped(
     RSTD,  # *rstd (M,), ACC dtype
     stride_x_row,  # elements between consecutive rows of x
     N,  # elements per row
-    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    eps_bits,  # eps as float64 bits (see float_from_bits)
     HAS_WEIGHT: tl.constexpr,
     ACC: tl.constexpr,  # accumulation dtype
     BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
 ):
     """RMSNorm: ``layer_norm_forward_looped`` without the mean and the bias."""
-    forward_looped(X, None, Y, None, W, None, None, RSTD, stride_x_row, 0, N, eps_bits, False, HAS_WEIGHT, False, False,
-                   ACC, BLOCK_N)
+    forward_looped(X, None, Y, None, W, None, None, RSTD, stride_x_row, 0, N, eps_bits, None, False, HAS_WEIGHT, False,
+                   False, 0, ACC, BLOCK_N)
 
 
 # -- the fused kernels: the residual added first, the same bodies with HAS_RESIDUAL --------------
@@ -306,7 +365,7 @@ def add_layer_norm_forward_rows(
     stride_r_row,  # elements between consecutive rows of the residual
     M,  # number of rows
     N,  # elements per row
-    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    eps_bits,  # eps as float64 bits (see float_from_bits)
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACC: tl.constexpr,  # accumulation dtype
@@ -314,8 +373,8 @@ def add_layer_norm_forward_rows(
     BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
 ):
     """``residual_out = x + residual``, then ``layer_norm_forward_rows`` on it."""
-    forward_rows(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, True, HAS_WEIGHT,
-                 HAS_BIAS, True, ACC, BLOCK_M, BLOCK_N)
+    forward_rows(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, None, True, HAS_WEIGHT,
+                 HAS_BIAS, True, 0, ACC, BLOCK_M, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -330,15 +389,15 @@ def add_rms_norm_forward_rows(
     stride_r_row,  # elements between consecutive rows of the residual
     M,  # number of rows
     N,  # elements per row
-    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    eps_bits,  # eps as float64 bits (see float_from_bits)
     HAS_WEIGHT: tl.constexpr,
     ACC: tl.constexpr,  # accumulation dtype
     BLOCK_M: tl.constexpr,  # rows per program
     BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
 ):
     """``residual_out = x + residual``, then ``rms_norm_forward_rows`` on it."""
-    forward_rows(X, R, Y, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, True, HAS_WEIGHT,
-                 False, False, ACC, BLOCK_M, BLOCK_N)
+    forward_rows(X, R, Y, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, None, True, HAS_WEIGHT,
+                 False, False, 0, ACC, BLOCK_M, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -354,15 +413,15 @@ def add_layer_norm_forward_looped(
     stride_x_row,  # elements between consecutive rows of x
     stride_r_row,  # elements between consecutive rows of the residual
     N,  # elements per row
-    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    eps_bits,  # eps as float64 bits (see float_from_bits)
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACC: tl.constexpr,  # accumulation dtype
     BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
 ):
     """``residual_out = x + residual`` in pass 1, then ``layer_norm_forward_looped``'s pass 2 on it."""
-    forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits, True, HAS_WEIGHT,
-                   HAS_BIAS, True, ACC, BLOCK_N)
+    forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits, None, True, HAS_WEIGHT,
+                   HAS_BIAS, True, 0, ACC, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -376,11 +435,86 @@ def add_rms_norm_forward_looped(
     stride_x_row,  # elements between consecutive rows of x
     stride_r_row,  # elements between consecutive rows of the residual
     N,  # elements per row
-    eps_bits,  # eps as float64 bits (see eps_from_bits)
+    eps_bits,  # eps as float64 bits (see float_from_bits)
     HAS_WEIGHT: tl.constexpr,
     ACC: tl.constexpr,  # accumulation dtype
     BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
 ):
     """``residual_out = x + residual`` in pass 1, then ``rms_norm_forward_looped``'s pass 2 on it."""
-    forward_looped(X, R, Y, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, N, eps_bits, True, HAS_WEIGHT,
-                   False, False, ACC, BLOCK_N)
+    forward_looped(X, R, Y, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, N, eps_bits, None, True, HAS_WEIGHT,
+                   False, False, 0, ACC, BLOCK_N)
+
+
+# -- the quantized kernels (``*_quant``): the same bodies storing y's codes (QUANT) in Q, one byte each -------------
+# Q: contiguous (M, N), uint8 (a float8 tensor's bytes) or int8; scale_bits: the float32 scale's float64 bits.
+# Every other argument as in the kernel of the same name without ``_quant``; the statistics are saved as there.
+
+
+@triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
+def layer_norm_quant_forward_rows(X, Q, W, B, MEAN, RSTD, stride_x_row, M, N, eps_bits, scale_bits,
+                                  HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, QUANT: tl.constexpr,
+                                  ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``layer_norm_forward_rows`` storing ``Q(y / scale)``."""
+    forward_rows(X, None, Q, None, W, B, MEAN, RSTD, stride_x_row, 0, M, N, eps_bits, scale_bits, False, HAS_WEIGHT,
+                 HAS_BIAS, True, QUANT, ACC, BLOCK_M, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
+def rms_norm_quant_forward_rows(X, Q, W, RSTD, stride_x_row, M, N, eps_bits, scale_bits, HAS_WEIGHT: tl.constexpr,
+                                QUANT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``rms_norm_forward_rows`` storing ``Q(y / scale)``."""
+    forward_rows(X, None, Q, None, W, None, None, RSTD, stride_x_row, 0, M, N, eps_bits, scale_bits, False, HAS_WEIGHT,
+                 False, False, QUANT, ACC, BLOCK_M, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
+def layer_norm_quant_forward_looped(X, Q, W, B, MEAN, RSTD, stride_x_row, N, eps_bits, scale_bits,
+                                    HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, QUANT: tl.constexpr,
+                                    ACC: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``layer_norm_forward_looped`` storing ``Q(y / scale)`` in pass 2."""
+    forward_looped(X, None, Q, None, W, B, MEAN, RSTD, stride_x_row, 0, N, eps_bits, scale_bits, False, HAS_WEIGHT,
+                   HAS_BIAS, True, QUANT, ACC, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
+def rms_norm_quant_forward_looped(X, Q, W, RSTD, stride_x_row, N, eps_bits, scale_bits, HAS_WEIGHT: tl.constexpr,
+                                  QUANT: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``rms_norm_forward_looped`` storing ``Q(y / scale)`` in pass 2."""
+    forward_looped(X, None, Q, None, W, None, None, RSTD, stride_x_row, 0, N, eps_bits, scale_bits, False, HAS_WEIGHT,
+                   False, False, QUANT, ACC, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
+def add_layer_norm_quant_forward_rows(X, R, Q, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits,
+                                      scale_bits, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, QUANT: tl.constexpr,
+                                      ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``add_layer_norm_forward_rows`` storing ``Q(y / scale)``."""
+    forward_rows(X, R, Q, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, scale_bits, True,
+                 HAS_WEIGHT, HAS_BIAS, True, QUANT, ACC, BLOCK_M, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
+def add_rms_norm_quant_forward_rows(X, R, Q, RES_OUT, W, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, scale_bits,
+                                    HAS_WEIGHT: tl.constexpr, QUANT: tl.constexpr, ACC: tl.constexpr,
+                                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``add_rms_norm_forward_rows`` storing ``Q(y / scale)``: vLLM's ``fused_add_rms_norm_static_fp8_quant``."""
+    forward_rows(X, R, Q, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, scale_bits, True,
+                 HAS_WEIGHT, False, False, QUANT, ACC, BLOCK_M, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
+def add_layer_norm_quant_forward_looped(X, R, Q, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits,
+                                        scale_bits, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, QUANT: tl.constexpr,
+                                        ACC: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``add_layer_norm_forward_looped`` storing ``Q(y / scale)`` in pass 2."""
+    forward_looped(X, R, Q, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits, scale_bits, True,
+                   HAS_WEIGHT, HAS_BIAS, True, QUANT, ACC, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
+def add_rms_norm_quant_forward_looped(X, R, Q, RES_OUT, W, RSTD, stride_x_row, stride_r_row, N, eps_bits, scale_bits,
+                                      HAS_WEIGHT: tl.constexpr, QUANT: tl.constexpr, ACC: tl.constexpr,
+                                      BLOCK_N: tl.constexpr):
+    """``add_rms_norm_forward_looped`` storing ``Q(y / scale)`` in pass 2."""
+    forward_looped(X, R, Q, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, N, eps_bits, scale_bits, True,
+                   HAS_WEIGHT, False, False, QUANT, ACC, BLOCK_N)

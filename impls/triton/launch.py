@@ -6,6 +6,8 @@ RMSNorm: :func:`rms_forward` returns ``(y, rstd)``; :func:`rms_backward` takes r
 The residual add fused in: :func:`add_forward` returns ``(y, residual_out, mean, rstd)`` and
 :func:`add_backward` takes ``dresidual_out`` and the forward's ``residual_out`` and returns
 ``(dsum, dweight, dbias)``; :func:`add_rms_forward` and :func:`add_rms_backward` the same for RMSNorm.
+The output quantized for the next matrix multiply (docs/quantized.md): :func:`quant_forward` returns the codes
+``q`` of ``y / scale`` (a float8 or int8 tensor), with the residual add fused in also ``residual_out``.
 All go through the same checks, layouts, heuristics and launch code (``_forward``, ``_backward``);
 only the kernel names and their argument lists differ.
 
@@ -178,6 +180,22 @@ def add_rms_forward(x: torch.Tensor, residual: torch.Tensor, normalized_shape: S
     return y, residual_out, rstd
 
 
+def quant_forward(x: torch.Tensor, residual: torch.Tensor | None, normalized_shape: Sequence[int],
+                  weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float | None, scale: float, qdtype: str,
+                  centered: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """LayerNorm (``centered``) or RMSNorm of x, or of ``residual_out = x + residual`` given a residual, its output
+    stored as ``q = saturate(round_to_nearest_even(y / scale))`` in ``qdtype`` (``forward_kernels.QUANT_FORMATS``:
+    float8_e4m3fn, float8_e5m2, int8; a float8 tensor or int8): ``(q, residual_out)``, residual_out None without a
+    residual. ``scale`` is a positive finite float32."""
+    formats = _kernels()[0].QUANT_FORMATS
+    if qdtype not in formats:
+        raise ValueError(f"qdtype {qdtype!r} is not one the Triton kernels store; expected one of {', '.join(formats)}")
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a finite positive number (y is divided by it), got {scale!r}")
+    out = _forward(x, normalized_shape, weight, bias, eps, centered, residual, quant=(float(scale), qdtype))
+    return out[0], (out[3] if residual is not None else None)
+
+
 def _check_like(what: str, t: torch.Tensor, x: torch.Tensor, like: str, label: str) -> None:
     """``t`` (the residual, dresidual_out) is a tensor of a supported dtype on x's device, of x's shape."""
     _check_tensor(what, t, x.device, label)
@@ -186,10 +204,11 @@ def _check_like(what: str, t: torch.Tensor, x: torch.Tensor, like: str, label: s
 
 
 def _forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
-             bias: torch.Tensor | None, eps: float | None, centered: bool, residual: torch.Tensor | None = None):
+             bias: torch.Tensor | None, eps: float | None, centered: bool, residual: torch.Tensor | None = None,
+             quant: tuple[float, str] | None = None):
     """Either forward: LayerNorm (``centered``: mean subtracted, bias) or RMSNorm (neither; mean None), of x or,
     given a ``residual``, of ``residual_out = x + residual``: ``(y, mean, rstd)``, and residual_out after them
-    when a residual is given."""
+    when a residual is given; given ``quant``, ``(scale, qdtype)``, y is the codes of ``y / scale`` in qdtype."""
     label = ("LayerNorm" if centered else "RMSNorm") if residual is None else ("add + LayerNorm" if centered
                                                                                else "add + RMSNorm")
     shape = check_inputs(x, normalized_shape, weight, bias, label)
@@ -201,7 +220,7 @@ def _forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Ten
     x2 = rows_view(x, n)
     m = x2.shape[0]
     acc = statistics_dtype(x.dtype if residual is None else torch.promote_types(x.dtype, residual.dtype))
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    y = torch.empty((m, n), dtype=x.dtype if quant is None else getattr(torch, quant[1]), device=x.device)
     mean = torch.empty(m, dtype=acc, device=x.device) if centered else None
     rstd = torch.empty(m, dtype=acc, device=x.device)
     r2 = None if residual is None else rows_view(residual, n)
@@ -218,15 +237,20 @@ def _forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Ten
             stats = (_param(weight), rstd)
         name = ("layer_norm" if centered else "rms_norm") if residual is None else ("add_layer_norm" if centered
                                                                                    else "add_rms_norm")
+        scale = ()
+        out = y
+        if quant is not None:  # the codes: a float8 tensor's bytes, or int8; the scale's bits after eps's
+            name, scale, common["QUANT"] = f"{name}_quant", (eps_bits(quant[0]),), fk.QUANT_FORMATS[quant[1]]
+            out = y if y.dtype == torch.int8 else y.view(torch.uint8)
         looped, rows = getattr(fk, f"{name}_forward_looped"), getattr(fk, f"{name}_forward_rows")
         # the tensors, then the row strides: (x, y, ...stats, x's) or (x, residual, y, residual_out, ...stats, both)
-        tensors, strides = ((x2, y), (x2.stride(0),)) if residual is None else (
-            (x2, r2, y, residual_out), (x2.stride(0), r2.stride(0)))
+        tensors, strides = ((x2, out), (x2.stride(0),)) if residual is None else (
+            (x2, r2, out, residual_out), (x2.stride(0), r2.stride(0)))
         with _launching(x.device):
             if cfg.looped:
-                looped[cfg.grid](*tensors, *stats, *strides, n, eps_bits(eps), **common)
+                looped[cfg.grid](*tensors, *stats, *strides, n, eps_bits(eps), *scale, **common)
             else:
-                rows[cfg.grid](*tensors, *stats, *strides, m, n, eps_bits(eps), BLOCK_M=cfg.block_m, **common)
+                rows[cfg.grid](*tensors, *stats, *strides, m, n, eps_bits(eps), *scale, BLOCK_M=cfg.block_m, **common)
     if residual is None:
         return y.view(x.shape), mean, rstd
     return y.view(x.shape), mean, rstd, residual_out.view(x.shape)
