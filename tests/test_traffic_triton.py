@@ -75,8 +75,9 @@ def test_unique_traffic_is_the_byte_model_plus_the_documented_extra(triton_backe
     assert seen == set(MODEL_TENSORS if norm.startswith("add_") else MODEL_TENSORS[:4])
 
 
-#: the four with their output quantized (a static scale): a forward alone, the codes one byte per element (Q)
-QUANT_NORMS = [f"{norm}_quant" for norm in NORMS]
+#: the four with their output quantized (a static scale, or one per row): a forward alone, the codes one byte per
+#: element (Q), a dynamic one's scales four bytes per row (SCALES)
+QUANT_NORMS = [f"{norm}_quant" for norm in NORMS] + [f"{norm}_dynamic_quant" for norm in NORMS]
 
 
 @pytest.mark.parametrize("norm", QUANT_NORMS)
@@ -93,6 +94,8 @@ def test_quantized_forward_traffic_is_the_byte_model_plus_the_statistics(triton_
         assert launch.kernel.startswith(f"{norm}_forward_") and extra == (2 if "layer" in norm else 1) * rows * acc
         assert launch.unique == direction_bytes(rows, hidden, dtype, "forward", norm=norm) + extra
         assert launch.args["Q"].unique == launch.args["Q"].unique_write == rows * hidden
+        if "dynamic" in norm:
+            assert launch.args["SCALES"].unique == launch.args["SCALES"].unique_write == rows * 4
         for name in ("X", "R", "RES_OUT"):
             if name in launch.args:
                 assert launch.args[name].unique == rows * hidden * itemsize, name

@@ -286,11 +286,17 @@ def test_the_forward_statistics_divide_correctly_rounded_on_a_gpu():
                "            if 'forward' in v.kernel:\n"
                "                ptx = cc.compile_variant(v, 90).asm['ptx']\n"
                "                print(v.kernel, n, ptx.count('div.full.f32'), ptx.count('div.rn.f32'))\n")
+    counts = compiled_counts(program)
+    assert len(counts) == 8 and all(full == "0" and int(rn) > 0 for _, _, full, rn in counts), counts
+
+
+def compiled_counts(program: str) -> list[list[str]]:
+    """Run ``program`` (it compiles kernels with compile_check and prints one line of counts per kernel) in a fresh
+    process with the kernels compiled, not interpreted: its lines, split."""
     out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=600,
                          env={**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"})
     assert out.returncode == 0, out.stderr
-    counts = [line.split() for line in out.stdout.splitlines()]
-    assert len(counts) == 8 and all(full == "0" and int(rn) > 0 for _, _, full, rn in counts), out.stdout
+    return [line.split() for line in out.stdout.splitlines()]
 
 
 # -- RMSNorm: the same kernel bodies with CENTERED off -----------------------------------------
@@ -474,9 +480,9 @@ def test_rms_only_the_gradients_asked_for_and_no_double_backward():
 def test_rms_backend_methods(triton_backend):
     """The backend contract: rms_norm, its backward (through autograd), the backward prepared
     alone, one forward and one backward, warmup; the same bits every way."""
-    assert tuple(triton_backend.operations) == ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
-                                                "layer_norm_quant", "rms_norm_quant", "add_layer_norm_quant",
-                                                "add_rms_norm_quant")
+    from normbench.core.operations import NAMES
+
+    assert tuple(triton_backend.operations) == NAMES  # every operation normbench knows
     x, w, dy = rms_inputs((6, 40), "float32", True)
     y = triton_backend.rms_norm(x, (40,), w, None)
     dx, dw = triton_backend.rms_norm_backward(dy, x, (40,), w, None)
@@ -694,6 +700,46 @@ def test_quantized_kernels_store_the_codes_of_the_plain_kernels_y(shape, dtype, 
             assert (out is None) == (res is None) and (out is None or torch.equal(out, out_fused))
 
 
+#: each format's largest magnitude, as dynamic_scale divides by it
+QMAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0, "int8": 127.0}
+
+
+@pytest.mark.parametrize("scale_ub", [None, 2.0], ids=["unbounded", "ub2"])
+@pytest.mark.parametrize("qdtype", ["float8_e4m3fn", "float8_e5m2", "int8"])
+@pytest.mark.parametrize("shape,dtype", QUANT_SHAPES, ids=str)
+def test_dynamic_quantized_kernels_store_the_scales_and_codes_of_the_plain_kernels_y(shape, dtype, qdtype, scale_ub):
+    """Per row, bit for bit from the very y the plain kernel stores (fp32 and fp64 x): the scale
+    ``fp32(max(min(absmax, scale_ub) / qmax, 1 / (qmax * 512)))`` (the division correctly rounded; an all-zero row
+    gets the floor), and the codes of ``y * rn(1 / scale)``; rows and looped, both normalizations, plain and fused."""
+    from normbench.core.quantized import qformat
+    from normbench.kit import torch as torch_arrays
+
+    fmt = qformat(qdtype)
+    x, residual, w, b = _fused_inputs(shape, dtype, dtype)
+    x[0] = 0  # an all-zero row (RMSNorm's y is 0 there: the floor)
+    residual[0] = 0
+    acc = np.float64 if dtype == "float64" else np.float32
+    top, bound = QMAX[qdtype], np.inf if scale_ub is None else scale_ub
+    for centered in (True, False):
+        bias = b if centered else None
+        y_plain = launch._forward(x, shape[-1:], w, bias, 1e-5, centered)[0]
+        y_fused, out_fused = launch._forward(x, shape[-1:], w, bias, 1e-5, centered, residual=residual)[::3]
+        for res, y in ((None, y_plain), (residual, y_fused)):
+            q, scales, out = launch.dynamic_quant_forward(x, res, shape[-1:], w, bias, 1e-5, qdtype, scale_ub, centered)
+            yv = y.cpu().numpy().reshape(-1, shape[-1])
+            absmax = np.abs(yv).max(axis=1)
+            scale = np.maximum(np.minimum(absmax, acc(bound)) / acc(top), acc(1.0 / (top * 512.0))).astype(np.float32)
+            assert np.array_equal(scales.cpu().numpy().reshape(-1), scale), (centered, res is None)
+            inverse = (acc(1.0) / scale.astype(acc))[:, None]
+            v = (yv * inverse).astype(np.float32)
+            expected = fmt.quantize(v.astype(np.float64)).reshape(x.shape)
+            assert np.array_equal(torch_arrays.to_host(torch, q).view(np.uint8), expected.view(np.uint8))
+            assert (out is None) == (res is None) and (out is None or torch.equal(out, out_fused))
+            if not centered:  # codes 0 (-0 where y is -0: x * a negative weight)
+                zero_row = torch_arrays.to_host(torch, q)[0].astype(np.float64)
+                assert scales[0] == np.float32(1.0 / (top * 512.0)) and not zero_row.any()
+
+
 @pytest.mark.parametrize("shape,dtype,residual_dtype", FUSED_SHAPES[:4], ids=str)
 def test_fused_quantized_kernels_are_the_plain_quantized_kernel_on_the_residual_out_they_store(shape, dtype,
                                                                                               residual_dtype):
@@ -710,8 +756,8 @@ def test_fused_quantized_kernels_are_the_plain_quantized_kernel_on_the_residual_
 
 
 def test_quantized_backend_methods_and_bad_input(triton_backend):
-    """The backend's four static quantized operations, warmup (a forward alone: no backward) and the messages for a
-    format the kernels do not store and a scale that is not a finite positive number."""
+    """The backend's quantized operations, static and dynamic, warmup (a forward alone: no backward) and the messages
+    for a format the kernels do not store and a scale (or scale bound) that is not a positive number."""
     x, residual, w, b = _fused_inputs((6, 40), "float32", "float32")
     q = triton_backend.rms_norm_quant(x, (40,), w, None, 0.5, "int8")
     q_ln = triton_backend.layer_norm_quant(x, (40,), w, b, 1e-5, 0.5, "float8_e4m3fn")
@@ -721,37 +767,43 @@ def test_quantized_backend_methods_and_bad_input(triton_backend):
     assert torch.equal(out, out_ln) and torch.equal(q_add, launch.quant_forward(out, None, (40,), w, None, None, 0.5,
                                                                                 "int8", False)[0])
     assert triton_backend.warmup("add_rms_norm_quant", (x, residual, (40,), w, None, 0.5, "int8")) is None
+    q_dyn, scales = triton_backend.rms_norm_dynamic_quant(x, (40,), w, None, "int8", None)
+    q_dyn_add, scales_add, out_dyn = triton_backend.add_layer_norm_dynamic_quant(x, residual, (40,), w, b, 1e-5,
+                                                                               "float8_e5m2", 1.0)
+    assert scales.shape == (6,) and scales.dtype == torch.float32 and q_dyn.dtype == torch.int8
+    assert q_dyn_add.dtype == torch.float8_e5m2 and torch.equal(out_dyn, out) and bool((scales_add <= 1 / 57344).all())
+    assert len(triton_backend.layer_norm_dynamic_quant(x, (40,), w, b, 1e-5, "int8", None)) == 2
+    assert len(triton_backend.add_rms_norm_dynamic_quant(x, residual, (40,), w, None, "int8", None)) == 3
     with pytest.raises(ValueError, match=r"qdtype 'float8_e4m3fnuz' is not one the Triton kernels store; expected "
                                          r"one of float8_e4m3fn, float8_e5m2, int8"):
         launch.quant_forward(x, None, (40,), w, None, None, 0.5, "float8_e4m3fnuz", False)
     for scale in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="scale must be a finite positive number"):
             launch.quant_forward(x, None, (40,), w, None, None, scale, "int8", False)
+    with pytest.raises(ValueError, match="scale_ub must be a positive number"):
+        launch.dynamic_quant_forward(x, None, (40,), w, None, None, "int8", 0.0, False)
 
 
 def test_quantized_kernels_compile_for_a_gpu_and_keep_their_rounding():
-    """Compiled for sm_90 (rows in registers and looped, each format): the round-to-nearest-even step, adding and
-    subtracting 2**23 (1.5 * 2**23 for int8), survives the compiler: as many subtractions as additions (an fma with
-    the exact power-of-two product is still one rounding), and no approximate division."""
+    """Compiled for sm_90 (rows in registers and looped; each format once, a dynamic kernel too): the
+    round-to-nearest-even step, adding and subtracting 2**23 (1.5 * 2**23 for int8), survives the compiler: as many
+    subtractions as additions (an fma with the exact power-of-two product is still one rounding), and no approximate
+    division."""
     program = ("from normbench.impls.triton import compile_check as cc\n"
-               "for norm in ('add_rms_norm_quant', 'layer_norm_quant'):\n"
-               "    for q, c in (('float8_e4m3fn', '4B000000'), ('float8_e5m2', '4B000000'), ('int8', '4B400000')):\n"
-               "        for n in (1000, 65536):\n"
-               "            for v in cc.variants(n, 'bfloat16', 'bfloat16', next(iter(cc.affines(norm))), norm=norm,\n"
-               "                                 qdtype=q):\n"
-               "                ptx = cc.compile_variant(v, 90).asm['ptx']\n"
-               "                print(v.kernel, n, q, ptx.count('0f' + c), ptx.count('0fC' + c[1:]),\n"
-               "                      ptx.count('div.full.f32'))\n")
-    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"})
-    assert out.returncode == 0, out.stderr
-    counts = [line.split() for line in out.stdout.splitlines()]
-    assert len(counts) == 12, out.stdout
-    assert all(int(add) > 0 and add == sub and full == "0" for *_, add, sub, full in counts), out.stdout
-    assert {(k, n) for k, n, *_ in counts} == {("add_rms_norm_quant_forward_rows", "1000"),
-                                             ("add_rms_norm_quant_forward_looped", "65536"),
-                                             ("layer_norm_quant_forward_rows", "1000"),
-                                             ("layer_norm_quant_forward_looped", "65536")}
+               "for norm, q, c in (('add_rms_norm_quant', 'float8_e4m3fn', '4B000000'),\n"
+               "                   ('layer_norm_quant', 'int8', '4B400000'),\n"
+               "                   ('add_rms_norm_dynamic_quant', 'float8_e5m2', '4B000000')):\n"
+               "    for n in (1000, 65536):\n"
+               "        for v in cc.variants(n, 'bfloat16', 'bfloat16', next(iter(cc.affines(norm))), norm=norm, qdtype=q):\n"
+               "            ptx = cc.compile_variant(v, 90).asm['ptx']\n"
+               "            print(v.kernel, n, q, ptx.count('0f' + c), ptx.count('0fC' + c[1:]), ptx.count('div.full.f32'))\n")
+    counts = compiled_counts(program)
+    assert len(counts) == 6, counts
+    assert all(int(add) > 0 and add == sub and full == "0" for *_, add, sub, full in counts), counts
+    assert {(k, n) for k, n, *_ in counts} == {(f"{norm}_forward_{path}", n) for path, n in (("rows", "1000"),
+                                                                                           ("looped", "65536"))
+                                             for norm in ("add_rms_norm_quant", "layer_norm_quant",
+                                                          "add_rms_norm_dynamic_quant")}
 
 
 # -- compiled or interpreted: decided before triton is imported ------------------------------

@@ -80,7 +80,10 @@ SAMPLE_ALL_BELOW = 7
 NORMALIZATION_COLUMN = {"layer_norm": "layernorm", "rms_norm": "rmsnorm", "add_layer_norm": "add-layernorm",
                         "add_rms_norm": "add-rmsnorm", "layer_norm_quant": "layernorm-quant",
                         "rms_norm_quant": "rmsnorm-quant", "add_layer_norm_quant": "add-layernorm-quant",
-                        "add_rms_norm_quant": "add-rmsnorm-quant"}
+                        "add_rms_norm_quant": "add-rmsnorm-quant", "layer_norm_dynamic_quant": "layernorm-dynamic-quant",
+                        "rms_norm_dynamic_quant": "rmsnorm-dynamic-quant",
+                        "add_layer_norm_dynamic_quant": "add-layernorm-dynamic-quant",
+                        "add_rms_norm_dynamic_quant": "add-rmsnorm-dynamic-quant"}
 #: the codes a quantized operation's traffic is counted with (one byte each, whichever format)
 COUNTED_QDTYPE = "float8_e4m3fn"
 #: what a ratio means, printed with every table
@@ -423,8 +426,8 @@ def count_direction(backend: Any, rows: int, hidden: int, dtype: str, direction:
                     sample: bool = True, norm: str = "layer_norm") -> list[Launch]:
     """The launches of one direction of a (rows, hidden) LayerNorm with weight and bias
     (``norm="rms_norm"``: an RMSNorm with weight; ``add_layer_norm``, ``add_rms_norm``: the fused
-    operations, the residual in x's dtype; ``*_quant``: their output quantized to :data:`COUNTED_QDTYPE` with
-    scale 1, forward only).
+    operations, the residual in x's dtype; ``*_quant``, ``*_dynamic_quant``: their output quantized to
+    :data:`COUNTED_QDTYPE`, with scale 1 or per-row scales, forward only).
 
     ``backend`` is a normbench Backend whose arrays are torch tensors on the CPU
     (any Triton backend under the interpreter). Inputs are uninitialized

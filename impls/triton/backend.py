@@ -1,6 +1,7 @@
 """The ``triton`` backend: normbench's own Triton kernels under the harness, LayerNorm and RMSNorm, plain
 and with the residual add fused in (``add_layer_norm``, ``add_rms_norm``), and the four with their output
-quantized by a static scale (``*_quant``: float8 e4m3fn or e5m2, int8; forward only, as inference runs them).
+quantized by a static scale (``*_quant``) or one scale per row (``*_dynamic_quant``): float8 e4m3fn or e5m2, int8;
+forward only, as inference runs them.
 
 On a machine with a CUDA device the kernels are compiled and run there; on one
 without, they run in the Triton interpreter on CPU (``normbench.kit.triton``
@@ -33,9 +34,10 @@ class TritonBackend(torch_arrays.AutogradBackend):
     name = "triton"
     description = ("normbench's Triton kernels (impls/triton): LayerNorm and RMSNorm, plain or with the residual add "
                    "fused in, fp32 statistics (two-pass for LayerNorm), deterministic persistent backward; their output "
-                   "quantized to float8 or int8 by a static scale; CUDA, or the Triton interpreter on CPU")
+                   "quantized to float8 or int8 by a static or a per-row scale; CUDA, or the Triton interpreter on CPU")
     operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "layer_norm_quant", "rms_norm_quant",
-                  "add_layer_norm_quant", "add_rms_norm_quant")
+                  "add_layer_norm_quant", "add_rms_norm_quant", "layer_norm_dynamic_quant", "rms_norm_dynamic_quant",
+                  "add_layer_norm_dynamic_quant", "add_rms_norm_dynamic_quant")
     strided = True
     requires = ("triton", "torch")
     install_hint = "pip install 'normbench[triton]'"
@@ -91,7 +93,7 @@ class TritonBackend(torch_arrays.AutogradBackend):
         """Compile (on CUDA) every kernel that arguments like these launch, forward and
         backward (a quantized operation has none), and wait: Triton compiles per dtype, flags and block sizes."""
         outputs = getattr(self, op)(*args)  # y, or a fused operation's (y, residual_out): one cotangent each
-        if op.endswith("_quant"):
+        if op.endswith("_quant"):  # static and dynamic
             self.synchronize()
             return
         cotangents = tuple(self.torch.zeros_like(o) for o in (outputs if isinstance(outputs, tuple) else (outputs,)))
@@ -112,7 +114,7 @@ class TritonBackend(torch_arrays.AutogradBackend):
     def add_rms_norm(self, x, residual, normalized_shape, weight, eps):
         return self.launch.add_rms_forward(x, residual, normalized_shape, weight, eps)[:2]
 
-    # -- the output quantized with a static scale: the same kernels storing codes (QUANT; forward only) --------------
+    # -- the output quantized: the same kernels storing codes (QUANT; forward only), a static scale first ------------
 
     def layer_norm_quant(self, x, normalized_shape, weight, bias, eps, scale, qdtype):
         return self.launch.quant_forward(x, None, normalized_shape, weight, bias, eps, scale, qdtype, centered=True)[0]
@@ -126,6 +128,24 @@ class TritonBackend(torch_arrays.AutogradBackend):
     def add_rms_norm_quant(self, x, residual, normalized_shape, weight, eps, scale, qdtype):
         return self.launch.quant_forward(x, residual, normalized_shape, weight, None, eps, scale, qdtype,
                                          centered=False)
+
+    # -- one scale per row (DYNAMIC): (q, scales), the fused ones residual_out last --------------------------------
+
+    def layer_norm_dynamic_quant(self, x, normalized_shape, weight, bias, eps, qdtype, scale_ub):
+        return self.launch.dynamic_quant_forward(x, None, normalized_shape, weight, bias, eps, qdtype, scale_ub,
+                                                 centered=True)[:2]
+
+    def rms_norm_dynamic_quant(self, x, normalized_shape, weight, eps, qdtype, scale_ub):
+        return self.launch.dynamic_quant_forward(x, None, normalized_shape, weight, None, eps, qdtype, scale_ub,
+                                                 centered=False)[:2]
+
+    def add_layer_norm_dynamic_quant(self, x, residual, normalized_shape, weight, bias, eps, qdtype, scale_ub):
+        return self.launch.dynamic_quant_forward(x, residual, normalized_shape, weight, bias, eps, qdtype, scale_ub,
+                                                 centered=True)
+
+    def add_rms_norm_dynamic_quant(self, x, residual, normalized_shape, weight, eps, qdtype, scale_ub):
+        return self.launch.dynamic_quant_forward(x, residual, normalized_shape, weight, None, eps, qdtype, scale_ub,
+                                                 centered=False)
 
     def synchronize(self):
         if self._device.type == "cuda":

@@ -18,7 +18,7 @@ Every operation: LayerNorm's kernels (``layer_norm_*``) and RMSNorm's (``rms_nor
 same bodies with CENTERED off, no bias), their fused forms with the residual add
 (``add_layer_norm_*``, ``add_rms_norm_*``: HAS_RESIDUAL, HAS_DRES; the residual in x's
 dtype), and the partial-sum reduction all launch; and the four with a quantized output
-(``*_quant``: their forward kernels with QUANT, for ``--qdtype``, float8_e4m3fn by default).
+(``*_quant``, ``*_dynamic_quant``: their forward kernels with QUANT, for ``--qdtype``, float8_e4m3fn by default).
 
 It exits 1 if any configuration fails to compile (spills are reported, not
 failed: a tuning pass reads them). It sets ``TRITON_INTERPRET=0`` for itself.
@@ -70,10 +70,10 @@ AFFINES = {"wb": (True, True, True, True, True), "none": (False, False, True, Fa
 RMS_AFFINES = {"w": (True, False, True, True, False), "none": (False, False, True, False, False),
                "dweight-only": (True, False, False, True, False)}
 NORMS = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm")
-#: the four with a quantized output (a static scale): their forward kernels alone, storing codes (QUANT)
-QUANT_NORMS = tuple(f"{norm}_quant" for norm in NORMS)
+#: the four with a quantized output (a static scale, or one per row): their forward kernels alone, storing codes
+QUANT_NORMS = tuple(f"{norm}_quant" for norm in NORMS) + tuple(f"{norm}_dynamic_quant" for norm in NORMS)
 #: the operations whose kernels take a bias (LayerNorm's, plain and fused, quantized or not)
-CENTERED = ("layer_norm", "add_layer_norm", "layer_norm_quant", "add_layer_norm_quant")
+CENTERED = tuple(n for n in NORMS + QUANT_NORMS if n.startswith(("layer_norm", "add_layer_norm")))
 
 
 def affines(norm: str = "layer_norm") -> dict[str, tuple[bool, ...]]:
@@ -157,9 +157,11 @@ def _arg_type(arg: str, v: Variant) -> str:
         return "*" + TRITON_TYPES[v.params]
     if arg in ("MEAN", "RSTD", "SUMS", "DW_PARTIAL", "DB_PARTIAL"):
         return "*" + acc
+    if arg == "SCALES":  # a dynamic quantization's row scales
+        return "*fp32"
     if arg == "Q":  # the codes: float8 as its bytes (QUANT 1, 2), or int8 (3)
         return "*i8" if dict(v.constexprs)["QUANT"] == 3 else "*u8"
-    return "i64" if arg in ("eps_bits", "scale_bits") else "i32"
+    return "i64" if arg in ("eps_bits", "scale_bits", "ub_bits") else "i32"
 
 
 def _specialized(arg: str, v: Variant, flags: dict) -> tuple[bool, object]:

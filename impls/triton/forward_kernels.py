@@ -130,18 +130,51 @@ def quantize(v, QUANT: tl.constexpr):
 
 
 @triton.jit
-def store_y(Y, offsets, y, mask, scale_bits, QUANT: tl.constexpr, ACC: tl.constexpr):
-    """Store y in Y's dtype, or with QUANT its code (:func:`quantize`) of ``y / scale``, computed as ``y`` times
-    the correctly rounded reciprocal of the float32 scale (its float64 bits: :func:`float_from_bits`; with fp64 ACC
-    in fp64, then rounded to fp32 once)."""
+def static_inverse(scale_bits, ACC: tl.constexpr):
+    """The correctly rounded reciprocal of a static float32 scale (its float64 bits: :func:`float_from_bits`), in
+    ACC: what y is multiplied by before it is quantized."""
+    if ACC == tl.float64:
+        inverse = 1.0 / float_from_bits(scale_bits, tl.float64)
+    else:
+        inverse = tl.div_rn(1.0, float_from_bits(scale_bits, tl.float32))
+    return inverse
+
+
+@triton.jit
+def dynamic_scale(absmax, ub_bits, QUANT: tl.constexpr, ACC: tl.constexpr):
+    """A dynamic row scale, float32: ``max(min(absmax, scale_ub) / qmax, 1 / (qmax * 512))`` (vLLM's CUDA kernels'
+    floor: an all-zero row divides by a positive number), the division correctly rounded in ACC, then rounded to
+    float32 once; ``ub_bits`` the float64 bits of scale_ub, +inf for none."""
+    if QUANT == 1:
+        top = 448.0
+    elif QUANT == 2:
+        top = 57344.0
+    else:
+        top = 127.0
+    bounded = tl.minimum(absmax, float_from_bits(ub_bits, ACC))
+    return tl.maximum(divide(bounded, top, ACC), 1.0 / (top * 512.0)).to(tl.float32)
+
+
+@triton.jit
+def dynamic_inverse(scale, ACC: tl.constexpr):
+    """The correctly rounded reciprocal, in ACC, of the float32 scale a dynamic row stores: the codes are those of
+    y divided by the scale the next matrix multiply dequantizes with."""
+    if ACC == tl.float64:
+        inverse = 1.0 / scale.to(tl.float64)
+    else:
+        inverse = tl.div_rn(tl.zeros_like(scale) + 1.0, scale)
+    return inverse
+
+
+@triton.jit
+def store_y(Y, offsets, y, mask, inverse, QUANT: tl.constexpr, ACC: tl.constexpr):
+    """Store y in Y's dtype, or with QUANT the code (:func:`quantize`) of ``y * inverse``, the scale's reciprocal
+    (:func:`static_inverse`, :func:`dynamic_inverse`; broadcast against y), the product in ACC rounded to fp32 once;
+    ``inverse`` is None without QUANT."""
     if QUANT == 0:
         tl.store(Y + offsets, y.to(Y.dtype.element_ty), mask=mask)
     else:
-        if ACC == tl.float64:
-            v = (y * (1.0 / float_from_bits(scale_bits, tl.float64))).to(tl.float32)
-        else:
-            v = y * tl.div_rn(tl.zeros_like(y) + 1.0, tl.zeros_like(y) + float_from_bits(scale_bits, tl.float32))
-        tl.store(Y + offsets, quantize(v, QUANT).to(Y.dtype.element_ty), mask=mask)
+        tl.store(Y + offsets, quantize((y * inverse).to(tl.float32), QUANT).to(Y.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -155,15 +188,18 @@ def add_residual(x, R, RES_OUT, r_offsets, out_offsets, mask, ACC: tl.constexpr)
 
 
 @triton.jit
-def forward_rows(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, scale_bits,
+def forward_rows(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, scale_bits, SCALES,
                  HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, CENTERED: tl.constexpr,
-                 QUANT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                 QUANT: tl.constexpr, DYNAMIC: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr):
     """The body of ``layer_norm_forward_rows`` (CENTERED) and ``rms_norm_forward_rows`` (not), and of
     their fused ``add_*`` forms (HAS_RESIDUAL): BLOCK_M whole rows per program, each read once and held
     in registers. Without CENTERED the row is not centred (``centered`` is x itself: padded lanes load
     0), so ``var`` is mean(x^2), and no mean is saved (MEAN and B are None). With HAS_RESIDUAL the row
     normalized is ``residual_out`` (:func:`add_residual`); otherwise R and RES_OUT are None. With QUANT, Y holds
-    codes (:func:`store_y`) of ``y / scale``; otherwise scale_bits is None."""
+    codes (:func:`store_y`) of ``y / scale``: scale_bits a static scale's bits, or with DYNAMIC the bits of scale_ub
+    and the row scales stored in SCALES (:func:`dynamic_scale`, from the row's absmax in registers); otherwise
+    scale_bits and SCALES are None."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.arange(0, BLOCK_N)
     row_mask = rows < M
@@ -182,7 +218,15 @@ def forward_rows(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row,
     var = divide(tl.sum(centered * centered, axis=1), N, ACC)
     rstd = rstd_from_var(var, float_from_bits(eps_bits, ACC), ACC)
     y = apply_affine(centered * rstd[:, None], W, B, cols[None, :], col_mask[None, :], HAS_WEIGHT, HAS_BIAS, ACC)
-    store_y(Y, rows[:, None] * N + cols[None, :], y, mask, scale_bits, QUANT, ACC)
+    if QUANT != 0 and DYNAMIC:
+        scale = dynamic_scale(tl.max(tl.where(mask, tl.abs(y), 0.0), axis=1), scale_bits, QUANT, ACC)
+        tl.store(SCALES + rows, scale, mask=row_mask)
+        inverse = dynamic_inverse(scale, ACC)[:, None]
+    elif QUANT != 0:
+        inverse = static_inverse(scale_bits, ACC)
+    else:
+        inverse = None
+    store_y(Y, rows[:, None] * N + cols[None, :], y, mask, inverse, QUANT, ACC)
     if CENTERED:
         tl.store(MEAN + rows, mean, mask=row_mask)
     tl.store(RSTD + rows, rstd, mask=row_mask)
@@ -198,9 +242,22 @@ def row_chunk(x_row, r_row, out_row, cols, mask, HAS_RESIDUAL: tl.constexpr, ACC
 
 
 @triton.jit
-def forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits, scale_bits,
+def chunk_y(x_row, cols, mask, mean, rstd, W, B, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
+            CENTERED: tl.constexpr, ACC: tl.constexpr):
+    """A looped row's y at ``cols``, from the row (x, or residual_out) and its statistics."""
+    x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
+    if CENTERED:
+        xhat = (x - mean) * rstd
+    else:
+        xhat = x * rstd
+    return apply_affine(xhat, W, B, cols, mask, HAS_WEIGHT, HAS_BIAS, ACC)
+
+
+@triton.jit
+def forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits, scale_bits, SCALES,
                    HAS_RESIDUAL: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr,
-                   CENTERED: tl.constexpr, QUANT: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr):
+                   CENTERED: tl.constexpr, QUANT: tl.constexpr, DYNAMIC: tl.constexpr, ACC: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
     """The body of ``layer_norm_forward_looped`` (CENTERED) and ``rms_norm_forward_looped``, and of
     their fused ``add_*`` forms (HAS_RESIDUAL): one row per program, too long for registers, walked
     twice in chunks.
@@ -211,7 +268,8 @@ def forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_ro
     lane a chain of N/BLOCK_N additions), reduced once. Pass 2 reads the row again (mostly
     from L2) and writes y. With HAS_RESIDUAL, pass 1 reads x and the residual and writes
     ``residual_out``; pass 2 reads ``residual_out`` back, this program's own writes (one
-    tensor instead of two), after a barrier. With QUANT, pass 2 stores codes (:func:`store_y`).
+    tensor instead of two), after a barrier. With QUANT, pass 2 stores codes (:func:`store_y`); with DYNAMIC too,
+    a pass between them computes y for the row's absmax (the row again, from L2) and stores its scale.
     """
     row = tl.program_id(0).to(tl.int64)
     x_row = X + row * stride_x_row
@@ -247,20 +305,29 @@ def forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_ro
             x = row_chunk(x_row, r_row, out_row, cols, cols < N, HAS_RESIDUAL, ACC)
             squares += x * x
         rstd = rstd_from_var(divide(tl.sum(squares, axis=0), N, ACC), float_from_bits(eps_bits, ACC), ACC)
+        mean = tl.zeros((), ACC)  # not read: RMSNorm's chunks are not centred (chunk_y)
     tl.store(RSTD + row, rstd)
     if HAS_RESIDUAL:
         tl.debug_barrier()  # pass 2 reads residual_out: every store of pass 1 before any load of it
         x_row = out_row
+    if QUANT != 0 and DYNAMIC:
+        absmax = tl.zeros((BLOCK_N,), ACC)
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            y = chunk_y(x_row, cols, cols < N, mean, rstd, W, B, HAS_WEIGHT, HAS_BIAS, CENTERED, ACC)
+            absmax = tl.maximum(absmax, tl.where(cols < N, tl.abs(y), 0.0))
+        scale = dynamic_scale(tl.max(absmax, axis=0), scale_bits, QUANT, ACC)
+        tl.store(SCALES + row, scale)
+        inverse = dynamic_inverse(scale, ACC)
+    elif QUANT != 0:
+        inverse = static_inverse(scale_bits, ACC)
+    else:
+        inverse = None
     for start in range(0, N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         mask = cols < N
-        x = tl.load(x_row + cols, mask=mask, other=0.0).to(ACC)
-        if CENTERED:
-            xhat = (x - mean) * rstd
-        else:
-            xhat = x * rstd
-        y = apply_affine(xhat, W, B, cols, mask, HAS_WEIGHT, HAS_BIAS, ACC)
-        store_y(Y, row * N + cols, y, mask, scale_bits, QUANT, ACC)
+        y = chunk_y(x_row, cols, mask, mean, rstd, W, B, HAS_WEIGHT, HAS_BIAS, CENTERED, ACC)
+        store_y(Y, row * N + cols, y, mask, inverse, QUANT, ACC)
 
 
 # -- the kernels: LayerNorm and RMSNorm, one body each ---------------------------------------
@@ -285,8 +352,8 @@ def layer_norm_forward_rows(
     BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
 ):
     """BLOCK_M whole rows per program, each read once and held in registers."""
-    forward_rows(X, None, Y, None, W, B, MEAN, RSTD, stride_x_row, 0, M, N, eps_bits, None, False, HAS_WEIGHT, HAS_BIAS,
-                 True, 0, ACC, BLOCK_M, BLOCK_N)
+    forward_rows(X, None, Y, None, W, B, MEAN, RSTD, stride_x_row, 0, M, N, eps_bits, None, None, False, HAS_WEIGHT,
+                 HAS_BIAS, True, 0, False, ACC, BLOCK_M, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -305,8 +372,8 @@ def rms_norm_forward_rows(
     BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
 ):
     """RMSNorm: ``layer_norm_forward_rows`` without the mean and the bias."""
-    forward_rows(X, None, Y, None, W, None, None, RSTD, stride_x_row, 0, M, N, eps_bits, None, False, HAS_WEIGHT, False,
-                 False, 0, ACC, BLOCK_M, BLOCK_N)
+    forward_rows(X, None, Y, None, W, None, None, RSTD, stride_x_row, 0, M, N, eps_bits, None, None, False, HAS_WEIGHT,
+                 False, False, 0, False, ACC, BLOCK_M, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -326,8 +393,8 @@ def layer_norm_forward_looped(
     BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
 ):
     """One row per program, too long for registers, walked twice in chunks (see forward_looped)."""
-    forward_looped(X, None, Y, None, W, B, MEAN, RSTD, stride_x_row, 0, N, eps_bits, None, False, HAS_WEIGHT, HAS_BIAS,
-                   True, 0, ACC, BLOCK_N)
+    forward_looped(X, None, Y, None, W, B, MEAN, RSTD, stride_x_row, 0, N, eps_bits, None, None, False, HAS_WEIGHT,
+                   HAS_BIAS, True, 0, False, ACC, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -344,8 +411,8 @@ def rms_norm_forward_looped(
     BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
 ):
     """RMSNorm: ``layer_norm_forward_looped`` without the mean and the bias."""
-    forward_looped(X, None, Y, None, W, None, None, RSTD, stride_x_row, 0, N, eps_bits, None, False, HAS_WEIGHT, False,
-                   False, 0, ACC, BLOCK_N)
+    forward_looped(X, None, Y, None, W, None, None, RSTD, stride_x_row, 0, N, eps_bits, None, None, False, HAS_WEIGHT,
+                   False, False, 0, False, ACC, BLOCK_N)
 
 
 # -- the fused kernels: the residual added first, the same bodies with HAS_RESIDUAL --------------
@@ -373,8 +440,8 @@ def add_layer_norm_forward_rows(
     BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
 ):
     """``residual_out = x + residual``, then ``layer_norm_forward_rows`` on it."""
-    forward_rows(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, None, True, HAS_WEIGHT,
-                 HAS_BIAS, True, 0, ACC, BLOCK_M, BLOCK_N)
+    forward_rows(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, None, None, True,
+                 HAS_WEIGHT, HAS_BIAS, True, 0, False, ACC, BLOCK_M, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -396,8 +463,8 @@ def add_rms_norm_forward_rows(
     BLOCK_N: tl.constexpr,  # next power of two >= N: the whole row in registers
 ):
     """``residual_out = x + residual``, then ``rms_norm_forward_rows`` on it."""
-    forward_rows(X, R, Y, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, None, True, HAS_WEIGHT,
-                 False, False, 0, ACC, BLOCK_M, BLOCK_N)
+    forward_rows(X, R, Y, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, None, None, True,
+                 HAS_WEIGHT, False, False, 0, False, ACC, BLOCK_M, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -420,8 +487,8 @@ def add_layer_norm_forward_looped(
     BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
 ):
     """``residual_out = x + residual`` in pass 1, then ``layer_norm_forward_looped``'s pass 2 on it."""
-    forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits, None, True, HAS_WEIGHT,
-                   HAS_BIAS, True, 0, ACC, BLOCK_N)
+    forward_looped(X, R, Y, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits, None, None, True,
+                   HAS_WEIGHT, HAS_BIAS, True, 0, False, ACC, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits"])
@@ -441,8 +508,8 @@ def add_rms_norm_forward_looped(
     BLOCK_N: tl.constexpr,  # chunk size: the row is walked in chunks of BLOCK_N
 ):
     """``residual_out = x + residual`` in pass 1, then ``rms_norm_forward_looped``'s pass 2 on it."""
-    forward_looped(X, R, Y, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, N, eps_bits, None, True, HAS_WEIGHT,
-                   False, False, 0, ACC, BLOCK_N)
+    forward_looped(X, R, Y, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, N, eps_bits, None, None, True,
+                   HAS_WEIGHT, False, False, 0, False, ACC, BLOCK_N)
 
 
 # -- the quantized kernels (``*_quant``): the same bodies storing y's codes (QUANT) in Q, one byte each -------------
@@ -455,16 +522,16 @@ def layer_norm_quant_forward_rows(X, Q, W, B, MEAN, RSTD, stride_x_row, M, N, ep
                                   HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, QUANT: tl.constexpr,
                                   ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``layer_norm_forward_rows`` storing ``Q(y / scale)``."""
-    forward_rows(X, None, Q, None, W, B, MEAN, RSTD, stride_x_row, 0, M, N, eps_bits, scale_bits, False, HAS_WEIGHT,
-                 HAS_BIAS, True, QUANT, ACC, BLOCK_M, BLOCK_N)
+    forward_rows(X, None, Q, None, W, B, MEAN, RSTD, stride_x_row, 0, M, N, eps_bits, scale_bits, None, False,
+                 HAS_WEIGHT, HAS_BIAS, True, QUANT, False, ACC, BLOCK_M, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
 def rms_norm_quant_forward_rows(X, Q, W, RSTD, stride_x_row, M, N, eps_bits, scale_bits, HAS_WEIGHT: tl.constexpr,
                                 QUANT: tl.constexpr, ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``rms_norm_forward_rows`` storing ``Q(y / scale)``."""
-    forward_rows(X, None, Q, None, W, None, None, RSTD, stride_x_row, 0, M, N, eps_bits, scale_bits, False, HAS_WEIGHT,
-                 False, False, QUANT, ACC, BLOCK_M, BLOCK_N)
+    forward_rows(X, None, Q, None, W, None, None, RSTD, stride_x_row, 0, M, N, eps_bits, scale_bits, None, False,
+                 HAS_WEIGHT, False, False, QUANT, False, ACC, BLOCK_M, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
@@ -472,16 +539,16 @@ def layer_norm_quant_forward_looped(X, Q, W, B, MEAN, RSTD, stride_x_row, N, eps
                                     HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, QUANT: tl.constexpr,
                                     ACC: tl.constexpr, BLOCK_N: tl.constexpr):
     """``layer_norm_forward_looped`` storing ``Q(y / scale)`` in pass 2."""
-    forward_looped(X, None, Q, None, W, B, MEAN, RSTD, stride_x_row, 0, N, eps_bits, scale_bits, False, HAS_WEIGHT,
-                   HAS_BIAS, True, QUANT, ACC, BLOCK_N)
+    forward_looped(X, None, Q, None, W, B, MEAN, RSTD, stride_x_row, 0, N, eps_bits, scale_bits, None, False,
+                   HAS_WEIGHT, HAS_BIAS, True, QUANT, False, ACC, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
 def rms_norm_quant_forward_looped(X, Q, W, RSTD, stride_x_row, N, eps_bits, scale_bits, HAS_WEIGHT: tl.constexpr,
                                   QUANT: tl.constexpr, ACC: tl.constexpr, BLOCK_N: tl.constexpr):
     """``rms_norm_forward_looped`` storing ``Q(y / scale)`` in pass 2."""
-    forward_looped(X, None, Q, None, W, None, None, RSTD, stride_x_row, 0, N, eps_bits, scale_bits, False, HAS_WEIGHT,
-                   False, False, QUANT, ACC, BLOCK_N)
+    forward_looped(X, None, Q, None, W, None, None, RSTD, stride_x_row, 0, N, eps_bits, scale_bits, None, False,
+                   HAS_WEIGHT, False, False, QUANT, False, ACC, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
@@ -489,8 +556,8 @@ def add_layer_norm_quant_forward_rows(X, R, Q, RES_OUT, W, B, MEAN, RSTD, stride
                                       scale_bits, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, QUANT: tl.constexpr,
                                       ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``add_layer_norm_forward_rows`` storing ``Q(y / scale)``."""
-    forward_rows(X, R, Q, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, scale_bits, True,
-                 HAS_WEIGHT, HAS_BIAS, True, QUANT, ACC, BLOCK_M, BLOCK_N)
+    forward_rows(X, R, Q, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, scale_bits, None, True,
+                 HAS_WEIGHT, HAS_BIAS, True, QUANT, False, ACC, BLOCK_M, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
@@ -498,8 +565,8 @@ def add_rms_norm_quant_forward_rows(X, R, Q, RES_OUT, W, RSTD, stride_x_row, str
                                     HAS_WEIGHT: tl.constexpr, QUANT: tl.constexpr, ACC: tl.constexpr,
                                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """``add_rms_norm_forward_rows`` storing ``Q(y / scale)``: vLLM's ``fused_add_rms_norm_static_fp8_quant``."""
-    forward_rows(X, R, Q, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, scale_bits, True,
-                 HAS_WEIGHT, False, False, QUANT, ACC, BLOCK_M, BLOCK_N)
+    forward_rows(X, R, Q, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, scale_bits, None,
+                 True, HAS_WEIGHT, False, False, QUANT, False, ACC, BLOCK_M, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
@@ -507,8 +574,8 @@ def add_layer_norm_quant_forward_looped(X, R, Q, RES_OUT, W, B, MEAN, RSTD, stri
                                         scale_bits, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, QUANT: tl.constexpr,
                                         ACC: tl.constexpr, BLOCK_N: tl.constexpr):
     """``add_layer_norm_forward_looped`` storing ``Q(y / scale)`` in pass 2."""
-    forward_looped(X, R, Q, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits, scale_bits, True,
-                   HAS_WEIGHT, HAS_BIAS, True, QUANT, ACC, BLOCK_N)
+    forward_looped(X, R, Q, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits, scale_bits, None, True,
+                   HAS_WEIGHT, HAS_BIAS, True, QUANT, False, ACC, BLOCK_N)
 
 
 @triton.jit(do_not_specialize=["eps_bits", "scale_bits"])
@@ -516,5 +583,85 @@ def add_rms_norm_quant_forward_looped(X, R, Q, RES_OUT, W, RSTD, stride_x_row, s
                                       HAS_WEIGHT: tl.constexpr, QUANT: tl.constexpr, ACC: tl.constexpr,
                                       BLOCK_N: tl.constexpr):
     """``add_rms_norm_forward_looped`` storing ``Q(y / scale)`` in pass 2."""
-    forward_looped(X, R, Q, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, N, eps_bits, scale_bits, True,
-                   HAS_WEIGHT, False, False, QUANT, ACC, BLOCK_N)
+    forward_looped(X, R, Q, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, N, eps_bits, scale_bits, None,
+                   True, HAS_WEIGHT, False, False, QUANT, False, ACC, BLOCK_N)
+
+
+# -- the dynamic quantized kernels (``*_dynamic_quant``): the same bodies with DYNAMIC, one scale per row ------------
+# SCALES: (M,) float32, each row's scale; ub_bits: the float64 bits of scale_ub, +inf for none. Every other argument
+# as in the static ``*_quant`` kernel of the same name.
+
+
+@triton.jit(do_not_specialize=["eps_bits", "ub_bits"])
+def layer_norm_dynamic_quant_forward_rows(X, Q, W, B, MEAN, RSTD, SCALES, stride_x_row, M, N, eps_bits, ub_bits,
+                                          HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, QUANT: tl.constexpr,
+                                          ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``layer_norm_forward_rows`` storing each row's scale and ``Q(y / scale)``."""
+    forward_rows(X, None, Q, None, W, B, MEAN, RSTD, stride_x_row, 0, M, N, eps_bits, ub_bits, SCALES, False,
+                 HAS_WEIGHT, HAS_BIAS, True, QUANT, True, ACC, BLOCK_M, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits", "ub_bits"])
+def rms_norm_dynamic_quant_forward_rows(X, Q, W, RSTD, SCALES, stride_x_row, M, N, eps_bits, ub_bits,
+                                        HAS_WEIGHT: tl.constexpr, QUANT: tl.constexpr, ACC: tl.constexpr,
+                                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``rms_norm_forward_rows`` storing each row's scale and ``Q(y / scale)``: vLLM's
+    ``rms_norm_dynamic_per_token_quant``."""
+    forward_rows(X, None, Q, None, W, None, None, RSTD, stride_x_row, 0, M, N, eps_bits, ub_bits, SCALES, False,
+                 HAS_WEIGHT, False, False, QUANT, True, ACC, BLOCK_M, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits", "ub_bits"])
+def layer_norm_dynamic_quant_forward_looped(X, Q, W, B, MEAN, RSTD, SCALES, stride_x_row, N, eps_bits, ub_bits,
+                                            HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, QUANT: tl.constexpr,
+                                            ACC: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``layer_norm_forward_looped`` with the absmax pass, storing each row's scale and ``Q(y / scale)``."""
+    forward_looped(X, None, Q, None, W, B, MEAN, RSTD, stride_x_row, 0, N, eps_bits, ub_bits, SCALES, False,
+                   HAS_WEIGHT, HAS_BIAS, True, QUANT, True, ACC, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits", "ub_bits"])
+def rms_norm_dynamic_quant_forward_looped(X, Q, W, RSTD, SCALES, stride_x_row, N, eps_bits, ub_bits,
+                                          HAS_WEIGHT: tl.constexpr, QUANT: tl.constexpr, ACC: tl.constexpr,
+                                          BLOCK_N: tl.constexpr):
+    """``rms_norm_forward_looped`` with the absmax pass, storing each row's scale and ``Q(y / scale)``."""
+    forward_looped(X, None, Q, None, W, None, None, RSTD, stride_x_row, 0, N, eps_bits, ub_bits, SCALES, False,
+                   HAS_WEIGHT, False, False, QUANT, True, ACC, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits", "ub_bits"])
+def add_layer_norm_dynamic_quant_forward_rows(X, R, Q, RES_OUT, W, B, MEAN, RSTD, SCALES, stride_x_row, stride_r_row,
+                                              M, N, eps_bits, ub_bits, HAS_WEIGHT: tl.constexpr,
+                                              HAS_BIAS: tl.constexpr, QUANT: tl.constexpr, ACC: tl.constexpr,
+                                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``add_layer_norm_forward_rows`` storing each row's scale and ``Q(y / scale)``."""
+    forward_rows(X, R, Q, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, ub_bits, SCALES,
+                 True, HAS_WEIGHT, HAS_BIAS, True, QUANT, True, ACC, BLOCK_M, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits", "ub_bits"])
+def add_rms_norm_dynamic_quant_forward_rows(X, R, Q, RES_OUT, W, RSTD, SCALES, stride_x_row, stride_r_row, M, N,
+                                            eps_bits, ub_bits, HAS_WEIGHT: tl.constexpr, QUANT: tl.constexpr,
+                                            ACC: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``add_rms_norm_forward_rows`` storing each row's scale and ``Q(y / scale)``."""
+    forward_rows(X, R, Q, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, M, N, eps_bits, ub_bits, SCALES,
+                 True, HAS_WEIGHT, False, False, QUANT, True, ACC, BLOCK_M, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits", "ub_bits"])
+def add_layer_norm_dynamic_quant_forward_looped(X, R, Q, RES_OUT, W, B, MEAN, RSTD, SCALES, stride_x_row,
+                                                stride_r_row, N, eps_bits, ub_bits, HAS_WEIGHT: tl.constexpr,
+                                                HAS_BIAS: tl.constexpr, QUANT: tl.constexpr, ACC: tl.constexpr,
+                                                BLOCK_N: tl.constexpr):
+    """``add_layer_norm_forward_looped`` with the absmax pass, storing each row's scale and ``Q(y / scale)``."""
+    forward_looped(X, R, Q, RES_OUT, W, B, MEAN, RSTD, stride_x_row, stride_r_row, N, eps_bits, ub_bits, SCALES,
+                   True, HAS_WEIGHT, HAS_BIAS, True, QUANT, True, ACC, BLOCK_N)
+
+
+@triton.jit(do_not_specialize=["eps_bits", "ub_bits"])
+def add_rms_norm_dynamic_quant_forward_looped(X, R, Q, RES_OUT, W, RSTD, SCALES, stride_x_row, stride_r_row, N,
+                                              eps_bits, ub_bits, HAS_WEIGHT: tl.constexpr, QUANT: tl.constexpr,
+                                              ACC: tl.constexpr, BLOCK_N: tl.constexpr):
+    """``add_rms_norm_forward_looped`` with the absmax pass, storing each row's scale and ``Q(y / scale)``."""
+    forward_looped(X, R, Q, RES_OUT, W, None, None, RSTD, stride_x_row, stride_r_row, N, eps_bits, ub_bits, SCALES,
+                   True, HAS_WEIGHT, False, False, QUANT, True, ACC, BLOCK_N)

@@ -7,7 +7,8 @@ The residual add fused in: :func:`add_forward` returns ``(y, residual_out, mean,
 :func:`add_backward` takes ``dresidual_out`` and the forward's ``residual_out`` and returns
 ``(dsum, dweight, dbias)``; :func:`add_rms_forward` and :func:`add_rms_backward` the same for RMSNorm.
 The output quantized for the next matrix multiply (docs/quantized.md): :func:`quant_forward` returns the codes
-``q`` of ``y / scale`` (a float8 or int8 tensor), with the residual add fused in also ``residual_out``.
+``q`` of ``y / scale`` (a float8 or int8 tensor) and, with the residual add fused in, ``residual_out``;
+:func:`dynamic_quant_forward` the codes, one float32 scale per row, and residual_out.
 All go through the same checks, layouts, heuristics and launch code (``_forward``, ``_backward``);
 only the kernel names and their argument lists differ.
 
@@ -126,14 +127,17 @@ def _param(p: torch.Tensor | None) -> torch.Tensor | None:
 @contextlib.contextmanager
 def _launching(device: torch.device) -> Iterator[None]:
     """Launch on ``device``; under the interpreter, keep NumPy quiet about NaN and Inf
-    inputs (they are legitimate: they must stay in their rows)."""
+    inputs (they are legitimate: they must stay in their rows; a row of NaN has no absmax)."""
     if device.type == "cuda":
         with torch.cuda.device(device):
             yield
         return
+    import warnings
+
     import numpy as np
 
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "All-NaN slice encountered", RuntimeWarning)
         yield
 
 
@@ -187,13 +191,32 @@ def quant_forward(x: torch.Tensor, residual: torch.Tensor | None, normalized_sha
     stored as ``q = saturate(round_to_nearest_even(y / scale))`` in ``qdtype`` (``forward_kernels.QUANT_FORMATS``:
     float8_e4m3fn, float8_e5m2, int8; a float8 tensor or int8): ``(q, residual_out)``, residual_out None without a
     residual. ``scale`` is a positive finite float32."""
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a finite positive number (y is divided by it), got {scale!r}")
+    q, _, residual_out = _quantized(x, residual, normalized_shape, weight, bias, eps, centered, qdtype, scale, None)
+    return q, residual_out
+
+
+def dynamic_quant_forward(x: torch.Tensor, residual: torch.Tensor | None, normalized_shape: Sequence[int],
+                          weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float | None, qdtype: str,
+                          scale_ub: float | None, centered: bool,
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """:func:`quant_forward` with one float32 scale per row, ``max(min(absmax(y_row), scale_ub) / qmax, 1 / (qmax *
+    512))`` (``scale_ub`` None: no bound): ``(q, scales, residual_out)``, scales of x's leading shape."""
+    if scale_ub is not None and not (isinstance(scale_ub, (int, float)) and scale_ub > 0):
+        raise ValueError(f"scale_ub must be a positive number (the bound on a row's absmax) or None, got {scale_ub!r}")
+    bound = math.inf if scale_ub is None else float(scale_ub)
+    return _quantized(x, residual, normalized_shape, weight, bias, eps, centered, qdtype, None, bound)
+
+
+def _quantized(x, residual, normalized_shape, weight, bias, eps, centered, qdtype, scale, scale_ub):
+    """Either quantized forward: ``(q, scales or None, residual_out or None)``."""
     formats = _kernels()[0].QUANT_FORMATS
     if qdtype not in formats:
         raise ValueError(f"qdtype {qdtype!r} is not one the Triton kernels store; expected one of {', '.join(formats)}")
-    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a finite positive number (y is divided by it), got {scale!r}")
-    out = _forward(x, normalized_shape, weight, bias, eps, centered, residual, quant=(float(scale), qdtype))
-    return out[0], (out[3] if residual is not None else None)
+    quant = (float(scale), qdtype, False) if scale is not None else (scale_ub, qdtype, True)
+    out = _forward(x, normalized_shape, weight, bias, eps, centered, residual, quant=quant)
+    return out[0], out[-1], (out[3] if residual is not None else None)
 
 
 def _check_like(what: str, t: torch.Tensor, x: torch.Tensor, like: str, label: str) -> None:
@@ -205,10 +228,11 @@ def _check_like(what: str, t: torch.Tensor, x: torch.Tensor, like: str, label: s
 
 def _forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Tensor | None,
              bias: torch.Tensor | None, eps: float | None, centered: bool, residual: torch.Tensor | None = None,
-             quant: tuple[float, str] | None = None):
+             quant: tuple[float, str, bool] | None = None):
     """Either forward: LayerNorm (``centered``: mean subtracted, bias) or RMSNorm (neither; mean None), of x or,
     given a ``residual``, of ``residual_out = x + residual``: ``(y, mean, rstd)``, and residual_out after them
-    when a residual is given; given ``quant``, ``(scale, qdtype)``, y is the codes of ``y / scale`` in qdtype."""
+    when a residual is given; given ``quant``, ``(scale, qdtype, False)`` or ``(scale_ub, qdtype, True)``, y is the
+    codes of ``y / scale`` in qdtype, and the row scales (dynamic; else None) come last."""
     label = ("LayerNorm" if centered else "RMSNorm") if residual is None else ("add + LayerNorm" if centered
                                                                                else "add + RMSNorm")
     shape = check_inputs(x, normalized_shape, weight, bias, label)
@@ -225,6 +249,7 @@ def _forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Ten
     rstd = torch.empty(m, dtype=acc, device=x.device)
     r2 = None if residual is None else rows_view(residual, n)
     residual_out = None if residual is None else torch.empty((m, n), dtype=residual.dtype, device=x.device)
+    scales = torch.empty(m, dtype=torch.float32, device=x.device) if quant is not None and quant[2] else None
     if m:
         fk = _kernels()[0]
         cfg = heuristics.forward_config(m, n, acc.itemsize, _target(x.device))
@@ -239,9 +264,12 @@ def _forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Ten
                                                                                    else "add_rms_norm")
         scale = ()
         out = y
-        if quant is not None:  # the codes: a float8 tensor's bytes, or int8; the scale's bits after eps's
-            name, scale, common["QUANT"] = f"{name}_quant", (eps_bits(quant[0]),), fk.QUANT_FORMATS[quant[1]]
+        if quant is not None:  # the codes: a float8 tensor's bytes, or int8; the scale's (scale_ub's) bits after eps's
+            name = f"{name}_dynamic_quant" if quant[2] else f"{name}_quant"
+            scale, common["QUANT"] = (eps_bits(quant[0]),), fk.QUANT_FORMATS[quant[1]]
             out = y if y.dtype == torch.int8 else y.view(torch.uint8)
+            if quant[2]:
+                stats = (*stats, scales)
         looped, rows = getattr(fk, f"{name}_forward_looped"), getattr(fk, f"{name}_forward_rows")
         # the tensors, then the row strides: (x, y, ...stats, x's) or (x, residual, y, residual_out, ...stats, both)
         tensors, strides = ((x2, out), (x2.stride(0),)) if residual is None else (
@@ -251,9 +279,11 @@ def _forward(x: torch.Tensor, normalized_shape: Sequence[int], weight: torch.Ten
                 looped[cfg.grid](*tensors, *stats, *strides, n, eps_bits(eps), *scale, **common)
             else:
                 rows[cfg.grid](*tensors, *stats, *strides, m, n, eps_bits(eps), *scale, BLOCK_M=cfg.block_m, **common)
+    lead = x.shape[:x.dim() - len(shape)]
+    extra = () if quant is None else (None if scales is None else scales.view(lead),)
     if residual is None:
-        return y.view(x.shape), mean, rstd
-    return y.view(x.shape), mean, rstd, residual_out.view(x.shape)
+        return (y.view(x.shape), mean, rstd, *extra)
+    return (y.view(x.shape), mean, rstd, residual_out.view(x.shape), *extra)
 
 
 def _check_statistics(mean: torch.Tensor | None, rstd: torch.Tensor, rows: int, x: torch.Tensor,
