@@ -700,10 +700,6 @@ def test_quantized_kernels_store_the_codes_of_the_plain_kernels_y(shape, dtype, 
             assert (out is None) == (res is None) and (out is None or torch.equal(out, out_fused))
 
 
-#: each format's largest magnitude, as dynamic_scale divides by it
-QMAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0, "int8": 127.0}
-
-
 @pytest.mark.parametrize("scale_ub", [None, 2.0], ids=["unbounded", "ub2"])
 @pytest.mark.parametrize("qdtype", ["float8_e4m3fn", "float8_e5m2", "int8"])
 @pytest.mark.parametrize("shape,dtype", QUANT_SHAPES, ids=str)
@@ -711,7 +707,7 @@ def test_dynamic_quantized_kernels_store_the_scales_and_codes_of_the_plain_kerne
     """Per row, bit for bit from the very y the plain kernel stores (fp32 and fp64 x): the scale
     ``fp32(max(min(absmax, scale_ub) / qmax, 1 / (qmax * 512)))`` (the division correctly rounded; an all-zero row
     gets the floor), and the codes of ``y * rn(1 / scale)``; rows and looped, both normalizations, plain and fused."""
-    from normbench.core.quantized import qformat
+    from normbench.core.quantized import qformat, qmax
     from normbench.kit import torch as torch_arrays
 
     fmt = qformat(qdtype)
@@ -719,7 +715,7 @@ def test_dynamic_quantized_kernels_store_the_scales_and_codes_of_the_plain_kerne
     x[0] = 0  # an all-zero row (RMSNorm's y is 0 there: the floor)
     residual[0] = 0
     acc = np.float64 if dtype == "float64" else np.float32
-    top, bound = QMAX[qdtype], np.inf if scale_ub is None else scale_ub
+    top, bound = qmax(qdtype), np.inf if scale_ub is None else scale_ub
     for centered in (True, False):
         bias = b if centered else None
         y_plain = launch._forward(x, shape[-1:], w, bias, 1e-5, centered)[0]

@@ -153,8 +153,7 @@ class Limits:
         if self.qdtypes is not None:
             from normbench.core.quantized import QDTYPES
 
-            unknown = [q for q in self.qdtypes if q not in QDTYPES] if isinstance(self.qdtypes, tuple) else None
-            if unknown is None or unknown or not self.qdtypes:
+            if not (isinstance(self.qdtypes, tuple) and self.qdtypes and set(self.qdtypes) <= set(QDTYPES)):
                 raise ValueError(f"Limits(qdtypes={self.qdtypes!r}): give a tuple of some of {', '.join(QDTYPES)}, "
                                  f"e.g. ('int8',)")
 

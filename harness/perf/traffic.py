@@ -69,6 +69,7 @@ import numpy as np
 from normbench.core import storage
 from normbench.core.dtypes import DTYPES
 from normbench.core.exceptions import NormbenchError
+from normbench.core.operations import NAMES
 from normbench.core.storage import Column, Schema
 from normbench.perf.roofline import BYTE_MODELS, direction_bytes
 
@@ -76,14 +77,9 @@ from normbench.perf.roofline import BYTE_MODELS, direction_bytes
 EMULATED_SM_COUNT_ENV = "NORMBENCH_EMULATED_SM_COUNT"
 #: launches with at most this many programs along grid axis 0 run every program
 SAMPLE_ALL_BELOW = 7
-#: the ``normalization`` column's value per normalization (LayerNorm's predates normbench.core.operations' names)
-NORMALIZATION_COLUMN = {"layer_norm": "layernorm", "rms_norm": "rmsnorm", "add_layer_norm": "add-layernorm",
-                        "add_rms_norm": "add-rmsnorm", "layer_norm_quant": "layernorm-quant",
-                        "rms_norm_quant": "rmsnorm-quant", "add_layer_norm_quant": "add-layernorm-quant",
-                        "add_rms_norm_quant": "add-rmsnorm-quant", "layer_norm_dynamic_quant": "layernorm-dynamic-quant",
-                        "rms_norm_dynamic_quant": "rmsnorm-dynamic-quant",
-                        "add_layer_norm_dynamic_quant": "add-layernorm-dynamic-quant",
-                        "add_rms_norm_dynamic_quant": "add-rmsnorm-dynamic-quant"}
+#: the ``normalization`` column's value per operation (LayerNorm's, "layernorm", predates normbench.core.operations'
+#: names): the name with "_norm" joined and the other underscores as hyphens (``add_rms_norm_quant``: add-rmsnorm-quant)
+NORMALIZATION_COLUMN = {name: name.replace("_norm", "norm").replace("_", "-") for name in NAMES}
 #: the codes a quantized operation's traffic is counted with (one byte each, whichever format)
 COUNTED_QDTYPE = "float8_e4m3fn"
 #: what a ratio means, printed with every table

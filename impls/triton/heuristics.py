@@ -232,10 +232,9 @@ def reduce_config(programs: int, n: int, target: Target) -> ReduceConfig:
 #: their normalization does: the residual, residual_out, dresidual_out and dsum each move once, as the byte model says.
 #: The quantized ones (``*_quant``, ``*_dynamic_quant``: a forward alone) save their normalization's statistics; their
 #: codes (and row scales) move once.
-NORMALIZATIONS = {"layer_norm": (2, 2), "rms_norm": (1, 1), "add_layer_norm": (2, 2), "add_rms_norm": (1, 1),
-                  "layer_norm_quant": (2, 0), "rms_norm_quant": (1, 0), "add_layer_norm_quant": (2, 0),
-                  "add_rms_norm_quant": (1, 0), "layer_norm_dynamic_quant": (2, 0), "rms_norm_dynamic_quant": (1, 0),
-                  "add_layer_norm_dynamic_quant": (2, 0), "add_rms_norm_dynamic_quant": (1, 0)}
+NORMALIZATIONS = {"layer_norm": (2, 2), "rms_norm": (1, 1), "add_layer_norm": (2, 2), "add_rms_norm": (1, 1)}
+NORMALIZATIONS.update({f"{norm}{quant}": (statistics, 0) for norm, (statistics, _) in list(NORMALIZATIONS.items())
+                       for quant in ("_quant", "_dynamic_quant")})
 
 
 def traffic_beyond_model(rows: int, n: int, acc_bytes: int, target: Target, direction: str, x_bytes: int = 4,
