@@ -163,3 +163,48 @@ def test_a_hyphenated_backend_name_is_found_in_its_test_ids():
     assert backend_of(nodeid, names) == "mutant-no-mean-term"
     assert backend_of(nodeid) == "mutant"  # without the names: the first word only
     assert backend_of("suites/test_forward.py::test_forward[numpy-float32-rows1-hidden8-normal]", names) == "numpy"
+
+
+# -- a slow start is no plugin's hang: the limits count from the child's start (a busy machine, load 4-6) ------
+
+
+def _slow_start(seconds: float, then: str) -> list[str]:
+    """A child that takes ``seconds`` to start (as Python and normbench do on a busy machine), then runs ``then``
+    with ``path``, its progress file, as a name."""
+    return [sys.executable, "-c", f"import sys, time; path = sys.argv[1]; time.sleep({seconds}); {then}"]
+
+
+def test_a_plugin_limit_is_not_spent_on_the_childs_start(tmp_path):
+    """Before: the limit counted from the launch; a start-up slower than it called a crashing plugin a hang."""
+    from normbench.core import vetting
+
+    progress = str(tmp_path / "loading")
+    then = "open(path, 'w').write('slow\\tacme 1.0'); import os; os._exit(7)"
+    watched = vetting.watch([*_slow_start(1.5, then), progress], progress, timeout=0.5)
+    assert (watched.returncode, watched.loading, watched.timed_out, watched.started) == (7, "slow", False, True)
+    hangs = "open(path, 'w').write('slow\\tacme 1.0'); time.sleep(100)"
+    watched = vetting.watch([*_slow_start(0.2, hangs), str(tmp_path / "again")], str(tmp_path / "again"), timeout=0.5)
+    assert watched.timed_out and watched.loading == "slow"  # the plugin's own time is still limited
+
+
+def test_a_childs_start_that_never_ends_is_not_a_plugins(tmp_path, monkeypatch):
+    from normbench.core import vetting
+
+    monkeypatch.setattr(vetting, "STARTUP_S", 0.3)
+    progress = str(tmp_path / "loading")
+    watched = vetting.watch([*_slow_start(100, ""), progress], progress, timeout=0.1)
+    assert watched.timed_out and not watched.started and watched.loading == ""
+
+
+def test_check_times_the_backend_from_its_start_on_the_case(tmp_path, monkeypatch):
+    """``normbench check --timeout`` counts from the moment the child starts on the case, not from its launch."""
+    from normbench.front import cli
+
+    started = str(tmp_path / "started")
+    slow = subprocess.Popen(_slow_start(1.0, "open(path, 'w'); sys.exit(1)") + [started])
+    assert cli._wait_for_check(slow, started, timeout=0.3) == (1, True)  # 1 s to start, then a FAIL: not a TIMEOUT
+    hangs = subprocess.Popen(_slow_start(0.1, "open(path, 'w'); time.sleep(100)") + [str(tmp_path / "h")])
+    assert cli._wait_for_check(hangs, str(tmp_path / "h"), timeout=0.3) == (None, True)
+    monkeypatch.setattr(cli, "_check_startup_s", lambda: 0.3)
+    never = subprocess.Popen(_slow_start(100, "") + [str(tmp_path / "n")])
+    assert cli._wait_for_check(never, str(tmp_path / "n"), timeout=0.3) == (None, False)

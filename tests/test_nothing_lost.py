@@ -238,6 +238,32 @@ def test_rows_a_full_disk_refused_are_written_at_the_end_once_space_is_freed(tmp
     assert "now in" in capsys.readouterr().err
 
 
+def test_a_row_in_the_journal_is_never_also_kept_as_unsaved(tmp_path, monkeypatch):
+    """Before: the JSON snapshot that follows a row's append failed on the full disk, ``add`` raised for a row
+    already in conformance.csv, and the run kept it a second time in the unsaved file (1 + 42 rows for 42 tests,
+    on a busy machine, where the first test ends more than 2 s after the writer opens)."""
+    import errno
+
+    from normbench.check.outcomes import CONFORMANCE
+    from normbench.core import storage
+    from normbench.front.run import _Sink
+    from normbench.front.runner import Outcome
+
+    def no_space(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    writer = storage.ResultsWriter(tmp_path, "r1", CONFORMANCE)
+    monkeypatch.setattr(storage.ResultsWriter, "JSON_EVERY_S", 0.0)
+    monkeypatch.setattr(storage, "write_atomic", no_space)  # the snapshot cannot be written; the journal can
+    sink = _Sink(writer, "r1")
+    for n in range(3):
+        sink(Outcome(f"suites/test_forward.py::test_forward[numpy-float32-rows{n + 1}-hidden8-normal]", "numpy",
+                     "test_forward", "passed"))
+    journal = _csv_rows(tmp_path / "conformance.csv")
+    assert journal == 1 and len(sink.unsaved) == 2  # the first row is written once; the two after it refused
+    assert "conformance.json" in str(sink.error)
+
+
 def test_pytest_arguments_pytest_refuses_create_no_run_folder(tmp_path):
     """Before: pytest printed its usage and a run folder marked 'finished' with 0 tests was left."""
     out = normbench("run", "--impl=numpy", f"--out={tmp_path}", "--no-such-pytest-option")

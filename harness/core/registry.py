@@ -276,6 +276,7 @@ def try_loading(progress_file: str, names: Sequence[str]) -> None:
     selection says why in its own process); only ending or hanging the process counts."""
     from normbench.core.files import write_atomic
 
+    write_atomic(progress_file, "")  # started: from here on the plugins' limits count (core.vetting.watch)
     registry = get_registry()
     for name in names:
         write_atomic(progress_file, f"{name}\t{registry.plugin(name).provider}")

@@ -58,6 +58,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import gzip
 import io
@@ -482,7 +483,9 @@ class ResultsWriter:
     def add(self, row: dict[str, Any]) -> None:
         """Append one row (a dict of every column, as :func:`new_row` makes; a float that is NaN or
         infinite is written empty, as JSON has it); a row that breaks the schema is refused, with
-        the field, before anything is written."""
+        the field, before anything is written. It raises only for a row it did not write: once the
+        row is in the journal, a failure of the JSON snapshot that follows is raised by the next call
+        (a caller that keeps the rows :meth:`add` refused then keeps each row exactly once)."""
         if self._failed is not None:
             raise self._failed
         if self._closed:
@@ -496,9 +499,10 @@ class ResultsWriter:
                   self.csv_path, row=len(self.rows) + 1)
         if sync:
             self._last_sync = now
-        self.rows.append(clean)
+        self.rows.append(clean)  # in the journal: from here on, this row is written, whatever else fails
         if now - self._last_json >= max(self.JSON_EVERY_S, 20 * self._json_seconds):
-            self.flush()
+            with contextlib.suppress(ResultsError):  # the snapshot's failure is raised by the next add or close
+                self.flush()
 
     def flush(self) -> None:
         """Rewrite the JSON snapshot now (whole), if rows came since the last one."""

@@ -31,6 +31,10 @@ from dataclasses import dataclass
 
 #: seconds one plugin may take to be imported, answer ``availability()`` and be created
 PLUGIN_TIMEOUT_S = 60.0
+#: seconds a watched child may take to start (Python and normbench imported, before it says anything): on a busy
+#: machine this alone can take longer than a short plugin limit, and it is no plugin's time, so it is not counted
+#: in any plugin's limit (a ``.pth`` file that hangs Python's own start-up is caught by this one)
+STARTUP_S = 120.0
 #: the environment variable that sets another limit for every command (``normbench list --plugin-timeout`` wins)
 TIMEOUT_ENV = "NORMBENCH_PLUGIN_TIMEOUT"
 #: the environment variable holding the verdicts reached so far (JSON: key -> problem, "" when fine)
@@ -55,26 +59,41 @@ class Watched:
     loading: str
     provider: str
     timed_out: bool
+    #: whether the child had started (written its progress file) when it ended
+    started: bool = True
 
 
 def watch(command: Sequence[str], progress_file: str, timeout: float, stdout=subprocess.DEVNULL,
           stderr=subprocess.DEVNULL) -> Watched:
-    """Run ``command``, which writes ``name<TAB>provider`` to ``progress_file`` as it starts on each plugin (and
-    "" when it is outside any); end it when one plugin takes longer than ``timeout`` seconds (anything outside a
-    plugin, e.g. entry-point discovery, twice that)."""
+    """Run ``command``, which creates ``progress_file`` (empty) as soon as it has started, then writes
+    ``name<TAB>provider`` to it as it starts on each plugin (and "" when it is outside any); end it when one
+    plugin takes longer than ``timeout`` seconds (anything outside a plugin, e.g. entry-point discovery, twice
+    that). The limits count from the child's start, not from its launch: starting Python has :data:`STARTUP_S`
+    of its own. ``progress_file`` must not exist before the call."""
     child = subprocess.Popen(list(command), stdout=stdout, stderr=stderr)
-    loading, since, timed_out = "", time.monotonic(), False
+    loading, since, timed_out, started = "", time.monotonic(), False, False
     while child.poll() is None:
         time.sleep(0.05)
+        if not started:
+            started = os.path.exists(progress_file)
+            if started:
+                since = time.monotonic()
+            elif time.monotonic() - since > STARTUP_S:
+                timed_out = _kill(child)
+            continue
         now = read_text(progress_file)
         if now != loading:
             loading, since = now, time.monotonic()
         elif time.monotonic() - since > timeout * (1 if loading else 2):
-            child.kill()
-            child.wait()
-            timed_out = True
+            timed_out = _kill(child)
     name, _, provider = read_text(progress_file).partition("\t")
-    return Watched(child.returncode, name, provider, timed_out)
+    return Watched(child.returncode, name, provider, timed_out, started or os.path.exists(progress_file))
+
+
+def _kill(child: subprocess.Popen) -> bool:
+    child.kill()
+    child.wait()
+    return True
 
 
 def problem(watched: Watched, timeout: float, consequence: str = "") -> str:
@@ -144,7 +163,6 @@ def vet(registry, names: Sequence[str], child: Sequence[str]) -> dict[str, str]:
                 verdicts.update({key(registry.plugin(n)): "" for n in untried[:stopped]})
                 verdicts[key(registry.plugin(watched.loading))] = problem(watched, limit)
                 untried = untried[stopped + 1:]
-                with open(progress_file, "w", encoding="utf-8"):
-                    pass
+                os.remove(progress_file)  # the next child's start is told by its creating the file anew
         os.environ[VERDICTS_ENV] = json.dumps(verdicts)
     return {n: verdicts[key(registry.plugin(n))] for n in names if verdicts.get(key(registry.plugin(n)))}

@@ -21,7 +21,9 @@ first. This module parses the command line and dispatches; ``run`` and ``test`` 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import subprocess
 import sys
 from collections.abc import Sequence
 
@@ -64,25 +66,27 @@ def cmd_list(args: argparse.Namespace) -> int:
                 return watched.returncode if watched.returncode >= 0 else 1
             if not watched.loading:  # before the first plugin (entry-point discovery), or after the last
                 sys.stdout.write(out)
-                raise NormbenchError(f"listing the backends ended with exit status {watched.returncode} outside any "
-                                     f"one plugin (a hang in entry-point discovery ends after "
-                                     f"{2 * limit:g} s). Fix: `python -m normbench.front.cli list --in-process` "
-                                     f"shows the traceback")
+                where = ("before Python had started normbench (a start-up that takes longer than "
+                         f"{vetting.STARTUP_S:g} s is ended)" if not watched.started else
+                         f"outside any one plugin (a hang in entry-point discovery ends after {2 * limit:g} s)")
+                raise NormbenchError(f"listing the backends ended with exit status {watched.returncode} {where}. "
+                                     f"Fix: `python -m normbench.front.cli list --in-process` shows the traceback")
             problems.append(vetting.problem(watched, limit, "It is left out of this list. "))
             args.left_out.append(watched.loading)
             os.remove(progress_file)
 
 
 def _list_backends(args: argparse.Namespace) -> int:
-    registry = get_registry()
-    rows = [["name", "provided by", "library", "available", "operations", "dtypes", "device", "backward"]]
-    problems = [p.message for p in registry.problems] + list(args.problem)
-
     def loading(name: str, provider: str = "") -> None:
         if args.progress_file:
             from normbench.core.files import write_atomic
 
             write_atomic(args.progress_file, f"{name}\t{provider}" if name else "")
+
+    loading("")  # started (core.vetting.watch): entry-point discovery and the plugins' limits count from here
+    registry = get_registry()
+    rows = [["name", "provided by", "library", "available", "operations", "dtypes", "device", "backward"]]
+    problems = [p.message for p in registry.problems] + list(args.problem)
 
     for name in registry.names:
         plugin = registry.plugin(name)
@@ -131,7 +135,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     case = _check_case(args)
     if args.in_process:
         return _check_in_process(args, case)
-    import subprocess
+    import tempfile
 
     from normbench.core import machine
 
@@ -142,14 +146,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     command = [sys.executable, "-m", "normbench", *args.argv]  # the last --impl given wins
     checked = failed = 0
     for name in names:
-        child = subprocess.Popen([*command, f"--impl={name}", "--in-process",
-                                  *(["--skip-unavailable"] if everything else [])])
-        try:
-            code = child.wait(timeout=args.timeout or None)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-            code = None
+        with tempfile.TemporaryDirectory(prefix="normbench-check-") as folder:
+            started = os.path.join(folder, "started")
+            child = subprocess.Popen([*command, f"--impl={name}", "--in-process", f"--progress-file={started}",
+                                      *(["--skip-unavailable"] if everything else [])])
+            code, ready = _wait_for_check(child, started, args.timeout)
         if code == _CHECK_SKIPPED:  # it said why
             continue
         if code == 2:  # it said the error (the backend named is not available, ...)
@@ -157,7 +158,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         checked += 1
         failed += code != 0
         where = f"{name} {case.id} (seed {args.seed})"
-        if code is None:
+        if code is None and not ready:
+            print(f"TIMEOUT {where}: the backend was not ready to compute within {_check_startup_s():g} s (starting "
+                  f"Python, importing its framework, creating it)", flush=True)
+        elif code is None:
             print(f"TIMEOUT {where}: no result within {args.timeout:g} s (--timeout)", flush=True)
         elif code < 0:
             print(f"CRASH {where}: the backend ended the process with signal {vetting.signal_name(-code)}", flush=True)
@@ -166,6 +170,35 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not checked:
         raise NormbenchError(f"cannot check {case.id}: no selected backend can run it (the reasons are above)")
     return 1 if failed else 0
+
+
+def _check_startup_s() -> float:
+    """How long a check's child may take before it starts on the case: Python's start-up and the backend's
+    creation (a plugin's own limit bounds that), neither of which ``--timeout`` counts."""
+    return vetting.STARTUP_S + vetting.timeout_s()
+
+
+def _wait_for_check(child, started: str, timeout: float) -> tuple[int | None, bool]:
+    """Wait for a check's child: its exit status (None if it was ended for taking too long) and whether it had
+    started on the case (created ``started``). ``timeout`` (0: none) counts from that start, so that a busy
+    machine's slow start-up is never a backend's TIMEOUT."""
+    import time
+
+    launched, ready_at = time.monotonic(), None
+    while True:
+        try:
+            return child.wait(timeout=0.05), ready_at is not None or os.path.exists(started)
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if ready_at is None and os.path.exists(started):
+            ready_at = now
+        limit_passed = (now - launched > _check_startup_s() if ready_at is None else
+                        timeout and now - ready_at > timeout)
+        if limit_passed:
+            child.kill()
+            child.wait()
+            return None, ready_at is not None
 
 
 def _check_case(args: argparse.Namespace):
@@ -202,6 +235,10 @@ def _check_in_process(args: argparse.Namespace, case) -> int:
         return _CHECK_SKIPPED
     inputs = cases.make_inputs(case, args.seed)
     progress(f"checking {case.id} (seed {args.seed}) on {describe(backend)} against the float64 oracle...")
+    if args.progress_file:  # started on the case: the parent's --timeout counts from here
+        from normbench.core.files import write_atomic
+
+        write_atomic(args.progress_file, "")
     try:
         conformance.check_forward(backend, inputs)
     except conformance.ConformanceError as exc:
@@ -340,11 +377,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="Default: %(default)r")
     p.add_argument("--seed", type=options.parse_seed, default=0, help="Default: %(default)r")
     p.add_argument("--timeout", type=options.parse_seconds, default=CHECK_TIMEOUT_S, metavar="SECONDS",
-                   help="how long one backend's check may take before it is a TIMEOUT (0: no limit). "
-                        "Default: %(default)r")
+                   help="how long one backend's check may take before it is a TIMEOUT (0: no limit), counted from "
+                        "the moment it starts on the case (starting Python and creating the backend have a limit of "
+                        "their own). Default: %(default)r")
     # each backend is checked in a child process (cmd_check); these are how the parent talks to it
     p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--skip-unavailable", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--progress-file", help=argparse.SUPPRESS)  # created when the child starts on the case
 
     for name, helptext in (("test", "run the suites with pytest (extra arguments go to pytest)"),
                            ("run", "the main job: the conformance and throughput suites on the backends, "
