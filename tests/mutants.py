@@ -540,8 +540,10 @@ BACKWARD_MUTANTS: list[type[Fp32Kernel]] = [
 
 
 def _writable(a) -> bool:
-    """Whether ``a`` can be written in place: a non-empty array that is not a read-only view (a stride-0 dy)."""
-    return isinstance(a, np.ndarray) and a.size > 0 and a.flags.writeable
+    """Whether a kernel would write ``a`` in place: a non-empty array that is not a broadcast view (a stride-0 dy,
+    which no kernel writes). Its read-only flag is not asked: the harness hands inputs read-only, and the write that
+    then fails is what these mutants are for."""
+    return isinstance(a, np.ndarray) and a.size > 0 and 0 not in a.strides
 
 
 class NormalizesInputInPlace(Fp32Kernel):

@@ -42,7 +42,8 @@ def test_a_good_value_parses(parse, value, expected):
     assert parse(value) == expected
 
 
-SEEDS = "Use a seed N from 0 to 4294967295, a range A..B or a list N,M,... (e.g. 0, 0..19 or 1,4,9)"
+SEEDS = ("Use a seed N from 0 to 4294967295, a range A..B, a list N,M,... or random (e.g. 0, 0..19, 1,4,9 or "
+         "random)")
 SHAPE = ("Use ROWSxHIDDEN[xMORE], e.g. 8x1024 or 2x4x1024: whole numbers joined by 'x' (one number is a single row), "
          "the last >= 1, the others >= 0")
 
@@ -339,3 +340,18 @@ def test_normbench_test_passes_the_backends_and_seeds_on(tmp_path):
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert [line.rpartition("::")[2] for line in out.stdout.splitlines() if "::" in line] == \
         [f"test_forward[numpy-{ONE_CASE}-seed{s}]" for s in (1, 2, 3)]
+
+
+def test_a_random_seed_is_drawn_once_per_run_and_kept_for_its_processes(monkeypatch):
+    """``--normbench-seed=random``: drawn from the OS by the first process to parse it, kept in the environment for
+    the processes it starts (pytest-xdist's workers must collect the same test ids), recorded as any seed is."""
+    from normbench.front import options
+
+    monkeypatch.delenv(options.SEED_DRAWN_ENV, raising=False)
+    [first] = options.parse_seeds("random")
+    assert os.environ[options.SEED_DRAWN_ENV] == str(first) and options.parse_seeds("random") == [first]
+    draws = set()
+    for _ in range(5):
+        monkeypatch.delenv(options.SEED_DRAWN_ENV)
+        draws |= set(options.parse_seeds("random"))
+    assert len(draws) > 1 and all(0 <= s < options.SEED_LIMIT for s in draws)  # not a fixed seed in disguise

@@ -72,7 +72,8 @@ def test_a_case_is_measured_written_and_handed_to_pytest_benchmark(plugins, tmp_
 
 def test_a_wrong_backend_fails_and_is_recorded_as_an_error_not_a_speed(plugins, tmp_path):
     out = run(plugins, THROUGHPUT, "--impl=zeros", *ONE_CASE, f"--normbench-out={tmp_path}", "--normbench-run-id=r1")
-    assert out.returncode == 1 and "wrong-before: zeros float32-rows256-hidden16384-normal (seed 0): y[" in out.stdout
+    assert out.returncode == 1 and ("wrong-before: the first call (verified before timing): zeros "
+                                    "float32-rows256-hidden16384-normal (seed 0): y[") in out.stdout
     row = storage.load(tmp_path / "r1", THROUGHPUT_SCHEMA).iloc[0]
     assert row.verdict == "wrong-before" and row.gbps != row.gbps  # NaN: no speed
 

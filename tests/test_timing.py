@@ -80,8 +80,10 @@ def test_the_cuda_timer_brackets_each_launch_with_events_and_synchronizes_per_ba
     timing = timer.measure(lambda: gpu.launch("kernel", 0.25), lambda out: None,
                            TimingOptions(cache="cold", min_samples=12, max_samples=12, max_time_s=0.0))
     assert timing.samples == (0.25e-3,) * 12 and timing.timer == "cuda-events"
-    assert gpu.synchronizes == 1
-    assert gpu.log == ["fill"] + ["flush", "event", "kernel", "event"] * 12 + ["synchronize"]
+    # a device-wide synchronize inside each sample, before its end event (work on any stream is in it), and one
+    # for the batch
+    assert gpu.synchronizes == 13
+    assert gpu.log == ["fill"] + ["flush", "event", "kernel", "synchronize", "event"] * 12 + ["synchronize"]
 
 
 def test_the_cuda_flush_reads_and_never_writes_between_samples():
@@ -102,7 +104,8 @@ def test_the_cuda_timer_in_warm_mode_times_back_to_back_launches_without_a_flush
         TimingOptions(cache="warm", min_samples=4, max_samples=4, max_time_s=0.0, min_sample_s=1e-4))
     assert timing.calls_per_sample in (10, 11)  # 1e-4 s / 1e-5 s, up to the float rounding of the fake clock
     assert all(math.isclose(s, 0.01e-3) for s in timing.samples)
-    assert "flush" not in gpu.log and gpu.synchronizes == 2  # the sizing batch, then the samples
+    assert "flush" not in gpu.log
+    assert gpu.synchronizes == 3 + 1 + 4 + 1  # the sizing batch's 3 samples and its end, the 4 samples and theirs
 
 
 def test_replay_clock_hands_recorded_samples_to_a_clock_driven_tool():

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from normbench.check import coherence, error_model, fused, hypotheses, oracle, quantized
+from normbench.check.aliasing import Extents, aliasing_message
 from normbench.check.outcomes import HISTOGRAM_BINS, HISTOGRAM_WIDTH, Histogram
 from normbench.check.worst import ConformanceError, Worst, worst_violation
 from normbench.core import cases, operations
@@ -94,9 +95,12 @@ def _fail(what: str, got, ref_values, bound, inputs, backend, ref, notes: tuple[
 
 
 def host_array(what: str, got, backend: Backend, shape, dtype: str | None = None, *,
-               exact_shape: bool = True) -> np.ndarray:
-    """A backend's output ``got`` as a NumPy host array (in the dtype it holds), or
-    :class:`ConformanceError` naming ``what`` and the backend when it is not what was asked.
+               exact_shape: bool = True, avoid: Extents | None = None) -> np.ndarray:
+    """A backend's output ``got`` as a NumPy host array (in the dtype it holds): a copy, taken now, that nothing the
+    backend does later can change; or :class:`ConformanceError` naming ``what`` and the backend when it is not what
+    was asked. ``avoid``: what the output must not share memory with (:mod:`normbench.check.aliasing`: the inputs,
+    the harness's arrays, an earlier call's outputs); the output is added to it, so that the call's next output
+    must not share memory with this one either.
 
     How strict, explicitly: ``exact_shape`` True: its shape must be ``shape``; False:
     any shape of as many elements, reshaped to ``shape``. ``dtype`` (a normbench dtype
@@ -117,10 +121,19 @@ def host_array(what: str, got, backend: Backend, shape, dtype: str | None = None
     __tracebackhide__ = True
     if got is None:
         raise ConformanceError(f"{backend.name}: {what} is None, expected an array of shape {tuple(shape)}")
+    shared = avoid.overlapping(got) if avoid is not None else None
+    if shared:
+        raise ConformanceError(aliasing_message(backend.name, what, shared))
     try:
-        host = np.asarray(backend.to_numpy(got))
+        view = np.asarray(backend.to_numpy(got))
     except Exception as exc:
         raise ConformanceError(f"{backend.name}: {what}: to_numpy failed on {type(got).__name__}: {exc}") from exc
+    shared = avoid.overlapping(view) if avoid is not None else None
+    if shared:
+        raise ConformanceError(aliasing_message(backend.name, what, shared))
+    if avoid is not None:
+        avoid.add(f"its own output {what}", got)
+    host = np.array(view, copy=True)  # the output as it is now: a buffer reused or written later changes no verdict
     if not exact_shape:
         if host.size != int(np.prod(shape, dtype=np.int64)):
             raise ConformanceError(f"{backend.name}: {what} has shape {tuple(host.shape)}, expected {tuple(shape)} "
@@ -155,7 +168,9 @@ class Handover:
     >>> from normbench import get_registry
     >>> numpy = get_registry().create("numpy")
     >>> handed = Handover.of(numpy, x=np.zeros((2, 3), np.float32), weight=None)
-    >>> handed["x"][1, :2] = np.nan  # what a backend must not do
+    >>> handed["x"].flags.writeable  # a NumPy array is handed read-only: a write fails where it is made (call)
+    False
+    >>> handed["x"].base[1, :2] = np.nan  # what a backend must not do, through the memory underneath
     >>> handed.check("layer_norm")
     Traceback (most recent call last):
     ...
@@ -174,14 +189,51 @@ a backend must not write into its arguments
 
     @classmethod
     def of(cls, backend: Backend, **hosts: np.ndarray | None) -> Handover:
-        """Copy each host array, then convert it with ``backend.asarray`` (None stays None)."""
+        """Copy each host array, then convert it with ``backend.asarray`` (None stays None); a native array that is
+        a NumPy array (a NumPy backend's, which may be the host array itself) is handed read-only, so that a write
+        into it fails where it is made (:meth:`call`), even one the backend would undo before returning."""
         pristine = tuple(None if a is None else a.copy() for a in hosts.values())
-        native = tuple(None if a is None else backend.asarray(a) for a in hosts.values())
+        native = tuple(None if a is None else read_only(backend.asarray(a)) for a in hosts.values())
         return cls(backend, tuple(hosts), native, pristine)
+
+    def call(self, entry: str, context: str, function, *arguments: tuple):
+        """``function(*arguments)``, the call of ``entry`` on this handover's arrays (each of ``arguments`` a tuple
+        holding some of :attr:`native`). A write into a read-only input fails there (NumPy's ValueError): the call
+        is then made once more on writable copies, to name the input it writes, and that is the failure (a backend
+        that undid its write before returning is told so)."""
+        __tracebackhide__ = True
+        try:
+            return function(*arguments)
+        except ValueError as exc:
+            if "read-only" not in str(exc):
+                raise
+            said = f"handed read-only, the write failed where it was made ({exc})"
+        writable = tuple(None if n is None or not isinstance(n, np.ndarray) else np.array(n, order="K")
+                         for n in self.native)
+        swap = {id(n): w for n, w in zip(self.native, writable) if w is not None}
+        again = Handover(self.backend, self.names, tuple(w if w is not None else n
+                                                          for n, w in zip(self.native, writable)), self.pristine)
+        try:
+            function(*(tuple(swap.get(id(a), a) for a in args) for args in arguments))
+            self.backend.synchronize()
+            again.check(entry, context)
+        except ConformanceError as named:
+            raise ConformanceError(f"{named}; {said}") from None
+        except Exception:  # it fails otherwise on writable copies: the write is what it did first
+            pass
+        raise ConformanceError(f"{context}{entry} wrote into an input it was handed, and undid the write before "
+                               f"returning; {said}. A backend must not write into its arguments") from None
 
     def __getitem__(self, name: str):
         """The backend's array of the argument ``name``."""
         return self.native[self.names.index(name)]
+
+    def extents(self) -> Extents:
+        """What the call's outputs must not share memory with: the arguments and the harness's copies of them."""
+        held = Extents()
+        for name, native, pristine in zip(self.names, self.native, self.pristine):
+            held.add(f"the input {name}", native).add(f"the harness's copy of the input {name}", pristine)
+        return held
 
     def check(self, entry: str, context: str = "") -> None:
         """After the call of ``entry``: each argument still holds the bits it was handed (a NaN equal to a
@@ -236,6 +288,16 @@ def changed(before: np.ndarray, after: np.ndarray) -> np.ndarray | str | None:
     return differ if differ.any() else None
 
 
+def read_only(native):
+    """``native`` as the backend gets it: a NumPy array as a read-only view of itself (the harness's own array, which
+    a NumPy backend's ``asarray`` may return, keeps its flags); any other array type as it is."""
+    if not isinstance(native, np.ndarray):
+        return native
+    view = native.view()
+    view.flags.writeable = False
+    return view
+
+
 def _value(v) -> str:
     try:
         return f"{float(v):.9g}"
@@ -257,6 +319,9 @@ class ForwardRun:
     originals: tuple  # copies of the host (x, residual, weight, bias), taken before the call (``Handover.pristine``)
     #: a fused operation's residual_out (the residual's dtype), else None
     residual_out: np.ndarray | None = None
+    #: the backend's own output objects (y, a fused operation's residual_out), held so that a later call's outputs
+    #: are checked not to share their memory (:mod:`normbench.check.aliasing`)
+    outputs: tuple = ()
 
 
 def forward_entry(backend: Backend, norm: operations.Operation, statistics: bool) -> str:
@@ -286,35 +351,51 @@ def hand_over(backend: Backend, inputs: Inputs) -> tuple[Handover, tuple]:
     return handed, args
 
 
-def run_forward(backend: Backend, inputs: Inputs, *, statistics: bool = True) -> ForwardRun:
+def _avoid(handed: Handover, earlier) -> Extents:
+    """What a call's outputs must not share memory with: its inputs, the harness's copies, ``earlier``'s outputs."""
+    avoid = handed.extents()
+    if earlier is not None:
+        for name, output in earlier.outputs:
+            avoid.add(f"the previous call's output {name}", output)
+    return avoid
+
+
+def run_forward(backend: Backend, inputs: Inputs, *, statistics: bool = True,
+                earlier: ForwardRun | None = None) -> ForwardRun:
     """Convert inputs, run the forward once and bring results back: the operation's forward with its
     statistics (``Operation.forward_with_statistics``: LayerNorm's ``layer_norm_with_statistics``, y and the
     statistics from one call), or its entry point alone with ``statistics`` False (or an operation that
     saves none). The inputs are handed over on a :class:`Handover`: a backend that wrote into one fails
-    here, before its outputs are read."""
+    here, before its outputs are read. Each output is a copy, and must not share memory with the inputs or
+    with ``earlier``'s outputs (a run of the same case before this one)."""
     __tracebackhide__ = True
     case = inputs.case
     norm = operations.of(case.norm)
     handed, args = hand_over(backend, inputs)
     if statistics and not case.options:
-        y, stats = norm.forward_with_statistics(backend, args)
+        y, stats = handed.call(forward_entry(backend, norm, statistics), _context(backend, inputs),
+                               lambda a: norm.forward_with_statistics(backend, a), args)
     else:
-        y, stats = norm.forward(backend, args, case.options), None
+        y, stats = handed.call(norm.entry, _context(backend, inputs), lambda a: norm.forward(backend, a, case.options),
+                               args), None
     backend.synchronize()
     handed.check(forward_entry(backend, norm, statistics), _context(backend, inputs))
+    avoid = _avoid(handed, earlier)
     if norm.fuses:
         y, out = fused_outputs(backend, case, norm, y)
-        return ForwardRun(host_array("y", y, backend, case.shape, case.dtype), None, handed.native, handed.pristine,
-                          host_array("residual_out", out, backend, case.shape, case.residual_type))
-    y_host = host_array("y", y, backend, case.shape, case.dtype)
+        return ForwardRun(host_array("y", y, backend, case.shape, case.dtype, avoid=avoid), None, handed.native,
+                          handed.pristine,
+                          host_array("residual_out", out, backend, case.shape, case.residual_type, avoid=avoid),
+                          outputs=(("y", y), ("residual_out", out)))
+    y_host = host_array("y", y, backend, case.shape, case.dtype, avoid=avoid)
     if stats is None:
-        return ForwardRun(y_host, None, handed.native, handed.pristine)
+        return ForwardRun(y_host, None, handed.native, handed.pristine, outputs=(("y", y),))
     mean, rstd = (np.asarray(backend.to_numpy(s)) for s in stats)
     if mean.size != case.rows or rstd.size != case.rows:
         raise ConformanceError(f"{backend.name}: statistics have {mean.size} and {rstd.size} values, "
                                f"expected one per row ({case.rows})")
     as64 = (np.asarray(mean, dtype=np.float64).reshape(-1), np.asarray(rstd, dtype=np.float64).reshape(-1))
-    return ForwardRun(y_host, as64, handed.native, handed.pristine)
+    return ForwardRun(y_host, as64, handed.native, handed.pristine, outputs=(("y", y),))
 
 
 def fused_outputs(backend: Backend, case: Case, norm: operations.Operation, out) -> tuple:
@@ -589,7 +670,7 @@ def check_deterministic(backend: Backend, inputs: Inputs, run: ForwardRun, prope
     reported to ``properties`` (a failure when it is required, as it is by default)."""
     __tracebackhide__ = True
     properties = properties if properties is not None else Properties()
-    again = run_forward(backend, inputs, statistics=False)
+    again = run_forward(backend, inputs, statistics=False, earlier=run)  # copies, and not the first run's memory
     differs = bit_differences(run.y, again.y)
     if not differs and run.residual_out is not None:
         differs = bit_differences(run.residual_out, again.residual_out)
@@ -622,13 +703,22 @@ def check_forward(backend: Backend, inputs: Inputs, properties: Properties | Non
                                           inputs.case.dtype))
     check_forward_values(backend, inputs, run, ref)
     check_deterministic(backend, inputs, run, properties)
+    forward_coherence(backend, inputs, run.y, ref)
+
+
+def forward_coherence(backend: Backend, inputs: Inputs, y: np.ndarray, ref: oracle.Forward) -> None:
+    """y's signed error has no coherent structure (:func:`normbench.check.coherence.check_forward_coherence`); a
+    fused operation's judged against the normalization of its stored sum, or of the unrounded one (either
+    rounding of the sum is correct: docs/fused.md). The conformance suites and the throughput verifier both call
+    this."""
+    __tracebackhide__ = True
     if not operations.of(inputs.case.norm).fuses:
-        coherence.check_forward_coherence(backend, inputs, run.y, ref)
+        coherence.check_forward_coherence(backend, inputs, y, ref)
         return
     try:
-        coherence.check_forward_coherence(backend, fused.normalized(inputs), run.y, ref)
+        coherence.check_forward_coherence(backend, fused.normalized(inputs), y, ref)
     except ConformanceError:  # a kernel that normalizes the unrounded sum is judged against that sum's normalization
-        coherence.check_forward_coherence(backend, dataclasses.replace(inputs, x=fused.exact_sum(inputs)), run.y,
+        coherence.check_forward_coherence(backend, dataclasses.replace(inputs, x=fused.exact_sum(inputs)), y,
                                           fused.unrounded_reference(inputs))
 
 
@@ -643,19 +733,22 @@ def run_quantized(backend: Backend, inputs: Inputs) -> dict[str, np.ndarray]:
     case = inputs.case
     op = operations.of(case.norm)
     handed, args = hand_over(backend, inputs)
-    out = op.forward(backend, args)
+    out = handed.call(op.entry, _context(backend, inputs), lambda a: op.forward(backend, a), args)
     backend.synchronize()
     handed.check(op.entry, _context(backend, inputs))
     outputs = fused_outputs(backend, case, op, out) if len(op.outputs) > 1 else (out,)
     got = dict(zip(op.outputs, outputs))
     fmt = quantized.qformat(case.qdtype)
-    host = {"q": host_array("q", got["q"], backend, case.shape)}
+    avoid = handed.extents()
+    host = {"q": host_array("q", got["q"], backend, case.shape, avoid=avoid)}
     if host["q"].dtype != fmt.host:
         raise ConformanceError(f"{backend.name}: q has dtype {host['q'].dtype}, expected {fmt.name}")
     if "scales" in got:
-        host["scales"] = host_array("scales", got["scales"], backend, (case.rows,), "float32", exact_shape=False)
+        host["scales"] = host_array("scales", got["scales"], backend, (case.rows,), "float32", exact_shape=False,
+                                    avoid=avoid)
     if "residual_out" in got:
-        host["residual_out"] = host_array("residual_out", got["residual_out"], backend, case.shape, case.residual_type)
+        host["residual_out"] = host_array("residual_out", got["residual_out"], backend, case.shape, case.residual_type,
+                                          avoid=avoid)
     return host
 
 
@@ -739,10 +832,14 @@ class BackwardRun:
     dbias: np.ndarray | None
     native: tuple                  # the native arrays handed to the backend (``Handover.native``)
     originals: tuple               # copies of the host (dy, x, weight, bias), taken before the call (``Handover.pristine``)
+    #: the backend's own gradient objects by name, held so that a later call's are checked not to share their memory
+    outputs: tuple = ()
 
 
-def check_gradient(what: str, got, given, backend: Backend, case: Case, shape, dtype: str) -> np.ndarray | None:
-    """One returned gradient: None exactly when its argument was None, else the right shape and dtype."""
+def check_gradient(what: str, got, given, backend: Backend, case: Case, shape, dtype: str,
+                   avoid: Extents | None = None) -> np.ndarray | None:
+    """One returned gradient: None exactly when its argument was None, else the right shape and dtype (a copy,
+    sharing no memory with ``avoid``: :func:`host_array`)."""
     __tracebackhide__ = True
     argument = what[1:]
     if given is None:
@@ -753,10 +850,10 @@ def check_gradient(what: str, got, given, backend: Backend, case: Case, shape, d
     if got is None:
         raise ConformanceError(f"{backend.name} {case.id}: {what} is None, but {argument} was given: a missing "
                                f"gradient (unslothai/unsloth#4533); return d(loss)/d({argument}) of shape {shape}")
-    return host_array(what, got, backend, shape, dtype)
+    return host_array(what, got, backend, shape, dtype, avoid=avoid)
 
 
-def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRun:
+def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray, earlier: BackwardRun | None = None) -> BackwardRun:
     """Convert inputs and dy, call the operation's backward entry point (``layer_norm_backward``,
     ``rms_norm_backward``), check what it returns (the tuple of the operation's gradients: ``(dx, dweight,
     dbias)``, ``(dx, dweight)`` for RMSNorm; shapes; dtypes; None exactly for absent parameters). dy and the
@@ -775,7 +872,8 @@ def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRu
         args = norm.arguments(x=handed["x"], normalized_shape=case.normalized_shape, weight=handed["weight"],
                               bias=handed["bias"], eps=case.eps)
         cotangents = (handed["dy"],)
-    out = norm.backward(backend, args, cotangents, case.options)
+    out = handed.call(norm.backward_entry, _context(backend, inputs),
+                      lambda a, c: norm.backward(backend, a, c, case.options), args, cotangents)
     backend.synchronize()
     handed.check(norm.backward_entry, _context(backend, inputs))
     arity = len(norm.gradients)
@@ -789,10 +887,12 @@ def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray) -> BackwardRu
     if out[0] is None:
         raise ConformanceError(f"{backend.name} {case.id}: {first} is None; return d(loss)/d(x) of x's shape "
                                f"{case.shape}")
-    dx = host_array(first, out[0], backend, case.shape, case.residual_type or case.dtype)
-    dweight = check_gradient("dweight", out[1], inputs.weight, backend, case, case.weight_shape, case.params)
-    dbias = check_gradient("dbias", out[2], inputs.bias, backend, case, case.normalized_shape, case.params)
-    return BackwardRun(dx, dweight, dbias, handed.native, handed.pristine)
+    avoid = _avoid(handed, earlier)
+    dx = host_array(first, out[0], backend, case.shape, case.residual_type or case.dtype, avoid=avoid)
+    dweight = check_gradient("dweight", out[1], inputs.weight, backend, case, case.weight_shape, case.params, avoid)
+    dbias = check_gradient("dbias", out[2], inputs.bias, backend, case, case.normalized_shape, case.params, avoid)
+    return BackwardRun(dx, dweight, dbias, handed.native, handed.pristine,
+                       outputs=tuple((n, g) for n, g in zip((first, "dweight", "dbias"), out[:3]) if g is not None))
 
 
 #: the last backward :func:`check_backward` ran in this process: ``(backend, case id, seed, run)``
@@ -872,7 +972,7 @@ def check_backward_deterministic(backend: Backend, inputs: Inputs, dy: np.ndarra
     reported to ``properties`` (a failure when it is required, as it is by default)."""
     __tracebackhide__ = True
     properties = properties if properties is not None else Properties()
-    again = run_backward(backend, inputs, dy)
+    again = run_backward(backend, inputs, dy, earlier=run)  # copies, and not the first run's memory
     differing = []
     first = operations.of(inputs.case.norm).gradients[0]
     for what, a, b in ((first, run.dx, again.dx), ("dweight", run.dweight, again.dweight),

@@ -164,11 +164,13 @@ def dx_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str) -> np.ndarr
         return k(n) * accumulation_roundoff(dtype) * r * (g + mean_g + (xhat + c) * means(g * xhat))
 
 
-def dweight_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str) -> np.ndarray:
+def dweight_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str, rows: int | None = None) -> np.ndarray:
     """(N,): ``(k(N) + k(M))*u_acc*sum_rows(|dy|*(|xhat| + c))``: a sum over M rows of
     dy*xhat, each xhat off by the forward's error. Bounded by the sum of magnitudes,
-    never by |dweight|, which cancels (random-sign terms)."""
+    never by |dweight|, which cancels (random-sign terms). ``rows``: M, where ``ref`` holds a part of the rows
+    (a chunk of a case too large to hold whole: the chunks' terms add up to the case's)."""
     m, n = ref.x.shape
+    m = rows or m
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         c = (np.abs(ref.x) + _mean_abs(ref)[:, None]) * ref.rstd[:, None]
         terms = _rows_abs(dy, ref) * (np.abs(ref.xhat) + c)
@@ -176,9 +178,9 @@ def dweight_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str) -> np.
         return (k(n) + k(m // ref.groups)) * accumulation_roundoff(dtype) * oracle.group_sums(terms, ref.groups)
 
 
-def dbias_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str) -> np.ndarray:
-    """(N,): ``k(M)*u_acc*sum_rows(|dy|)``, a sum of M terms of dy alone (no statistics)."""
-    m = ref.x.shape[0]
+def dbias_accumulation(dy: np.ndarray, ref: oracle.Forward, dtype: str, rows: int | None = None) -> np.ndarray:
+    """(N,): ``k(M)*u_acc*sum_rows(|dy|)``, a sum of M terms of dy alone (no statistics); ``rows`` as above."""
+    m = rows or ref.x.shape[0]
     return k(m) * accumulation_roundoff(dtype) * _rows_abs(dy, ref).sum(axis=0)
 
 
@@ -186,6 +188,13 @@ def _rounded(value_abs: np.ndarray, dtype: str) -> np.ndarray:
     """The output-rounding part for a value of magnitude ``value_abs`` stored in ``dtype``:
     three roundings (of the value and the terms it is made of), subnormals included."""
     return 3 * (UNIT_ROUNDOFF[dtype] * value_abs + SUBNORMAL_SPACING[dtype] / 2)
+
+
+def column_sum_bound(value: np.ndarray, accumulation: np.ndarray, dtype: str) -> np.ndarray:
+    """The bound on a column sum (dweight, dbias) stored in ``dtype``: its output rounding plus its accumulation
+    term (:func:`dweight_accumulation`, :func:`dbias_accumulation`), as :func:`backward_bounds` has it."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        return _rounded(np.abs(value), dtype) + accumulation
 
 
 def backward_bounds(dy: np.ndarray, ref: oracle.Forward, grads: oracle.Backward, dtype: str,

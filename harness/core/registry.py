@@ -198,7 +198,8 @@ class Registry:
                 f"start: {type(exc).__name__}: {exc}. Fix: check its framework's installation and device, or "
                 f"report it to {self.plugin(name).distribution}'s authors") from exc
 
-    def select(self, spec: str, progress: Callable[[str, Backend | str], None] | None = None) -> Selection:
+    def select(self, spec: str, progress: Callable[[str, Backend | str], None] | None = None,
+               untrusted: bool = False) -> Selection:
         """Resolve a backend selection (``--impl`` of the CLI, ``--normbench-impl`` of pytest):
         ``"torch"``, ``"numpy,torch"`` or ``"all"``.
 
@@ -207,9 +208,15 @@ class Registry:
         first tried in a child process (:func:`normbench.core.vetting.vet`): one that ends or hangs it
         is never loaded here. ``progress(name, result)``,
         if given, is called as each backend is created (creating one imports its framework,
-        seconds): with the backend, or with the reason it was skipped.
+        seconds): with the backend, or with the reason it was skipped. ``untrusted``: each backend is created
+        and computes in a worker process of its own (:mod:`normbench.core.remote`), never loaded here.
         """
         report = progress or (lambda name, result: None)
+        create = self.create
+        if untrusted:
+            from normbench.core import remote
+
+            create = remote.start
         names = self.names_in(spec)
         selection = Selection(warnings=[p.message for p in self.problems if p.name in self.plugins])
         unsafe = vetting.vet(self, [n for n in names if self.plugins[n].distribution != OURS],
@@ -220,7 +227,7 @@ class Registry:
                 try:
                     if name in unsafe:
                         raise PluginError(unsafe[name])
-                    selection.backends.append(self.create(name))
+                    selection.backends.append(create(name))
                 except NormbenchError as exc:
                     selection.skipped.append((name, str(exc)))
                     report(name, str(exc))
@@ -230,7 +237,7 @@ class Registry:
         for name in names:
             if name in unsafe:
                 raise PluginError(unsafe[name])
-            selection.backends.append(self.create(name))
+            selection.backends.append(create(name))
             report(name, selection.backends[-1])
         return selection
 

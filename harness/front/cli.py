@@ -393,6 +393,7 @@ def parser() -> argparse.ArgumentParser:
         options.add_seed_option(p.add_argument, prefix="")
         options.add_threads_option(p.add_argument, prefix="")
         options.add_require_option(p.add_argument, prefix="")
+        options.add_untrusted_option(p.add_argument, prefix="")
         p.add_argument("-n", "--workers", default="auto", metavar="N", type=options.parse_workers,
                        help="pytest-xdist workers for conformance ('0' for none; throughput always runs alone). "
                             "Default: %(default)r")

@@ -58,7 +58,8 @@ def _error(value: str, fix: str) -> argparse.ArgumentTypeError:
 
 # -- value parsers ---------------------------------------------------------------------------------------------------
 
-SEEDS_FORM = f"Use a seed N from 0 to {SEED_LIMIT - 1}, a range A..B or a list N,M,... (e.g. 0, 0..19 or 1,4,9)"
+SEEDS_FORM = (f"Use a seed N from 0 to {SEED_LIMIT - 1}, a range A..B, a list N,M,... or random (e.g. 0, 0..19, "
+              f"1,4,9 or random)")
 
 
 def _seed(value: str, text: str, form: str = SEEDS_FORM) -> int:
@@ -83,9 +84,35 @@ def parse_seed(value: str) -> int:
     return _seed(value, value, f"Use a seed N from 0 to {SEED_LIMIT - 1}, e.g. 0")
 
 
+#: where a seed drawn for ``random`` is kept, so that every process of one run (pytest-xdist's workers, the
+#: sessions of ``normbench run``) draws the same one: the first to parse ``random`` draws it and sets this
+SEED_DRAWN_ENV = "NORMBENCH_SEED_DRAWN"
+
+
+def random_seed() -> int:
+    """The seed ``random`` stands for: drawn from the operating system's entropy (``secrets``) by the first process of
+    the run to ask, which keeps it in :data:`SEED_DRAWN_ENV` for the processes it starts (their test ids must match)."""
+    import os
+    import secrets
+
+    kept = os.environ.get(SEED_DRAWN_ENV, "")
+    if _DIGITS.fullmatch(kept) and int(kept) < SEED_LIMIT:
+        return int(kept)
+    seed = secrets.randbelow(SEED_LIMIT)
+    os.environ[SEED_DRAWN_ENV] = str(seed)
+    return seed
+
+
 def parse_seeds(value: str) -> list[int]:
     """``"3"``, ``"0..19"`` (inclusive) or ``"1,4,9"`` as a list of seeds (repeats dropped): each
-    from 0 to ``SEED_LIMIT - 1``, at most :data:`MAX_SEEDS` of them (a range is counted first)."""
+    from 0 to ``SEED_LIMIT - 1``, at most :data:`MAX_SEEDS` of them (a range is counted first);
+    ``"random"``: one seed no one can guess (:func:`random_seed`), recorded with every result as any seed is.
+
+    >>> parse_seeds("0..2"), parse_seeds("random")[0] < SEED_LIMIT
+    ([0, 1, 2], True)
+    """
+    if value.strip() == "random":
+        return [random_seed()]
     match = _SEED_RANGE.fullmatch(value.strip())
     if match:
         lo, hi = _seed(value, match[1]), _seed(value, match[2])
@@ -422,8 +449,19 @@ def add_impl_option(addoption: Callable, prefix: str, note: str = "", **attrs) -
 def add_seed_option(addoption: Callable, prefix: str) -> None:
     """``--<prefix>seed``: the seeds of the random inputs, as a list of ints."""
     addoption(f"--{prefix}seed", metavar="SEEDS", type=parse_seeds, default="0",
-              help="Seed(s) of the random inputs: N, a range A..B, or N,M,... Several seeds add a -seedN "
-                   "suffix to test ids; throughput uses the first. Default: %(default)r")
+              help="Seed(s) of the random inputs: N, a range A..B, N,M,... or random (one drawn from the operating "
+                   "system, printed and recorded with the results: grade kernels you did not write on inputs their "
+                   "author cannot have seen). Several seeds add a -seedN suffix to test ids; throughput uses the "
+                   "first. Default: %(default)r")
+
+
+def add_untrusted_option(addoption: Callable, prefix: str) -> None:
+    """``--<prefix>untrusted``: every backend computes in a worker process of its own (normbench.core.remote)."""
+    addoption(f"--{prefix}untrusted", action="store_true", default=False,
+              help="Create and run every backend in a worker process of its own, never loaded in the process that "
+                   "holds the oracle, the inputs, the seed and the clock: for kernels whose author you do not trust "
+                   "(docs/throughput.md, 'What a backend cannot fake'). Each call is a message on a pipe: speeds "
+                   "read slightly low. Default: off")
 
 
 def add_throughput_options(addoption: Callable, prefix: str) -> None:

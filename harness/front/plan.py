@@ -62,6 +62,8 @@ class Plan:
     stop_at: float | None = None
     #: ``normbench run --bundle``: the folder the run is packed into at its end (None: not packed)
     bundle: str | None = None
+    #: ``--untrusted``: every backend computes in a worker process of its own (normbench.core.remote)
+    untrusted: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Plan:
@@ -69,7 +71,8 @@ class Plan:
         by ``normbench.front.options``' types)."""
         given = {name: getattr(args, name) for name in ("threads", "require", "workers", "suites", "out",
                                                         "run_id", "cache", "direction", "dtype", "shape", "norm",
-                                                        "report", "baseline", "budget", "bundle", "rehearsal")
+                                                        "report", "baseline", "budget", "bundle", "rehearsal",
+                                                        "untrusted")
                  if hasattr(args, name)}
         given["seeds"] = list(args.seed)
         return cls(impl=args.impl or ALL, **given)
@@ -79,14 +82,15 @@ class Plan:
         if self.selection is None:
             from normbench.core.registry import get_registry
 
-            self.selection = get_registry().select(self.impl, progress=progress)
+            self.selection = get_registry().select(self.impl, progress=progress, untrusted=self.untrusted)
         return self.selection
 
     def options(self, **throughput: Any) -> dict[str, Any]:
         """The pytest plugin's option values (dest -> parsed value) this plan sets; ``throughput`` adds the
         throughput session's own (``run_id``: the run's folder name)."""
         values = {"normbench_impl": self.impl, "normbench_seed": list(self.seeds), "normbench_threads": self.threads,
-                  "normbench_require": tuple(self.require), "normbench_stop_at": self.stop_at}
+                  "normbench_require": tuple(self.require), "normbench_stop_at": self.stop_at,
+                  "normbench_untrusted": self.untrusted}
         if throughput:
             values.update({"normbench_out": self.out, "normbench_run_id": throughput.get("run_id", self.run_id),
                            "normbench_cache": self.cache, "normbench_direction": self.direction,

@@ -28,6 +28,7 @@ summary lists them, and the declared ones that did not occur.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -60,6 +61,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="A file of known deviations, lines 'backend | device glob | test pattern | message regex "
                          "| reason' (harness/core/deviations.py), in addition to suites/known_deviations.txt and the "
                          "backends' own known_deviations. Repeatable. Default: none.")
+    options.add_untrusted_option(group.addoption, prefix="normbench-")
     group.addoption("--normbench-strict", action="store_true", default=False,
                     help="Report known deviations as failures, not xfailed, and fail the run if a declared "
                          "deviation did not occur. Default: %(default)r.")
@@ -91,7 +93,7 @@ def selection(config: pytest.Config) -> Selection:
     if SELECTION not in config.stash:
         spec = config.getoption("normbench_impl") or ALL
         try:
-            config.stash[SELECTION] = get_registry().select(spec)
+            config.stash[SELECTION] = get_registry().select(spec, untrusted=config.getoption("normbench_untrusted"))
         except NormbenchError as exc:
             raise pytest.UsageError(f"{options.impl_given_as(config.option)}={spec}: {exc}") from None
     return config.stash[SELECTION]
@@ -101,6 +103,8 @@ def _header(config: pytest.Config) -> list[str]:
     sel = config.stash[SELECTION]
     seeds = config.getoption("normbench_seed")
     seed = options.format_seeds(seeds) + (f" ({len(seeds)} seeds)" if len(seeds) > 1 else "")
+    if len(seeds) == 1 and os.environ.get(options.SEED_DRAWN_ENV) == str(seeds[0]):
+        seed += f" (drawn at random for this run; --normbench-seed={seeds[0]} reproduces it)"
     shown = ", ".join(describe(b) for b in sel.backends) or "none"
     lines = [f"normbench {__version__}: backends {shown}; seed {seed}"]
     if sel.backends:

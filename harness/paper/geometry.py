@@ -88,7 +88,8 @@ def gradients(backend: Backend, dtype: str, a: np.ndarray, layer: Layer, dy: np.
     m, n = rounded.shape
     handed = Handover.of(backend, dy=dy, x=rounded.reshape(m, *ns), weight=layer.gain, bias=bias)
     args = norm.arguments(x=handed["x"], normalized_shape=ns, weight=handed["weight"], bias=handed["bias"], eps=eps)
-    dx, dw, db = norm.gradient_tuple(norm.backward(backend, args, (handed["dy"],)))
+    dx, dw, db = norm.gradient_tuple(handed.call(norm.backward_entry, f"{backend.name}: ",
+                                                 lambda a, c: norm.backward(backend, a, c), args, (handed["dy"],)))
     backend.synchronize()
     handed.check(norm.backward_entry, f"{backend.name}: ")
     if dw is None or (db is None and norm.has_bias):

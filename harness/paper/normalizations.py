@@ -158,8 +158,9 @@ class BackendRowLayerNorm(RowLayerNorm):
         """The backend's y for host arrays, as float64 (M, N) rows."""
         be, norm = self.backend, operations.of(self.norm)
         handed = Handover.of(be, x=x_host, weight=gain, bias=bias)
-        y = norm.forward(be, norm.arguments(x=handed["x"], normalized_shape=tuple(normalized_shape),
-                                            weight=handed["weight"], bias=handed["bias"], eps=eps))
+        args = norm.arguments(x=handed["x"], normalized_shape=tuple(normalized_shape), weight=handed["weight"],
+                              bias=handed["bias"], eps=eps)
+        y = handed.call(norm.entry, f"{be.name}: ", lambda a: norm.forward(be, a), args)
         be.synchronize()
         handed.check(norm.entry, f"{be.name}: ")
         return oracle.rows_view(host_array(f"{norm.entry}'s y (x's shape)", y, be, x_host.shape),

@@ -1,16 +1,22 @@
-"""Measure one throughput case: verify, warm up, time, verify again, judge.
+"""Measure one throughput case: verify, warm up, time, verify again, judge, every call made the same way.
 
 For one backend, case and direction, :meth:`ThroughputRunner.measure`
 
-1. converts the inputs once and runs the op; its output must pass the oracle
-   under the error model (else verdict ``wrong-before``, and nothing is timed);
-2. warms up: the backend's optional ``warmup(x, normalized_shape, weight,
-   bias, eps)`` hook, then the op ``TimingOptions.warmup`` more times, untimed;
-3. times the op (:mod:`normbench.perf.timing`, cold cache by default);
-4. runs the op once more: its output must be bit-identical to the verified
-   one or pass the oracle again, and the inputs must be unmodified (else
-   ``wrong-after``);
-5. computes GB/s from the byte model (:mod:`normbench.perf.roofline`) and the median;
+1. runs the backend's optional ``warmup(x, normalized_shape, weight, bias, eps)`` hook (compilation, autotuning);
+2. makes every call of the op through one call site (:class:`normbench.perf.timing.Calls`): the first, whose
+   output must pass the oracle under the error model (else verdict ``wrong-before``, and nothing is timed), then
+   ``TimingOptions.warmup`` calls, the timed samples (cold cache by default) and one final call, whose output must
+   pass again and whose inputs must be unmodified (else ``wrong-after``). Before every call but the first, outside
+   its sample, its inputs are the case's rows in an order drawn from the OS's entropy (:class:`Judged`): no cache
+   keyed on the arrays, their shape or their contents answers it. After a call, outside its sample, the
+   judge decides at random whether to verify it (:data:`JUDGED_PER_CASE`), so a backend cannot tell a timed call
+   from a judged one; each judged output is a copy, of the backend's own array type, sharing no memory with
+   anything it must not (:mod:`normbench.perf.verify`), judged against its own inputs;
+3. after the loop: the clocks are the ones normbench started with, the verifier's functions too
+   (:func:`tampering`), the samples agreed with the second clock (:class:`normbench.perf.timing.ClockError`), and
+   ``to_numpy`` of the outputs took no longer than of a plain array of the same shape by more than the op itself
+   (work deferred into the conversion, outside the timed call): else verdict ``error``, naming what;
+4. computes GB/s from the byte model (:mod:`normbench.perf.roofline`) and the median;
    above the ceiling by more than :data:`ABOVE_CEILING_MARGIN`, the ceiling is
    measured again (once per device) and, if still above, the verdict is
    ``above-ceiling``: a result faster than the device can move its bytes is
@@ -35,6 +41,7 @@ Example (numpy, one small case, a 64 MiB ceiling buffer)::
 from __future__ import annotations
 
 import math
+import secrets
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,8 +58,9 @@ from normbench.core.cases import Case, shape_name
 from normbench.core.environment import device_name, now_utc
 from normbench.core.interrupts import backend_raised
 from normbench.core.storage import Column, Schema, new_row
+from normbench.perf import timing as timing_module
 from normbench.perf.roofline import BYTE_MODELS, Ceiling, device_key, direction_bytes, last_level_cache, measure_ceiling
-from normbench.perf.timing import Timing, TimingOptions, make_timer, ready
+from normbench.perf.timing import Calls, ClockError, Timing, TimingOptions, make_timer, ready
 from normbench.perf.verify import Reference, Verifier
 
 VERDICTS: tuple[str, ...] = ("ok", "wrong-before", "wrong-after", "above-ceiling", "error")
@@ -77,18 +85,20 @@ class Prepared:
     written: dict[str, Any] = field(default_factory=dict)
 
 
-def prepare(backend: Backend, reference: Reference, direction: str) -> Prepared:
+def prepare(backend: Backend, reference: Reference, direction: str, order: np.ndarray | None = None) -> Prepared:
     """The timed op of ``direction``, which does exactly what the byte model counts: the forward;
     the backward alone (its forward and autograd graph made here, untimed, through the backend's
     ``prepare_backward``; a backend that cannot separate them has its backward timed, and
     modelled, with its forward: :func:`model_direction`); or exactly one forward and one backward
     (``forward_backward``). Every operation's arguments are built from its entry (``Operation.arguments``); a fused
     operation's backward takes what its forward wrote (``residual_out``: ``Operation.backward_args_from``), so
-    without a ``prepare_backward`` hook its forward runs here first, untimed."""
+    without a ``prepare_backward`` hook its forward runs here first, untimed. ``order``: the case's rows in that
+    order (:meth:`normbench.perf.verify.Reference.reordered`). A NumPy array handed over is read-only: a backend that writes
+    into its input fails at the write, even where it would undo the write before returning."""
     case = reference.case
     norm = operations.of(case.norm)
     native = {name: None if a is None or (direction == "forward" and name in norm.cotangents)
-              else backend.asarray(a.copy()) for name, a in reference.hosts.items()}
+              else conformance.read_only(backend.asarray(a.copy())) for name, a in reference.reordered(order).items()}
     args = norm.arguments({p: native[p] for p in norm.params if p in native}, normalized_shape=case.normalized_shape,
                           eps=case.eps)
     cotangents = tuple(native[name] for name in norm.cotangents)
@@ -137,6 +147,107 @@ def model_direction(backend: Backend, direction: str, norm: str = "layer_norm") 
     return "forward+backward" if direction == "backward" and not backend.separates_backward(norm) else direction
 
 
+#: a case verified on every row (every CPU sweep case) has every call judged; a larger one (every GPU sweep case:
+#: its outputs are gigabytes) has the first and the last, and call t after the first with probability
+#: min(1, JUDGED_PER_CASE / t), drawn after it returned: about JUDGED_PER_CASE * (1 + ln n) of n calls, no call ever
+#: safe (a backend wrong on a fraction f of them escapes with probability about n ** -(JUDGED_PER_CASE * f))
+JUDGED_PER_CASE = 2
+#: work deferred into ``to_numpy`` is refused where a judged output's conversion exceeds a plain array's by more
+#: than this many times the timed median, and by :data:`DEFERRED_SLACK_S`
+DEFERRED_FACTOR = 2.0
+DEFERRED_SLACK_S = 5e-3
+
+
+class Judged:
+    """The calls of one measurement (:class:`normbench.perf.timing.Calls`): before each call but the first, new
+    inputs (the case's rows in a secret order, :meth:`Reference.draw_order`); after each, outside its
+    sample, the judgement: every call of a case verified on every row; of a larger one the first and the last, every
+    other with probability ``min(1, JUDGED_PER_CASE / t)``, drawn when it has returned. :attr:`stage` says which kind
+    of call failed."""
+
+    def __init__(self, backend: Backend, reference: Reference, direction: str, options: TimingOptions) -> None:
+        self.backend, self.reference, self.direction = backend, reference, direction
+        self.random = secrets.SystemRandom()
+        self.verifier = Verifier(backend, reference, direction)
+        self.order = None
+        self.prepared = prepare(backend, reference, direction)
+        self.plan = Calls(self.before, self.after, leading=1 + options.warmup, trailing=1)
+        self.stage = "wrong-before"
+        self.judged = 0
+
+    def op(self) -> Any:
+        """The call: the op of the current inputs (one call site for every call)."""
+        return self.prepared.op()
+
+    def before(self, index: int) -> None:
+        if index:
+            self.order = self.reference.draw_order()
+            self.prepared = None  # the last inputs go first: a GPU case's are gigabytes
+            self.prepared = prepare(self.backend, self.reference, self.direction, self.order)
+
+    def after(self, index: int, outputs: Any) -> None:
+        last = self.plan.made > self.plan.leading and self.plan.trailing_now
+        every = self.reference.rows is None
+        if not (every or index == 0 or last or self.random.random() < JUDGED_PER_CASE / index):
+            return
+        self.stage = "wrong-before" if index == 0 else "wrong-after"
+        what = ("the first call (verified before timing)" if index == 0 else "the last call (after timing)" if last
+                else f"call {index} (a warm-up or timed call, judged after it returned)")
+        try:
+            self.verifier.check(outputs, self.prepared.native, self.prepared.written, self.order, every_row=last)
+            self.verifier.check_inputs(self.prepared.native, self.prepared.written, self.order)
+        except ConformanceError as exc:
+            reordered = (" (its inputs: the case's rows reordered at random; the rows named here are the case's)"
+                         if self.order is not None else "")
+            raise ConformanceError(f"{what}{reordered}: {exc}") from None
+        self.judged += 1
+
+    def deferred_work(self, median_s: float) -> str | None:
+        """Work the op left to ``to_numpy`` (outside its timed call), or None: bringing every judged call's outputs
+        to the host (``to_numpy`` and a copy) took longer than bringing plain arrays of theirs, made by the backend's
+        own ``asarray``, by more than :data:`DEFERRED_FACTOR` times the op's median (and :data:`DEFERRED_SLACK_S`)."""
+        conversions = self.verifier.conversions
+        if not conversions or not self.verifier.verified:
+            return None
+        natives = [self.backend.asarray(np.array(a)) for a in self.verifier.verified if a is not None]
+        plain = []
+        for _ in range(3):  # the least of three: a busy machine only slows a conversion down
+            started = timing_module._perf_counter()
+            for native in natives:
+                np.array(self.backend.to_numpy(native), copy=True)
+            plain.append(timing_module._perf_counter() - started)
+        excess = min(conversions) - min(plain)
+        if excess > DEFERRED_FACTOR * median_s + DEFERRED_SLACK_S:
+            return (f"to_numpy of the outputs took {min(conversions):.3g} s at the least over {len(conversions)} judged "
+                    f"calls, {excess:.3g} s more than of plain arrays of their shapes, while the op itself took "
+                    f"{median_s:.3g} s: work deferred into the conversion, outside the timed call")
+        return None
+
+
+#: what the judge relies on that a backend in the same process could replace: each must be what it was when
+#: normbench started (``tampering``)
+def _judges() -> dict[str, Any]:
+    from normbench.check import worst
+
+    return {"Verifier.check": Verifier.check, "Verifier.every_row": Verifier.every_row,
+            "Verifier.check_inputs": Verifier.check_inputs, "conformance.host_array": conformance.host_array,
+            "conformance.check_forward_values": conformance.check_forward_values,
+            "worst.worst_violation": worst.worst_violation, "ThroughputRunner.measure": ThroughputRunner.measure,
+            "Judged.after": Judged.after}
+
+
+def tampering(captured: dict[str, Any]) -> str | None:
+    """What a backend replaced of the clocks (:func:`normbench.perf.timing.clock_tampering`) or of the judge's own
+    functions since ``captured`` (:func:`_judges` when the runner was made), or None."""
+    clocks = timing_module.clock_tampering()
+    if clocks:
+        return clocks
+    for name, function in _judges().items():
+        if captured.get(name) is not function:
+            return f"normbench's {name} was replaced after normbench started"
+    return None
+
+
 @dataclass
 class Measurement:
     """One results row (:data:`THROUGHPUT_COLUMNS`) and the samples behind it."""
@@ -151,6 +262,18 @@ class Measurement:
 
 def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def _wrote_read_only(exc: BaseException) -> bool:
+    """NumPy's error for a write into a read-only array: the backend wrote into an input it was handed."""
+    return isinstance(exc, ValueError) and "read-only" in str(exc)
+
+
+def _read_only(message: str) -> str:
+    if "read-only" not in message:
+        return message
+    return (f"{message}: the backend wrote into an input it was handed (the inputs are handed read-only: a backend "
+            f"must not write into its arguments, not even to undo the write before returning)")
 
 
 @dataclass
@@ -172,6 +295,8 @@ class ThroughputRunner:
     make_timer: Callable[[str, int, bool], Any] = make_timer
     ceilings: dict[str, Ceiling] = field(default_factory=dict)
     _confirmed: set = field(default_factory=set)
+    #: the judge's functions as they were when the runner was made (:func:`tampering`)
+    _judges: dict = field(default_factory=lambda: _judges())
     _timers: dict = field(default_factory=dict)
     _last: Reference | None = None
 
@@ -209,32 +334,31 @@ class ThroughputRunner:
             self._last = Reference(case, self.seed)
         return self._last
 
-    def _warm_up(self, backend: Backend, case: Case, prepared: Prepared, sync: Callable[[Any], None]) -> None:
-        """The backend's ``warmup`` hook (compilation, autotuning), then the op, untimed."""
-        operations.of(case.norm).warmup(backend, prepared.args)
-        for _ in range(self.options.warmup):
-            sync(prepared.op())
-
     def measure(self, backend: Backend, case: Case, direction: str) -> Measurement:
-        """Verify, time, verify again and judge one case; never raises for a backend's fault."""
+        """Verify, time, verify again and judge one case, every call made the same way (the module doc); never
+        raises for a backend's fault."""
         row = self.base_row(backend, case, direction)
         sync = lambda out: (backend.synchronize(), ready(out))
-        stage = "wrong-before"
+        judged = None
         try:
             reference = self._reference(case)
-            prepared = prepare(backend, reference, direction)
-            verifier = Verifier(backend, reference, direction, prepared.native, written=prepared.written)
-            verifier.check(prepared.op())
-            self._warm_up(backend, case, prepared, sync)
+            judged = Judged(backend, reference, direction, self.options)
+            operations.of(case.norm).warmup(backend, judged.prepared.args)
             ceiling = self.ceiling(backend.device)
             timing = self._timer(device_key(backend.device), backend.timed_by_cuda_events).measure(
-                prepared.op, sync, self.options)
-            stage = "wrong-after"
-            verifier.check(prepared.op())
-            verifier.check_inputs()
+                judged.op, sync, self.options, judged.plan)
+            refused = tampering(self._judges) or judged.deferred_work(timing.median_s)
+            if refused:
+                return Measurement({**row, "verdict": "error", "message": f"refused: {refused}"})
         except ConformanceError as exc:
-            return Measurement({**row, "verdict": stage, "message": str(exc)})
+            return Measurement({**row, "verdict": judged.stage if judged else "wrong-before",
+                                "message": _read_only(str(exc))})
+        except ClockError as exc:
+            return Measurement({**row, "verdict": "error", "message": f"refused: {tampering(self._judges) or exc}"})
         except Exception as exc:  # a backend may fail in any way; the run goes on
+            if _wrote_read_only(exc):
+                return Measurement({**row, "verdict": judged.stage if judged else "wrong-before",
+                                    "message": _read_only(_error(exc))})
             return Measurement({**row, "verdict": "error", "message": _error(exc)})
         except (SystemExit, KeyboardInterrupt) as exc:  # raised by the backend, not by a signal: still its result
             if not backend_raised(exc):
@@ -264,6 +388,9 @@ class ThroughputRunner:
                          "so bytes and byte model are forward-training+backward's")
         if timing.wide:
             notes.append(f"wide spread: IQR is {100 * timing.rel_spread:.0f}% of the median (a busy machine?)")
+        if timing.flat:
+            notes.append(f"flagged: an IQR of exactly 0 over {timing.n} samples (a clock that does not tick, or a time "
+                         f"that does not depend on the work)")
         if not ceiling.buffer_ok:
             notes.append("the ceiling's buffer was below 4x the last-level cache")
         if sampled:

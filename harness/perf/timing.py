@@ -26,6 +26,15 @@ autotuning never enter a sample.
 Statistics: median, quartiles, IQR, min, max and n. A result whose IQR exceeds
 :data:`WIDE_SPREAD` of its median is flagged ``wide``, never hidden or dropped.
 
+Every call is made the same way (:class:`Calls`): the calls before the samples (the verification
+and the warm-up), the sampled ones and the final one go through one call site, each with its cold
+flush and with :attr:`Calls.before` and :attr:`Calls.after` run outside its sample (the throughput
+judge changes the inputs there and judges outputs it picks after the fact), so that nothing a
+backend can see tells a timed call from a judged one. The clocks are the ones this module captured
+when it was imported (:data:`CLOCKS`): a backend that replaces ``time.perf_counter_ns`` is named by
+:func:`clock_tampering`, never believed; the host timer reads each sample on a second clock too
+(``time.monotonic_ns``), and samples the two clocks disagree on are refused (:class:`ClockError`).
+
 Example, timing a NumPy op on the CPU::
 
     >>> import numpy as np
@@ -41,7 +50,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +60,8 @@ from normbench.core.exceptions import InvalidInput
 CACHES: tuple[str, ...] = ("cold", "warm")
 #: IQR / median above which a result is flagged as having a wide spread
 WIDE_SPREAD = 0.10
+#: a Timing of at least this many samples with an IQR of exactly 0 is flagged (:attr:`Timing.flat`)
+FLAT_SAMPLES = 10
 #: the cold-cache flush buffer is this many times the last-level cache
 FLUSH_MULTIPLE = 2
 #: a CUDA flush buffer is at least this large (Triton's do_bench uses 256 MB for a 50 MB L2)
@@ -58,6 +69,70 @@ CUDA_MIN_FLUSH_BYTES = 256 << 20
 
 Op = Callable[[], Any]
 Sync = Callable[[Any], None]
+
+#: the clocks normbench times with, as they were when it was imported: ``time.perf_counter_ns`` (the samples),
+#: ``time.monotonic_ns`` (the second clock), ``time.perf_counter`` (the sampling's time limit)
+CLOCKS: dict[str, Callable[[], Any]] = {"perf_counter_ns": time.perf_counter_ns, "monotonic_ns": time.monotonic_ns,
+                                         "perf_counter": time.perf_counter}
+_perf_counter_ns, _monotonic_ns, _perf_counter = CLOCKS["perf_counter_ns"], CLOCKS["monotonic_ns"], CLOCKS["perf_counter"]
+#: the second clock's bracket around a sample may exceed it by this fraction of the bracket, plus
+#: :data:`CLOCK_SLACK_NS`, in the median over the samples (their reads are a few instructions apart; a busy machine
+#: that pre-empts the process between them stretches a few brackets, not the median)
+CLOCK_TOLERANCE = 0.10
+CLOCK_SLACK_NS = 50_000
+
+
+class ClockError(Exception):
+    """The clock a sample was read on cannot be believed: replaced, or disagreeing with the second clock."""
+
+
+def clock_tampering() -> str | None:
+    """What replaced a clock this module times with since it was imported (``time.perf_counter_ns``, this module's
+    own references to it), or None when every one is the function captured then."""
+    import sys
+
+    here = sys.modules[__name__]
+    for name, captured in CLOCKS.items():
+        if getattr(time, name) is not captured:
+            return f"time.{name} was replaced (by {_origin(getattr(time, name))}) after normbench started"
+        if getattr(here, f"_{name}") is not captured:
+            return f"normbench.perf.timing's own {name} was replaced (by {_origin(getattr(here, f'_{name}'))})"
+    return None
+
+
+def _origin(function: Any) -> str:
+    module = getattr(function, "__module__", None) or "?"
+    return f"{module}.{getattr(function, '__qualname__', type(function).__name__)}"
+
+
+@dataclass
+class Calls:
+    """How a timer makes its calls, every one the same way: ``leading`` calls first (the verification, the warm-up),
+    then the samples, then ``trailing`` calls (the final check), none of whose times is recorded; before each call,
+    outside its sample, ``before(index)``; after it, outside its sample, ``after(index, outputs)`` (the index counts
+    every call from 0)."""
+
+    before: Callable[[int], None] = lambda index: None
+    after: Callable[[int, Any], None] = lambda index, outputs: None
+    leading: int = 0
+    trailing: int = 0
+    #: calls made so far
+    made: int = field(default=0, init=False)
+    #: the timer is making the trailing calls (the samples are done)
+    trailing_now: bool = field(default=False, init=False)
+
+    def call(self, op: Op, sync: Sync, start: Callable[[], None], stop: Callable[[], None], calls: int = 1) -> Any:
+        """One call (or a batch of ``calls``): ``before``, ``start``, the op, its sync, ``stop``, then ``after``."""
+        index = self.made
+        self.made += 1
+        self.before(index)
+        start()
+        for _ in range(calls):
+            out = op()
+        sync(out)
+        stop()
+        self.after(index, out)
+        return out
 
 
 @dataclass(frozen=True)
@@ -141,6 +216,11 @@ class Timing:
     def wide(self) -> bool:
         return self.rel_spread > WIDE_SPREAD
 
+    @property
+    def flat(self) -> bool:
+        """An IQR of exactly 0 over at least :data:`FLAT_SAMPLES` samples: no real clock reads work so evenly."""
+        return self.n >= FLAT_SAMPLES and self.iqr_s == 0
+
     def statistics(self) -> dict[str, float | int | bool]:
         return {"n": self.n, "median_s": self.median_s, "q1_s": self.q1_s, "q3_s": self.q3_s,
                 "iqr_s": self.iqr_s, "min_s": self.min_s, "max_s": self.max_s,
@@ -171,7 +251,7 @@ class CpuFlush:
 def _stop(count: int, started: float, options: TimingOptions) -> bool:
     if count < options.min_samples:
         return False
-    return count >= options.max_samples or time.perf_counter() - started >= options.max_time_s
+    return count >= options.max_samples or _perf_counter() - started >= options.max_time_s
 
 
 def _calls_per_sample(estimate_s: float, options: TimingOptions) -> int:
@@ -181,9 +261,10 @@ def _calls_per_sample(estimate_s: float, options: TimingOptions) -> int:
 
 
 class HostTimer:
-    """``perf_counter_ns`` around each call (or batch of calls) and its synchronize.
+    """``perf_counter_ns`` around each call (or batch of calls) and its synchronize, and ``monotonic_ns`` as a second
+    clock: a sample the two disagree on by more than :data:`CLOCK_TOLERANCE` is a :class:`ClockError`.
 
-    ``flush`` (cold cache) runs before every sample, outside it.
+    ``flush`` (cold cache) runs before every call, outside its sample.
     """
 
     name = "perf_counter_ns"
@@ -191,37 +272,67 @@ class HostTimer:
     def __init__(self, flush: Callable[[], None] | None) -> None:
         self.flush = flush
 
-    def _one(self, op: Op, sync: Sync, calls: int, cold: bool) -> tuple[float, Any]:
+    def _one(self, op: Op, sync: Sync, calls: int, cold: bool, plan: Calls,
+             brackets: list[tuple[int, int]] | None = None) -> float:
+        """One sample, seconds per call; its (perf_counter_ns, monotonic_ns bracket) pair appended to ``brackets``."""
         if cold and self.flush is not None:
             self.flush()
-        start = time.perf_counter_ns()
-        for _ in range(calls):
-            out = op()
-        sync(out)
-        return (time.perf_counter_ns() - start) / 1e9 / calls, out
+        stamps: list[int] = []
+        start = lambda: stamps.extend((_monotonic_ns(), _perf_counter_ns()))
+        stop = lambda: stamps.extend((_perf_counter_ns(), _monotonic_ns()))
+        plan.call(op, sync, start, stop, calls)
+        second, first, last, second_last = stamps
+        if brackets is not None:
+            brackets.append((last - first, second_last - second))
+        return (last - first) / 1e9 / calls
 
-    def measure(self, op: Op, sync: Sync, options: TimingOptions) -> Timing:
+    @staticmethod
+    def _check_clocks(brackets: list[tuple[int, int]]) -> None:
+        """The samples against the second clock that brackets each: never longer than their bracket, and in the
+        median not shorter by more than :data:`CLOCK_TOLERANCE` (a clock that discounts the calls)."""
+        longer = [(s, b) for s, b in brackets if s > b + CLOCK_SLACK_NS]
+        gaps = sorted(b - s for s, b in brackets)
+        spans = sorted(b for _, b in brackets)
+        if longer:
+            s, b = longer[0]
+            raise ClockError(f"a sample read {s} ns on perf_counter_ns, longer than the {b} ns monotonic_ns read "
+                             f"around it: the clock normbench times with does not tell the time")
+        if gaps and gaps[len(gaps) // 2] > CLOCK_TOLERANCE * spans[len(spans) // 2] + CLOCK_SLACK_NS:
+            raise ClockError(f"the samples read {gaps[len(gaps) // 2]} ns less (median) on perf_counter_ns than on "
+                             f"monotonic_ns around them: the clock normbench times with does not count the calls' "
+                             f"time")
+
+    def measure(self, op: Op, sync: Sync, options: TimingOptions, plan: Calls | None = None) -> Timing:
+        plan = plan if plan is not None else Calls()
         cold = options.cache == "cold" and self.flush is not None  # no flush for this device: say warm
+        sizing = [self._one(op, sync, 1, cold, plan) for _ in range(plan.leading)]
         if cold:
             calls = 1
-        else:  # untimed sizing calls; the fastest, as a busy machine only slows calls down
-            calls = _calls_per_sample(min(self._one(op, sync, 1, cold)[0] for _ in range(3)), options)
+        else:  # the leading calls and untimed sizing calls; the fastest, as a busy machine only slows calls down
+            sizing += [self._one(op, sync, 1, cold, plan) for _ in range(max(0, 3 - len(sizing)))]
+            calls = _calls_per_sample(min(sizing), options)
         samples: list[float] = []
-        started = time.perf_counter()
+        brackets: list[tuple[int, int]] = []
+        started = _perf_counter()
         while not _stop(len(samples), started, options):
-            sample, _ = self._one(op, sync, calls, cold)
-            samples.append(sample)
+            samples.append(self._one(op, sync, calls, cold, plan, brackets))
+        plan.trailing_now = True
+        for _ in range(plan.trailing):
+            self._one(op, sync, 1, cold, plan)
+        self._check_clocks(brackets)
         return Timing(tuple(samples), self.name, "cold" if cold else "warm", calls)
 
 
 class CudaEventTimer:
-    """CUDA events around each launch (cold) or each batch of launches (warm),
-    queued back to back, one synchronize per batch of samples.
+    """CUDA events around each launch (cold) or each batch of launches (warm), one host wait per batch of samples.
 
-    The op must launch its work on torch's current stream (torch and Triton
-    do) and must not synchronize. ``torch`` is imported lazily; tests pass a
-    stand-in module with ``cuda.Event`` and ``cuda.synchronize``.
-    Untested on hardware in normbench's CI, which has no GPU.
+    What a sample sees: the end event is recorded after a device-wide synchronize that follows the launch (inside
+    the sample), so work the op queued on any stream, a side stream included, ends before the sample does (a few
+    microseconds of the synchronize's own latency enter each sample; the smallest GPU sweep case takes hundreds).
+    Before each launch, outside its sample, the persisting-L2 lines are reset (:func:`reset_persisting_l2`): an
+    access policy window that pins the inputs in L2 does not survive to the next sample. The op must launch its
+    work on the device (torch and Triton do). ``torch`` is imported lazily; tests pass a stand-in module with
+    ``cuda.Event`` and ``cuda.synchronize``. Untested on hardware in normbench's CI, which has no GPU.
     """
 
     name = "cuda-events"
@@ -232,29 +343,67 @@ class CudaEventTimer:
         self.torch = torch_module
         self.device = device
         self._flush = CudaL2Flush(device, torch_module, flush_bytes)
+        self._reset_l2 = reset_persisting_l2(torch_module)
 
-    def _batch(self, op: Op, count: int, calls: int, cold: bool) -> list[float]:
+    def _batch(self, op: Op, count: int, calls: int, cold: bool, plan: Calls) -> list[float]:
         event = lambda: self.torch.cuda.Event(enable_timing=True)
         pairs = [(event(), event()) for _ in range(count)]
+        outputs = []
+        synchronize = lambda: self.torch.cuda.synchronize(self.device)
+
+        def stop(end) -> None:
+            synchronize()  # device-wide: every stream's work is in the sample
+            end.record()
+
         for start, end in pairs:
             if cold:
                 self._flush()
-            start.record()
-            for _ in range(calls):
-                op()
-            end.record()
-        self.torch.cuda.synchronize(self.device)
+            self._reset_l2()
+            plan_now = Calls(plan.before, lambda index, out: outputs.append((index, out)))
+            plan_now.made, plan_now.trailing_now = plan.made, plan.trailing_now
+            plan_now.call(op, lambda out: None, start.record, lambda end=end: stop(end), calls)
+            plan.made = plan_now.made
+        synchronize()
+        for index, out in outputs:  # after the batch's samples: outputs judged outside every sample
+            plan.after(index, out)
         return [start.elapsed_time(end) / 1e3 / calls for start, end in pairs]
 
-    def measure(self, op: Op, sync: Sync, options: TimingOptions) -> Timing:
+    def measure(self, op: Op, sync: Sync, options: TimingOptions, plan: Calls | None = None) -> Timing:
+        plan = plan if plan is not None else Calls()
         cold = options.cache == "cold"
-        calls = 1 if cold else _calls_per_sample(min(self._batch(op, 3, 1, cold)), options)  # untimed sizing batch
+        sizing = self._batch(op, plan.leading, 1, cold, plan) if plan.leading else []
+        if not cold:  # the leading calls and an untimed sizing batch
+            sizing += self._batch(op, max(0, 3 - len(sizing)), 1, cold, plan) if len(sizing) < 3 else []
+        calls = 1 if cold else _calls_per_sample(min(sizing), options)
         samples: list[float] = []
-        started = time.perf_counter()
+        started = _perf_counter()
         batch = options.min_samples
         while not _stop(len(samples), started, options):
-            samples += self._batch(op, min(batch, options.max_samples - len(samples)), calls, cold)
+            samples += self._batch(op, min(batch, options.max_samples - len(samples)), calls, cold, plan)
+        plan.trailing_now = True
+        if plan.trailing:
+            self._batch(op, plan.trailing, 1, cold, plan)
         return Timing(tuple(samples), self.name, options.cache, calls)
+
+
+def reset_persisting_l2(torch_module: Any) -> Callable[[], None]:
+    """A function that resets the device's persisting-L2 lines (``cudaCtxResetPersistingL2Cache``, through the CUDA
+    runtime torch loaded), so that no access policy window a backend set keeps its inputs in L2 from one sample to
+    the next (llm.c PR #851: 3.5 TB/s on an 864 GB/s card); a no-op where there is no CUDA runtime to call (a
+    stand-in torch, a CPU machine)."""
+    import ctypes
+
+    cuda = getattr(torch_module, "cuda", None)
+    if getattr(torch_module, "version", None) is None or not callable(getattr(cuda, "is_available", None)):
+        return lambda: None
+    for name in ("libcudart.so", "libcudart.so.12", "libcudart.so.13", "libcudart.so.11.0"):
+        try:
+            runtime = ctypes.CDLL(name)
+            reset = runtime.cudaCtxResetPersistingL2Cache
+        except (OSError, AttributeError):
+            continue
+        return lambda: reset() and None
+    return lambda: None
 
 
 class CudaL2Flush:
