@@ -296,7 +296,7 @@ NAMED: dict[type[Cheater], tuple[tuple[str, ...], tuple[str, ...]]] = {
     SideThread: (("wrong-before",), ("> bound",)),
     PatchesTheClock: (("error",), ("time.perf_counter_ns was replaced",)),
     PatchesTheVerifier: (("error",), ("Verifier.check was replaced",)),
-    WritesInputAndUndoes: (("wrong-before",), ("wrote into an input it was handed",)),
+    WritesInputAndUndoes: (("wrong-before",), ("wrote into an input it was handed, and undid the write",)),
     AliasesItsInput: (("wrong-before",), ("aliases the input x",)),
 }
 #: cheaters the inputs defeat instead: every call's inputs are new objects with new contents, so their caches never

@@ -85,7 +85,8 @@ class Prepared:
     written: dict[str, Any] = field(default_factory=dict)
 
 
-def prepare(backend: Backend, reference: Reference, direction: str, order: np.ndarray | None = None) -> Prepared:
+def prepare(backend: Backend, reference: Reference, direction: str, order: np.ndarray | None = None,
+            writable: bool = False) -> Prepared:
     """The timed op of ``direction``, which does exactly what the byte model counts: the forward;
     the backward alone (its forward and autograd graph made here, untimed, through the backend's
     ``prepare_backward``; a backend that cannot separate them has its backward timed, and
@@ -93,12 +94,14 @@ def prepare(backend: Backend, reference: Reference, direction: str, order: np.nd
     (``forward_backward``). Every operation's arguments are built from its entry (``Operation.arguments``); a fused
     operation's backward takes what its forward wrote (``residual_out``: ``Operation.backward_args_from``), so
     without a ``prepare_backward`` hook its forward runs here first, untimed. ``order``: the case's rows in that
-    order (:meth:`normbench.perf.verify.Reference.reordered`). A NumPy array handed over is read-only: a backend that writes
-    into its input fails at the write, even where it would undo the write before returning."""
+    order (:meth:`normbench.perf.verify.Reference.reordered`). A NumPy array handed over is read-only (unless
+    ``writable``: the diagnosis of a write, :func:`_written_input`): a backend that writes into its input fails at the
+    write, even where it would undo the write before returning."""
     case = reference.case
     norm = operations.of(case.norm)
     native = {name: None if a is None or (direction == "forward" and name in norm.cotangents)
-              else conformance.read_only(backend.asarray(a.copy())) for name, a in reference.reordered(order).items()}
+              else (lambda n: n if writable else conformance.read_only(n))(backend.asarray(a.copy()))
+              for name, a in reference.reordered(order).items()}
     args = norm.arguments({p: native[p] for p in norm.params if p in native}, normalized_shape=case.normalized_shape,
                           eps=case.eps)
     cotangents = tuple(native[name] for name in norm.cotangents)
@@ -269,11 +272,21 @@ def _wrote_read_only(exc: BaseException) -> bool:
     return isinstance(exc, ValueError) and "read-only" in str(exc)
 
 
-def _read_only(message: str) -> str:
-    if "read-only" not in message:
-        return message
-    return (f"{message}: the backend wrote into an input it was handed (the inputs are handed read-only: a backend "
-            f"must not write into its arguments, not even to undo the write before returning)")
+def _written_input(backend: Backend, reference: Reference, direction: str, error: str) -> str:
+    """The failure of a backend whose write into a read-only input failed (``error``, NumPy's words): one call more on
+    writable copies names the input it writes, as the conformance checks do (``Handover.call``)."""
+    said = f"handed read-only, the write failed where it was made ({error})"
+    try:
+        prepared = prepare(backend, reference, direction, writable=True)
+        prepared.op()
+        backend.synchronize()
+        Verifier(backend, reference, direction).check_inputs(prepared.native, prepared.written)
+    except ConformanceError as named:
+        return f"{named}; {said}"
+    except Exception:  # it fails otherwise on writable copies: the write is what it did first
+        pass
+    return (f"{backend.name} {reference.case.id}: the {direction} wrote into an input it was handed, and undid the "
+            f"write before returning; {said}. A backend must not write into its arguments")
 
 
 @dataclass
@@ -351,14 +364,13 @@ class ThroughputRunner:
             if refused:
                 return Measurement({**row, "verdict": "error", "message": f"refused: {refused}"})
         except ConformanceError as exc:
-            return Measurement({**row, "verdict": judged.stage if judged else "wrong-before",
-                                "message": _read_only(str(exc))})
+            return Measurement({**row, "verdict": judged.stage if judged else "wrong-before", "message": str(exc)})
         except ClockError as exc:
             return Measurement({**row, "verdict": "error", "message": f"refused: {tampering(self._judges) or exc}"})
         except Exception as exc:  # a backend may fail in any way; the run goes on
-            if _wrote_read_only(exc):
-                return Measurement({**row, "verdict": judged.stage if judged else "wrong-before",
-                                    "message": _read_only(_error(exc))})
+            if _wrote_read_only(exc) and judged is not None:
+                return Measurement({**row, "verdict": judged.stage,
+                                    "message": _written_input(backend, judged.reference, direction, str(exc))})
             return Measurement({**row, "verdict": "error", "message": _error(exc)})
         except (SystemExit, KeyboardInterrupt) as exc:  # raised by the backend, not by a signal: still its result
             if not backend_raised(exc):
