@@ -163,3 +163,25 @@ def test_the_throughput_runner_asks_for_the_timer_the_backend_needs():
                               make_timer=make)
     runner.measure(KnownCost(1e-4), cases.Case("t", (8, 256), (256,), "float32"), "forward")
     assert asked == [("cpu", False)]
+
+
+def test_the_cuda_timer_resets_the_persisting_l2_before_every_launch_outside_the_sample(monkeypatch):
+    """An access policy window that pins the inputs in L2 (llm.c PR #851) must not survive into the next sample:
+    ``cudaCtxResetPersistingL2Cache`` runs before each launch, after the flush, before the start event."""
+    from normbench.perf.timing import reset_persisting_l2
+
+    torch = FakeTorch()
+    gpu = torch.gpu
+    timer = CudaEventTimer("cuda:0", torch_module=torch)
+    timer._reset_l2 = lambda: gpu.log.append("reset-l2")
+    timer.measure(lambda: gpu.launch("kernel", 0.25), lambda out: None,
+                  TimingOptions(cache="cold", min_samples=3, max_samples=3, max_time_s=0.0))
+    assert gpu.log == ["fill"] + ["flush", "reset-l2", "event", "kernel", "synchronize", "event"] * 3 + ["synchronize"]
+    import ctypes
+
+    def no_runtime(name, *args, **kwargs):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_runtime)
+    reset_persisting_l2(torch)()  # no CUDA runtime: a no-op, never an error, and the rows say so
+    assert "persisting-L2 reset was not available" in CudaEventTimer("cuda:0", torch_module=torch).notes[0]

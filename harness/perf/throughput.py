@@ -400,6 +400,7 @@ class ThroughputRunner:
                          "so bytes and byte model are forward-training+backward's")
         if timing.wide:
             notes.append(f"wide spread: IQR is {100 * timing.rel_spread:.0f}% of the median (a busy machine?)")
+        notes += list(timing.notes)
         if timing.flat:
             notes.append(f"flagged: an IQR of exactly 0 over {timing.n} samples (a clock that does not tick, or a time "
                          f"that does not depend on the work)")

@@ -170,6 +170,8 @@ class Timing:
     timer: str
     cache: str
     calls_per_sample: int = 1
+    #: what the timer could not do, for the row's message (a defence not available on this machine)
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.samples:
@@ -344,6 +346,9 @@ class CudaEventTimer:
         self.device = device
         self._flush = CudaL2Flush(device, torch_module, flush_bytes)
         self._reset_l2 = reset_persisting_l2(torch_module)
+        self.notes = () if self._reset_l2 is not _NO_RESET else (
+            "the persisting-L2 reset was not available (no CUDA runtime found to call cudaCtxResetPersistingL2Cache):"
+            " an access policy window could keep inputs in L2 between samples",)
 
     def _batch(self, op: Op, count: int, calls: int, cold: bool, plan: Calls) -> list[float]:
         event = lambda: self.torch.cuda.Event(enable_timing=True)
@@ -383,7 +388,7 @@ class CudaEventTimer:
         plan.trailing_now = True
         if plan.trailing:
             self._batch(op, plan.trailing, 1, cold, plan)
-        return Timing(tuple(samples), self.name, options.cache, calls)
+        return Timing(tuple(samples), self.name, options.cache, calls, self.notes)
 
 
 def reset_persisting_l2(torch_module: Any) -> Callable[[], None]:
@@ -393,17 +398,17 @@ def reset_persisting_l2(torch_module: Any) -> Callable[[], None]:
     stand-in torch, a CPU machine)."""
     import ctypes
 
-    cuda = getattr(torch_module, "cuda", None)
-    if getattr(torch_module, "version", None) is None or not callable(getattr(cuda, "is_available", None)):
-        return lambda: None
-    for name in ("libcudart.so", "libcudart.so.12", "libcudart.so.13", "libcudart.so.11.0"):
+    for name in ("libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"):
         try:
-            runtime = ctypes.CDLL(name)
-            reset = runtime.cudaCtxResetPersistingL2Cache
+            reset = ctypes.CDLL(name).cudaCtxResetPersistingL2Cache  # torch's own, when it has loaded one
         except (OSError, AttributeError):
             continue
         return lambda: reset() and None
-    return lambda: None
+    return _NO_RESET
+
+
+def _NO_RESET() -> None:
+    """No CUDA runtime to call: the rows say so (``CudaEventTimer.notes``)."""
 
 
 class CudaL2Flush:
