@@ -54,7 +54,7 @@ def untrusted(installed_plugins, monkeypatch):
 
 
 def test_the_judge_never_imports_the_plugin_and_the_worker_computes(untrusted):
-    [backend] = normbench.refresh().select("remote-patches-the-verifier", untrusted=True).backends
+    [backend] = normbench.refresh().select("remote-patches-the-verifier", create=remote.start).backends
     try:
         assert "remote_cheaters" not in sys.modules and "normbench_remote_marker" not in sys.modules
         assert isinstance(backend, remote.RemoteBackend) and backend.name == "remote-patches-the-verifier"

@@ -199,7 +199,7 @@ class Registry:
                 f"report it to {self.plugin(name).distribution}'s authors") from exc
 
     def select(self, spec: str, progress: Callable[[str, Backend | str], None] | None = None,
-               untrusted: bool = False) -> Selection:
+               create: Callable[[str], Backend] | None = None) -> Selection:
         """Resolve a backend selection (``--impl`` of the CLI, ``--normbench-impl`` of pytest):
         ``"torch"``, ``"numpy,torch"`` or ``"all"``.
 
@@ -208,15 +208,12 @@ class Registry:
         first tried in a child process (:func:`normbench.core.vetting.vet`): one that ends or hangs it
         is never loaded here. ``progress(name, result)``,
         if given, is called as each backend is created (creating one imports its framework,
-        seconds): with the backend, or with the reason it was skipped. ``untrusted``: each backend is created
-        and computes in a worker process of its own (:mod:`normbench.core.remote`), never loaded here.
+        seconds): with the backend, or with the reason it was skipped. ``create``: how a backend is made from
+        its name (default :meth:`create`; ``--untrusted``'s is :func:`normbench.core.remote.start`, which makes it
+        in a worker process of its own, never loaded here).
         """
         report = progress or (lambda name, result: None)
-        create = self.create
-        if untrusted:
-            from normbench.core import remote
-
-            create = remote.start
+        create = create or self.create
         names = self.names_in(spec)
         selection = Selection(warnings=[p.message for p in self.problems if p.name in self.plugins])
         unsafe = vetting.vet(self, [n for n in names if self.plugins[n].distribution != OURS],

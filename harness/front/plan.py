@@ -80,9 +80,11 @@ class Plan:
     def select(self, progress=None) -> Selection:
         """Create the backends (once): ``progress(name, backend or reason)`` as each is made."""
         if self.selection is None:
+            from normbench.core import remote
             from normbench.core.registry import get_registry
 
-            self.selection = get_registry().select(self.impl, progress=progress, untrusted=self.untrusted)
+            self.selection = get_registry().select(self.impl, progress=progress,
+                                                   create=remote.start if self.untrusted else None)
         return self.selection
 
     def options(self, **throughput: Any) -> dict[str, Any]:

@@ -93,7 +93,10 @@ def selection(config: pytest.Config) -> Selection:
     if SELECTION not in config.stash:
         spec = config.getoption("normbench_impl") or ALL
         try:
-            config.stash[SELECTION] = get_registry().select(spec, untrusted=config.getoption("normbench_untrusted"))
+            from normbench.core import remote
+
+            config.stash[SELECTION] = get_registry().select(
+                spec, create=remote.start if config.getoption("normbench_untrusted") else None)
         except NormbenchError as exc:
             raise pytest.UsageError(f"{options.impl_given_as(config.option)}={spec}: {exc}") from None
     return config.stash[SELECTION]
