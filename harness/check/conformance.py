@@ -205,7 +205,7 @@ a backend must not write into its arguments
         try:
             return function(*arguments)
         except ValueError as exc:
-            if "read-only" not in str(exc):
+            if not wrote_read_only(exc):
                 raise
             said = f"handed read-only, the write failed where it was made ({exc})"
         writable = tuple(None if n is None or not isinstance(n, np.ndarray) else np.array(n, order="K")
@@ -286,6 +286,11 @@ def changed(before: np.ndarray, after: np.ndarray) -> np.ndarray | str | None:
         with np.errstate(all="ignore"):
             differ &= ~(np.isnan(before.astype(np.float64)) & np.isnan(after.astype(np.float64)))
     return differ if differ.any() else None
+
+
+def wrote_read_only(exc: BaseException) -> bool:
+    """NumPy's error for a write into a read-only array: a backend wrote into an input handed to it read-only."""
+    return isinstance(exc, ValueError) and "read-only" in str(exc)
 
 
 def read_only(native):

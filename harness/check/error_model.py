@@ -219,8 +219,8 @@ def backward_bounds(dy: np.ndarray, ref: oracle.Forward, grads: oracle.Backward,
     params = param_dtype or dtype
     with np.errstate(invalid="ignore", over="ignore"):
         dx = _rounded(np.abs(grads.dx), dtype) + dx_accumulation(dy, ref, dtype)
-        dw = _rounded(np.abs(grads.dweight), params) + dweight_accumulation(dy, ref, dtype)
-        db = _rounded(np.abs(grads.dbias), params) + dbias_accumulation(dy, ref, dtype)
+        dw = column_sum_bound(grads.dweight, dweight_accumulation(dy, ref, dtype), params)
+        db = column_sum_bound(grads.dbias, dbias_accumulation(dy, ref, dtype), params)
     return dx, dw, db
 
 

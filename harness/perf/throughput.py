@@ -99,9 +99,10 @@ def prepare(backend: Backend, reference: Reference, direction: str, order: np.nd
     write, even where it would undo the write before returning."""
     case = reference.case
     norm = operations.of(case.norm)
+    hosts, own = reference.reordered(order), reference.hosts  # reordered rows are new arrays; the reference's own
+    protect = (lambda n: n) if writable else conformance.read_only  # arrays (all, or weight and bias) are copied
     native = {name: None if a is None or (direction == "forward" and name in norm.cotangents)
-              else (lambda n: n if writable else conformance.read_only(n))(backend.asarray(a.copy()))
-              for name, a in reference.reordered(order).items()}
+              else protect(backend.asarray(a.copy() if a is own[name] else a)) for name, a in hosts.items()}
     args = norm.arguments({p: native[p] for p in norm.params if p in native}, normalized_shape=case.normalized_shape,
                           eps=case.eps)
     cotangents = tuple(native[name] for name in norm.cotangents)
@@ -267,11 +268,6 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _wrote_read_only(exc: BaseException) -> bool:
-    """NumPy's error for a write into a read-only array: the backend wrote into an input it was handed."""
-    return isinstance(exc, ValueError) and "read-only" in str(exc)
-
-
 def _written_input(backend: Backend, reference: Reference, direction: str, error: str) -> str:
     """The failure of a backend whose write into a read-only input failed (``error``, NumPy's words): one call more on
     writable copies names the input it writes, as the conformance checks do (``Handover.call``)."""
@@ -368,7 +364,7 @@ class ThroughputRunner:
         except ClockError as exc:
             return Measurement({**row, "verdict": "error", "message": f"refused: {tampering(self._judges) or exc}"})
         except Exception as exc:  # a backend may fail in any way; the run goes on
-            if _wrote_read_only(exc) and judged is not None:
+            if conformance.wrote_read_only(exc) and judged is not None:
                 return Measurement({**row, "verdict": judged.stage,
                                     "message": _written_input(backend, judged.reference, direction, str(exc))})
             return Measurement({**row, "verdict": "error", "message": _error(exc)})
