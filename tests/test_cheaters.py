@@ -139,21 +139,39 @@ def test_each_output_is_a_copy_taken_at_the_handover():
     assert not (run.y == 7.0).any()
 
 
-def test_a_cheaper_path_taken_only_at_throughput_sizes_is_refused():
-    """1/rms rounded to bfloat16 above 2^21 elements only: within every element's bound, and never taken by a
-    conformance case. The throughput verifier runs the coherence checks on what it verifies, as the suites do."""
-    from tests import coherence_variants as cv
+class CheaperWhenLarge(cheaters.Cheater):
+    """1/rms rounded to bfloat16 above 2^21 elements only: within every element's bound at bfloat16, and caught by
+    the coherence checks, in conformance at the sweep's size and in the throughput judge."""
 
-    class CheaperWhenLarge(cheaters.Cheater):
-        name = "cheater-cheaper-when-large"
-        dtypes = ("float32", "bfloat16")
-        cheaper = cv.RSTD_ROUNDED()
+    name = "cheater-cheaper-when-large"
+    dtypes = ("float32", "bfloat16")
 
-        def layer_norm(self, x, normalized_shape, weight, bias, eps):
-            if x.size > 1 << 21:
-                return self.cheaper.layer_norm(x, normalized_shape, weight, bias, eps)
+    def layer_norm(self, x, normalized_shape, weight, bias, eps):
+        if x.size <= 1 << 21:
             return self.right(x, normalized_shape, weight, bias, eps)
+        import ml_dtypes
 
+        rows = np.asarray(x, np.float32).reshape(-1, math.prod(normalized_shape))
+        centred = rows - rows.mean(axis=1, keepdims=True)
+        rstd = (1 / np.sqrt((centred * centred).mean(axis=1, keepdims=True) + np.float32(eps)))
+        y = centred * rstd.astype(ml_dtypes.bfloat16).astype(np.float32)  # the cheaper path: rstd in bfloat16
+        y = y.reshape(x.shape) * (1 if weight is None else weight) + (0 if bias is None else bias)
+        return y.astype(x.dtype)
+
+
+def test_a_cheaper_path_taken_only_at_throughput_sizes_is_refused():
+    """The throughput verifier runs the coherence checks on what it verifies, as the suites do."""
     row = runner(min_samples=3).measure(CheaperWhenLarge(), cases.Case("t", (2048, 2048), (2048,), "bfloat16"),
                                         "forward").row
     assert row["verdict"] == "wrong-before" and "coherent structure" in row["message"], row
+
+
+def test_a_cheaper_path_taken_only_at_throughput_sizes_fails_the_suites_sweep_case():
+    """The suites' sweep family holds a case of the CPU sweep's size: the cheaper path fails it (the error's
+    structure, each element within its bound), and the honest path passes it."""
+    case = next(c for c in cases.forward_cases() if c.family == "sweep")
+    assert case.shape in cases.CPU_SWEEP_SHAPES and math.prod(case.shape) > 1 << 21
+    inputs = cases.make_inputs(case, 0)
+    with pytest.raises(ConformanceError, match="coherent structure"):
+        conformance.check_forward(CheaperWhenLarge(), inputs)
+    conformance.check_forward(cheaters.Cheater(), inputs)

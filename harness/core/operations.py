@@ -110,9 +110,9 @@ class Families:
 
 #: the families every normalization's forward and backward suites run (``normbench.core.cases``)
 NORMALIZATION_FORWARD = ("hidden", "multidim", "rows", "rank", "affine", "mixed", "eps", "dist", "constant",
-                         "layout", "nonfinite")
+                         "layout", "nonfinite", "sweep")
 NORMALIZATION_BACKWARD = ("affine", "mixed", "hidden", "multidim", "rows", "rank", "eps", "dist", "constant",
-                          "layout", "nonfinite")
+                          "layout", "nonfinite", "sweep")
 
 
 @dataclass(frozen=True, eq=False)
