@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from normbench.core import deviations, operations, vetting
+from normbench.core import deviations, operations, safe_text, vetting
 from normbench.core.backend import Availability, Backend
 from normbench.core.dtypes import DTYPES
 from normbench.core.exceptions import BackendUnavailable, NormbenchError, PluginError, UnknownBackend
@@ -257,9 +257,10 @@ class Registry:
 
 def describe(backend: Backend) -> str:
     """``torch (2.13.0+cpu, cpu)``: name, library version and device (:attr:`Backend.device`, the
-    string ``normbench list --probe`` shows and the results record), as run headers show a backend."""
+    string ``normbench list --probe`` shows and the results record), as run headers show a backend (the plugin's
+    own text escaped and clipped: :mod:`normbench.core.safe_text`)."""
     version = type(backend).library_version()
-    return f"{backend.name} ({version + ', ' if version else ''}{backend.device})"
+    return safe_text.safe(f"{backend.name} ({version + ', ' if version else ''}{backend.device})", 300)
 
 
 @functools.lru_cache(maxsize=1)

@@ -71,7 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from normbench.core import operations
+from normbench.core import operations, safe_text
 from normbench.core.exceptions import NormbenchError
 from normbench.core.files import append_whole, open_regular, write_atomic
 
@@ -163,6 +163,11 @@ class Schema:
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def free_text(self) -> frozenset[str]:
+        """The columns that hold any text (str, without choices or a form): what :func:`storable` makes safe."""
+        return frozenset(c.name for c in self.columns if c.kind == "str" and c.choices is None and c.form is None)
 
     def file_name(self, ext: str = "csv") -> str:
         """How its files are named, for messages: ``throughput.csv``, ``kernels-sm90.csv``."""
@@ -300,6 +305,20 @@ def new_row(schema: Schema, **values: Any) -> dict[str, Any]:
     return row
 
 
+def storable(row: dict[str, Any], schema: Schema) -> dict[str, Any]:
+    """``row`` as it is written: each free-text field (a str column without choices or a form: messages, versions,
+    notes, which a backend's text reaches) made safe to store and show (:func:`normbench.core.safe_text.cell`:
+    control characters escaped, clipped, a leading formula character quoted for spreadsheets). Called by every
+    writer, so a backend's ``\\r``, megabyte or lone surrogate cannot make a file normbench's own loader refuses.
+
+    >>> from normbench.check.outcomes import CONFORMANCE
+    >>> storable({"message": "50%\\r100%", "outcome": "failed"}, CONFORMANCE)["message"]
+    '50%\\\\r100%'
+    """
+    free = schema.free_text
+    return {k: safe_text.cell(v) if k in free and isinstance(v, str) else v for k, v in row.items()}
+
+
 def frame(rows: Iterable[dict[str, Any]], schema: Schema) -> pd.DataFrame:
     """Rows as a DataFrame with the schema's columns, in order, with their dtypes (not validated:
     :func:`load` validates what it reads, :class:`ResultsWriter` what it writes)."""
@@ -377,7 +396,7 @@ def write_csv(path: str | os.PathLike, rows: Iterable[dict[str, Any]], schema: S
     which :func:`load` reads, and a folder's ``<name>.csv.gz`` where it has no ``.csv`` or ``.json``). A row
     that breaks the schema is one ResultsError naming the row and the field, before anything is written."""
     path = Path(path)
-    rows = [{"schema_version": schema.version, **row} for row in rows]
+    rows = [storable({"schema_version": schema.version, **row}, schema) for row in rows]
     clean = _validated_rows(rows, schema, f"the {schema} rows to write to {path}",
                             "this is a normbench bug: please report it")
     try:
@@ -407,7 +426,8 @@ def save(folder: str | os.PathLike, df: pd.DataFrame, schema: Schema,
     folder = Path(folder)
     name = schema.stem
     csv_path, json_path = folder / f"{name}.csv", folder / f"{name}.json"
-    rows = _validated_rows(records(_coerce(df, schema.columns)), schema, f"the {name} rows to save in {folder}",
+    rows = _validated_rows([storable(r, schema) for r in records(_coerce(df, schema.columns))], schema,
+                           f"the {name} rows to save in {folder}",
                            "this is a normbench bug: please report it")
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -490,7 +510,7 @@ class ResultsWriter:
             raise self._failed
         if self._closed:
             raise ResultsError(f"{self.csv_path}: the writer is closed; open a new ResultsWriter to add rows")
-        row = {k: _json_value(v) for k, v in row.items()}  # as JSON has it: an infinite spread (median 0) is empty
+        row = storable({k: _json_value(v) for k, v in row.items()}, self.schema)  # NaN and inf empty, as in JSON
         (clean,) = _validated_rows([row], self.schema, f"the {self.schema.stem} row to write to {self.csv_path}",
                                    "this is a normbench bug: please report it", first=len(self.rows) + 1)
         now = time.monotonic()

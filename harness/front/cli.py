@@ -28,7 +28,7 @@ import sys
 from collections.abc import Sequence
 
 from normbench import __version__
-from normbench.core import vetting
+from normbench.core import safe_text, vetting
 from normbench.core.exceptions import NormbenchError, UnknownBackend
 from normbench.core.registry import ALL, describe, get_registry
 from normbench.front import counts, options
@@ -115,9 +115,9 @@ def _list_backends(args: argparse.Namespace) -> int:
     loading("")
     from normbench.report.text import table
 
-    print(table(rows))
+    print(table([[safe_text.safe(cell, 200) for cell in row] for row in rows]))  # a plugin's own text, escaped
     for message in problems:
-        print(f"problem: {message}")
+        print(f"problem: {safe_text.safe(message)}")
     return 0
 
 
@@ -227,11 +227,11 @@ def _check_in_process(args: argparse.Namespace, case) -> int:
     except NormbenchError as exc:
         if not args.skip_unavailable:  # a backend named: that it cannot run is the error
             raise
-        print(f"SKIP {args.impl}: {exc}")  # one backend of --impl=all
+        print(f"SKIP {args.impl}: {safe_text.safe(exc)}")  # one backend of --impl=all
         return _CHECK_SKIPPED
     reason = conformance.skip_reason(backend, case)
     if reason:
-        print(f"SKIP {backend.name} {case.id}: {reason}")
+        print(f"SKIP {backend.name} {case.id}: {safe_text.safe(reason)}")
         return _CHECK_SKIPPED
     inputs = cases.make_inputs(case, args.seed)
     progress(f"checking {case.id} (seed {args.seed}) on {describe(backend)} against the float64 oracle...")
@@ -242,7 +242,11 @@ def _check_in_process(args: argparse.Namespace, case) -> int:
     try:
         conformance.check_forward(backend, inputs)
     except conformance.ConformanceError as exc:
-        print(f"FAIL {exc}")
+        print(f"FAIL {safe_text.safe(exc)}")
+        return 1
+    except Exception as exc:  # the backend's own exception: its verdict, not a traceback of the harness
+        print(f"FAIL {backend.name} {case.id} (seed {args.seed}): the backend raised "
+              f"{type(exc).__name__}: {safe_text.safe(exc)}")
         return 1
     print(f"PASS {backend.name} {case.id} (seed {args.seed}): within the error model's bound")
     return 0

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from normbench import __version__
-from normbench.core import environment, provenance
+from normbench.core import environment, provenance, safe_text
 
 #: the backends of normbench that a GPU run measures, in the order they are tried
 GPU_BACKENDS = ("torch", "triton", "jax")
@@ -35,7 +35,7 @@ class Check:
     problem: str = ""
 
     def line(self) -> str:
-        return f"  {'ok ' if not self.problem else 'NO '} {self.what}: {self.found}"
+        return f"  {'ok ' if not self.problem else 'NO '} {self.what}: {safe_text.safe(self.found)}"
 
 
 def dependencies() -> Check:

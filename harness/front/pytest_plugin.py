@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from normbench import __version__
-from normbench.core import deviations
+from normbench.core import deviations, safe_text
 from normbench.core.exceptions import NormbenchError
 from normbench.core.registry import ALL, Selection, describe, get_registry
 from normbench.front import options, plan, threads
@@ -246,6 +246,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     report = outcome.get_result()
     callspec = getattr(item, "callspec", None)
     backend = callspec.params.get("backend") if callspec is not None else None
+    if backend is not None:
+        _safe_report(report)
     if report.when != "call" or backend is None or report.skipped:
         return
     from normbench.check.conformance import ConformanceError
@@ -266,6 +268,25 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     nodeid = re.sub(r"-seed\d+\]$", "]", item.nodeid)
     report.sections.append(("normbench: reproduce",
                             f"pytest '{nodeid}' {_impl_flag(item)}={backend.name} --normbench-seed={seed}"))
+
+
+#: the most characters of a failure's report (traceback and message) and of each captured output shown
+REPORT_LIMIT = 50_000
+
+
+def _safe_report(report: pytest.TestReport) -> None:
+    """A backend test's report made safe to send and show (:mod:`normbench.core.safe_text`): a backend's exception
+    text or output with a lone surrogate made xdist's transport fail (INTERNALERROR, every test "not run"), escape
+    sequences reached the terminal raw, a 5 MB message was printed whole. Reports that are safe are left as they are."""
+    if report.longrepr is not None and not isinstance(report.longrepr, tuple):  # a skip's (path, line, reason) kept
+        text = str(report.longrepr)
+        if not safe_text.is_safe(text, REPORT_LIMIT):
+            crash = getattr(report.longrepr, "reprcrash", None)
+            if crash is not None:  # the failure's one-line message, which the results record (front/runner.py)
+                report.normbench_message = safe_text.safe(crash.message)
+            report.longrepr = safe_text.safe(text, REPORT_LIMIT)
+    report.sections = [(title, content if safe_text.is_safe(content, REPORT_LIMIT)
+                        else safe_text.safe(content, REPORT_LIMIT)) for title, content in report.sections]
 
 
 def _impl_flag(item: pytest.Item) -> str:

@@ -148,7 +148,8 @@ class Collector:
             message = str(report.longrepr[2]).removeprefix("Skipped: ")
             outcome = NOT_RUN if message.startswith(f"{NOT_RUN}:") else outcome
         elif report.failed:
-            message = getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message or ""
+            message = (getattr(report, "normbench_message", "")  # a report made safe to send (pytest_plugin.py)
+                       or getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message or "")
             outcome = TIMEOUT if TIMEOUT_MESSAGE.match(str(message)) else outcome
         self._add(nodeid, outcome, str(message), dict(report.user_properties), record)
 
