@@ -63,6 +63,25 @@ def test_sigterm_keeps_what_ran_and_marks_the_run_interrupted(tmp_path):
 
 
 @pytest.mark.e2e
+def test_a_dropped_terminal_is_an_interrupted_run_with_its_summary_and_bundle(tmp_path):
+    """SIGHUP to the run's process group (workers included), as a closed terminal or a dropped ssh connection sends
+    it. Before: the run ended at once with 129, no summary, its status 'running', and --bundle wrote nothing."""
+    run = start(tmp_path, *SLOW[:2], "-n", "2", *SLOW[4:], f"--bundle={tmp_path / 'bundle'}")
+    seen = wait_for_rows(tmp_path / "r1", 40, run)
+    os.killpg(run.pid, signal.SIGHUP)
+    out, err = run.communicate(timeout=120)
+    said = f"stdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
+    assert run.returncode == 2 and "Traceback" not in err, said
+    assert "INTERRUPTED (SIGHUP)" in out, said
+    status = read_environment(tmp_path / "r1")["status"]
+    assert status["state"] == "interrupted" and status["reason"] == "SIGHUP", (status, said)
+    assert seen <= status["done"] < status["total"], (seen, status, said)
+    rows = storage.load(tmp_path / "r1", outcomes.CONFORMANCE)
+    assert set(rows.outcome) == {"passed", "not run"}, (rows.outcome.value_counts(), said)  # no worker "crashed"
+    assert (tmp_path / "bundle" / "manifest.json").is_file(), said
+
+
+@pytest.mark.e2e
 def test_sigkill_keeps_every_finished_test_and_the_report_says_the_run_did_not_finish(tmp_path):
     run = start(tmp_path, *SLOW)
     seen = wait_for_rows(tmp_path / "r1", 40, run)

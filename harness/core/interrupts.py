@@ -15,6 +15,9 @@ import signal
 from collections.abc import Callable, Iterator
 
 _RECEIVED: list[int] = []
+#: the signals a user sends to end a run: Ctrl-C, a kill, a dropped terminal or ssh connection (SIGHUP, where the
+#: platform has it); each ends a run as an interrupted run, keeping what ran
+ENDING: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
 
 
 def note_signal(signum: int) -> None:
@@ -34,7 +37,7 @@ def note_sigint(signum: int, frame) -> None:
 
 
 def received_signal() -> bool:
-    """Whether this process received SIGINT or SIGTERM (as recorded here) since it started."""
+    """Whether this process received one of the :data:`ENDING` signals (as recorded here) since it started."""
     return bool(_RECEIVED)
 
 
@@ -51,10 +54,10 @@ def backend_raised(exc: BaseException) -> bool:
 
 @contextlib.contextmanager
 def _handled_by(handler: Callable) -> Iterator[bool]:
-    """SIGINT and SIGTERM go to ``handler`` inside the block, to their previous handlers again after it; yields
-    whether they were installed (False off the main thread, where signals are not ours to handle)."""
+    """The :data:`ENDING` signals go to ``handler`` inside the block, to their previous handlers again after it;
+    yields whether they were installed (False off the main thread, where signals are not ours to handle)."""
     try:
-        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {s: signal.signal(s, handler) for s in ENDING}
     except ValueError:
         yield False
         return

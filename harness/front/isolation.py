@@ -73,6 +73,16 @@ def pytest_configure(config: pytest.Config) -> None:
             config.add_cleanup(lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
         except ValueError:  # not the main thread: leave the signals alone
             pass
+    hangup = getattr(signal, "SIGHUP", None)
+    if (hangup is not None and config.getoption("normbench_impl", None) is not None
+            and signal.getsignal(hangup) is signal.SIG_DFL):
+        # a dropped terminal sends SIGHUP to the whole process group, as Ctrl-C sends SIGINT: a session running
+        # normbench's suites (an xdist worker too) ends the same way, as an interrupted run, not as a crash
+        try:
+            signal.signal(hangup, note_sigint)
+            config.add_cleanup(lambda: signal.signal(hangup, signal.SIG_DFL))
+        except ValueError:
+            pass
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
         if workerinput.get(_QUARANTINE):

@@ -396,7 +396,8 @@ class _MainJob:
             report.append(f"INTERRUPTED ({self.interrupted}) after {done}{of} tests: what ran is in {self.folder}/")
         elif budget:
             report.append(f"BUDGET SPENT: {budget}; {done} of {total} tests ran, the others are 'not run'")
-        print("\n" + "\n\n".join(report) + f"\n\nresults: {self.folder}/", flush=True)
+        with contextlib.suppress(OSError):  # a terminal gone (SIGHUP): the status, report and bundle are still written
+            print("\n" + "\n\n".join(report) + f"\n\nresults: {self.folder}/", flush=True)
         if self.plan.report:
             _run_report(self.folder, self.plan.baseline)
         if self.plan.bundle:
@@ -414,14 +415,17 @@ class _MainJob:
         from normbench.core.storage import ResultsError
         from normbench.report.bundle import write_bundle
 
-        sys.stdout.flush()
-        sys.stderr.flush()
+        with contextlib.suppress(OSError):  # a terminal gone (SIGHUP) takes no bundle with it
+            sys.stdout.flush()
+            sys.stderr.flush()
         log = self.folder / RUN_LOG
         try:
             manifest = write_bundle(self.folder, self.plan.bundle, log=log if log.is_file() else None)
-            print(f"bundle: {manifest.parent}/", flush=True)
         except (ResultsError, OSError) as exc:
             self.problems.append(f"the bundle was not written: {exc}")
+            return
+        with contextlib.suppress(OSError):
+            print(f"bundle: {manifest.parent}/", flush=True)
 
     def _budget_spent(self, outcomes) -> str:
         """What a spent ``--budget`` left undone, for the status and the summary ("" if nothing)."""
@@ -574,25 +578,27 @@ def _teed(path: Path | None):
 
 @contextlib.contextmanager
 def _signals_end_the_run():
-    """SIGTERM ends the run as Ctrl-C does (KeyboardInterrupt: pytest stops, what ran is kept and
-    marked), and is recorded, so the run's status says which signal ended it."""
+    """SIGTERM and SIGHUP (a dropped terminal or ssh connection) end the run as Ctrl-C does (KeyboardInterrupt:
+    pytest stops, what ran is kept and marked), and are recorded, so the run's status says which signal ended it."""
     import signal
 
-    from normbench.core.interrupts import note_signal
+    from normbench.core.interrupts import ENDING, note_signal
 
     def stop(signum, frame):
         note_signal(signum)
         raise KeyboardInterrupt
 
+    ending = [s for s in ENDING if s != signal.SIGINT]
     try:
-        previous = signal.signal(signal.SIGTERM, stop)
+        previous = {s: signal.signal(s, stop) for s in ending}
     except ValueError:  # not the main thread
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, old in previous.items():
+            signal.signal(s, old)
 
 
 def _run_report(folder, baseline: str) -> None:
