@@ -335,3 +335,66 @@ def test_a_run_in_a_budget_measures_throughput_first_and_records_its_budget(tmp_
 def test_a_budget_too_small_for_the_run_itself_is_one_line(tmp_path):
     out = normbench("run", "--impl=numpy", "--budget=5", f"--out={tmp_path}")
     assert out.returncode == 2 and "A budget is at least 30 s" in out.stderr and not any(tmp_path.iterdir())
+
+
+# -- the vetting cannot be bypassed from the environment (issue 45) ------------------------------------------------
+
+
+def _key(env, name):
+    """The verdict key of plugin ``name`` as the vetting makes it (asked in a process with the plugins' env)."""
+    code = f"from normbench import get_registry; from normbench.core import vetting; " \
+           f"print(vetting.key(get_registry().plugin({name!r})))"
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("forged", ["stale format", "a maker that is no ancestor"])
+def test_a_forged_verdict_is_not_taken(loading, forged):
+    """Before: a NORMBENCH_PLUGIN_VERDICTS calling the segfaulting plugin fine made normbench load it in process
+    (exit 139, no summary)."""
+    verdicts = {_key(loading, "segv-at-import"): "", _key(loading, "hangs-at-create"): ""}
+    value = verdicts if forged == "stale format" else {"maker": 1, "verdicts": verdicts}
+    out = normbench("test", "--impl=all", "-n", "2", *FEW, env={**loading, "NORMBENCH_PLUGIN_VERDICTS": json.dumps(value)})
+    said = out.stdout + out.stderr
+    assert out.returncode in (0, 1) and CRASHED in said and HUNG in said, said[-3000:]
+
+
+@pytest.mark.e2e
+def test_an_oversized_inherited_verdicts_variable_starts_no_failing_worker(loading):
+    """Before: the inherited variable, grown by this run's verdicts past Linux's 128 KiB, made every worker fail to
+    start (E2BIG): INTERNALERROR, then 'finished' with 0 of 0."""
+    big = json.dumps({"x" * 10: "y" * 130_500})  # within the 128 KiB a variable may have, until verdicts are added
+    out = normbench("test", "--impl=all", "-n", "2", *FEW, env={**loading, "NORMBENCH_PLUGIN_VERDICTS": big})
+    said = out.stdout + out.stderr
+    assert out.returncode in (0, 1) and "INTERNALERROR" not in said and "passed" in said, said[-3000:]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("value", ["0.5", "0", "soon"])
+def test_a_plugin_timeout_too_short_to_vet_anything_is_one_message(loading, value):
+    """Before: NORMBENCH_PLUGIN_TIMEOUT=0.5 ended the vetting child outside any plugin, every plugin was marked fine
+    and the segfaulting one loaded in process (exit 139); 0 and words fell back to 60 s without a word."""
+    out = normbench("test", "--impl=all", *FEW, env={**loading, "NORMBENCH_PLUGIN_TIMEOUT": value})
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stdout + out.stderr
+    assert f"NORMBENCH_PLUGIN_TIMEOUT='{value}' is not a plugin time limit" in out.stderr, out.stderr
+    listed = normbench("list", "--plugin-timeout=0.01", env=loading)
+    assert listed.returncode == 2 and "--plugin-timeout=0.01 is not a plugin time limit" in listed.stderr
+
+
+def test_a_vetting_child_that_ends_outside_any_plugin_vets_none(monkeypatch):
+    """The child ended (killed, crashed) before or between plugins: no plugin is marked fine."""
+    from normbench.core import vetting
+
+    class Plugin:
+        def __init__(self, name):
+            self.name, self.target, self.provider, self.origin = name, f"m:{name}", "acme 1.0", "/x"
+
+    class Registry:
+        def plugin(self, name):
+            return Plugin(name)
+
+    monkeypatch.delenv(vetting.VERDICTS_ENV, raising=False)
+    monkeypatch.setattr(vetting, "watch", lambda *a, **k: vetting.Watched(-9, "", "", True))
+    problems = vetting.vet(Registry(), ["a", "b"], ["true"])
+    assert set(problems) == {"a", "b"} and all("could not be vetted" in p for p in problems.values()), problems

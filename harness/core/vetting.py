@@ -13,7 +13,10 @@ that cannot be imported says so with an exception.
 
 The verdicts are kept in the environment variable :data:`VERDICTS_ENV` (keyed by the plugin's name,
 target, distribution, version and place), so the processes this one starts (pytest-xdist's workers, a
-``normbench check`` child) reach the same verdicts without trying again.
+``normbench check`` child) reach the same verdicts without trying again. A process takes them only from itself or
+an ancestor (the variable names its maker's process id): a variable inherited from a shell, an earlier run or a
+hand is not taken, and is removed before any process is started. (Whoever sets a process's environment can also
+set its ``PYTHONPATH``: this guards against accidents and stale state, not against the user's own shell.)
 
 ``normbench list`` watches its own listing child with :func:`watch` and says what happened with
 :func:`problem`: one mechanism, one wording.
@@ -22,12 +25,15 @@ target, distribution, version and place), so the processes this one starts (pyte
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from normbench.core.exceptions import InvalidInput
 
 #: seconds one plugin may take to be imported, answer ``availability()`` and be created
 PLUGIN_TIMEOUT_S = 60.0
@@ -41,13 +47,31 @@ TIMEOUT_ENV = "NORMBENCH_PLUGIN_TIMEOUT"
 VERDICTS_ENV = "NORMBENCH_PLUGIN_VERDICTS"
 
 
+#: the shortest limit per plugin taken: importing a plugin's framework alone takes longer than a shorter one, and
+#: a limit that ends every child outside any plugin would vet nothing
+MIN_TIMEOUT_S = 1.0
+
+
+def check_timeout(value: float, said: str) -> float:
+    """``value`` as a plugin time limit, or one :class:`InvalidInput` saying ``said`` is not one and how to fix it."""
+    if not (math.isfinite(value) and value >= MIN_TIMEOUT_S):
+        raise InvalidInput(f"{said} is not a plugin time limit: it must be at least {MIN_TIMEOUT_S:g} s (a shorter "
+                           f"one ends the vetting child before a plugin has loaded). Fix: give seconds >= "
+                           f"{MIN_TIMEOUT_S:g}, e.g. {PLUGIN_TIMEOUT_S:g}, or leave it unset")
+    return value
+
+
 def timeout_s() -> float:
-    """The time limit per plugin: :data:`TIMEOUT_ENV` if set to a positive number, else :data:`PLUGIN_TIMEOUT_S`."""
-    try:
-        value = float(os.environ.get(TIMEOUT_ENV, ""))
-    except ValueError:
+    """The time limit per plugin: :data:`TIMEOUT_ENV` if set, else :data:`PLUGIN_TIMEOUT_S`; a value that is not
+    seconds >= :data:`MIN_TIMEOUT_S` is one :class:`InvalidInput` (never silently another limit)."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
         return PLUGIN_TIMEOUT_S
-    return value if value > 0 else PLUGIN_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    return check_timeout(value, f"{TIMEOUT_ENV}={raw[:40]!r}")
 
 
 @dataclass(frozen=True)
@@ -110,6 +134,20 @@ def problem(watched: Watched, timeout: float, consequence: str = "") -> str:
             f"the plugin's authors; `pip uninstall` its distribution to silence this")
 
 
+def unvetted(watched: Watched, timeout: float) -> str:
+    """Why a plugin is left out when its vetting child ended outside any plugin: nothing says it is safe to load."""
+    if watched.timed_out:
+        how = (f"Python did not start within {STARTUP_S:g} s" if not watched.started else
+               f"it spent more than {2 * timeout:g} s outside any plugin (entry-point discovery)")
+    elif watched.returncode < 0:
+        how = f"it ended with signal {signal_name(-watched.returncode)} outside any plugin"
+    else:
+        how = f"it ended with exit status {watched.returncode} outside any plugin"
+    return (f"could not be vetted: the child process that tries plugins before normbench loads them ended "
+            f"early ({how}), so it is not loaded. Fix: run `python -m normbench.front.cli list --in-process` to see "
+            f"why; a longer limit ({TIMEOUT_ENV}) if the machine is slow")
+
+
 def signal_name(number: int) -> str:
     """``SIGSEGV`` for 11 (the number itself where no signal has it)."""
     import signal
@@ -134,12 +172,52 @@ def key(plugin) -> str:
     return f"{plugin.name}={plugin.target} ({plugin.provider}, {plugin.origin})"
 
 
+#: the most characters of the verdicts variable: Linux refuses to start a process with one variable above 128 KiB
+#: (E2BIG), so a larger one is neither taken nor written (the processes started then vet again)
+MAX_VERDICTS = 100_000
+#: the most characters of one problem kept in the variable (the processes it starts inherit it)
+MAX_PROBLEM = 2000
+
+
+def _ancestors() -> list[int]:
+    """This process's id and its ancestors' (read from /proc where the system has it, else the parent alone)."""
+    pids, pid = [os.getpid()], os.getppid()
+    for _ in range(64):
+        if pid <= 1:
+            break
+        pids.append(pid)
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return pids
+
+
 def _verdicts() -> dict[str, str]:
-    try:
-        found = json.loads(os.environ.get(VERDICTS_ENV, "{}"))
-    except ValueError:
+    """The verdicts this process inherited, taken only from a normbench process that is this one or one of its
+    ancestors (``{"maker": pid, "verdicts": {...}}``): a variable left in a shell by an earlier run, set by hand or
+    forged is not taken, and is removed so that the processes this one starts do not inherit it (an oversized one
+    made their start fail with E2BIG)."""
+    raw = os.environ.get(VERDICTS_ENV)
+    if raw is None:
         return {}
-    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(found, dict) else {}
+    found = None
+    if len(raw) <= MAX_VERDICTS:
+        try:
+            found = json.loads(raw)
+        except ValueError:
+            pass
+    if not (isinstance(found, dict) and found.get("maker") in _ancestors() and isinstance(found.get("verdicts"), dict)):
+        os.environ.pop(VERDICTS_ENV, None)
+        return {}
+    return {k: v for k, v in found["verdicts"].items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def discard_foreign() -> None:
+    """Remove an inherited verdicts variable that no ancestor normbench process wrote (:func:`_verdicts`); the
+    command line and the pytest plugin call it before they start any process."""
+    _verdicts()
 
 
 def vet(registry, names: Sequence[str], child: Sequence[str]) -> dict[str, str]:
@@ -155,14 +233,25 @@ def vet(registry, names: Sequence[str], child: Sequence[str]) -> dict[str, str]:
             progress_file = os.path.join(folder, "loading")
             while untried:
                 watched = watch([*child, progress_file, *untried], progress_file, limit)
-                if watched.returncode == 0 or watched.loading not in untried:
-                    # all loaded (or the child ended outside any plugin: then the selection's own load says why)
-                    verdicts.update({key(registry.plugin(n)): "" for n in untried})
+                if watched.returncode == 0:
+                    verdicts.update({key(registry.plugin(n)): "" for n in untried})  # each loaded
+                    break
+                if watched.loading not in untried:
+                    # ended outside any plugin (entry-point discovery, Python's start): none of them was vetted, so
+                    # none is loaded here (before, each was marked fine and a crashing one ended this process)
+                    verdicts.update({key(registry.plugin(n)): unvetted(watched, limit) for n in untried})
                     break
                 stopped = untried.index(watched.loading)
                 verdicts.update({key(registry.plugin(n)): "" for n in untried[:stopped]})
                 verdicts[key(registry.plugin(watched.loading))] = problem(watched, limit)
                 untried = untried[stopped + 1:]
                 os.remove(progress_file)  # the next child's start is told by its creating the file anew
-        os.environ[VERDICTS_ENV] = json.dumps(verdicts)
+        from normbench.core import safe_text
+
+        verdicts = {k: safe_text.safe(v, MAX_PROBLEM) for k, v in verdicts.items()}
+        value = json.dumps({"maker": os.getpid(), "verdicts": verdicts})
+        if len(value) <= MAX_VERDICTS:
+            os.environ[VERDICTS_ENV] = value
+        else:
+            os.environ.pop(VERDICTS_ENV, None)
     return {n: verdicts[key(registry.plugin(n))] for n in names if verdicts.get(key(registry.plugin(n)))}

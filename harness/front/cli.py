@@ -50,7 +50,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     import tempfile
 
     problems: list[str] = []
-    limit = args.plugin_timeout or vetting.timeout_s()
+    limit = (vetting.check_timeout(args.plugin_timeout, f"--plugin-timeout={args.plugin_timeout:g}")
+             if args.plugin_timeout is not None else vetting.timeout_s())
     with tempfile.TemporaryDirectory(prefix="normbench-list-") as folder:
         progress_file = os.path.join(folder, "loading")
         while True:
@@ -544,6 +545,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if extra and args.command not in ("test", "run"):
         parser().error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        vetting.discard_foreign()  # before any process is started: a verdict no ancestor made is not passed on
+        vetting.timeout_s()  # a bad NORMBENCH_PLUGIN_TIMEOUT is one message before anything runs
         if args.command in ("test", "run"):
             from normbench.front import run
             from normbench.front.plan import Plan

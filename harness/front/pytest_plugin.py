@@ -85,6 +85,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(DeviationReport(config), "normbench-deviations")
     config.pluginmanager.register(PropertyReport(config), "normbench-properties")
     if config.getoption("normbench_impl") is not None:
+        from normbench.core import vetting
+
+        vetting.discard_foreign()  # before xdist starts a worker: a verdict no ancestor made is not passed on
         selection(config)
 
 
