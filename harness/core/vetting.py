@@ -135,14 +135,13 @@ def problem(watched: Watched, timeout: float, consequence: str = "") -> str:
 
 
 def unvetted(watched: Watched, timeout: float) -> str:
-    """Why a plugin is left out when its vetting child ended outside any plugin: nothing says it is safe to load."""
+    """Why a plugin is left out when its vetting child was killed (too slow) or crashed outside any plugin:
+    nothing says it is safe to load."""
     if watched.timed_out:
         how = (f"Python did not start within {STARTUP_S:g} s" if not watched.started else
                f"it spent more than {2 * timeout:g} s outside any plugin (entry-point discovery)")
-    elif watched.returncode < 0:
-        how = f"it ended with signal {signal_name(-watched.returncode)} outside any plugin"
     else:
-        how = f"it ended with exit status {watched.returncode} outside any plugin"
+        how = f"it ended with signal {signal_name(-watched.returncode)} outside any plugin"
     return (f"could not be vetted: the child process that tries plugins before normbench loads them ended "
             f"early ({how}), so it is not loaded. Fix: run `python -m normbench.front.cli list --in-process` to see "
             f"why; a longer limit ({TIMEOUT_ENV}) if the machine is slow")
@@ -233,12 +232,15 @@ def vet(registry, names: Sequence[str], child: Sequence[str]) -> dict[str, str]:
             progress_file = os.path.join(folder, "loading")
             while untried:
                 watched = watch([*child, progress_file, *untried], progress_file, limit)
-                if watched.returncode == 0:
-                    verdicts.update({key(registry.plugin(n)): "" for n in untried})  # each loaded
+                outside = watched.loading not in untried
+                if watched.returncode == 0 or outside and watched.returncode > 0 and not watched.timed_out:
+                    # each loaded, or the child raised outside any plugin (a plugin it cannot find, say): an
+                    # exception, not a crash, which the selection's own load here says as a PluginError
+                    verdicts.update({key(registry.plugin(n)): "" for n in untried})
                     break
-                if watched.loading not in untried:
-                    # ended outside any plugin (entry-point discovery, Python's start): none of them was vetted, so
-                    # none is loaded here (before, each was marked fine and a crashing one ended this process)
+                if outside:
+                    # killed or crashed outside any plugin (entry-point discovery, Python's start): none was vetted,
+                    # so none is loaded here (before, each was marked fine and a crashing one ended this process)
                     verdicts.update({key(registry.plugin(n)): unvetted(watched, limit) for n in untried})
                     break
                 stopped = untried.index(watched.loading)
