@@ -332,9 +332,13 @@ def test_a_run_in_a_budget_measures_throughput_first_and_records_its_budget(tmp_
     assert env["status"]["state"] == "finished" and env["status"]["reason"] is None
 
 
-def test_a_budget_too_small_for_the_run_itself_is_one_line(tmp_path):
-    out = normbench("run", "--impl=numpy", "--budget=5", f"--out={tmp_path}")
+@pytest.mark.parametrize("budget", ["5", "-5", "1e12", "soon", "nan"])
+def test_a_budget_too_small_for_the_run_itself_is_one_line(tmp_path, budget):
+    """Before: 1e12 was a datetime traceback after the run folder was claimed; -5 was answered "e.g. 1.0", which
+    was itself refused."""
+    out = normbench("run", "--impl=numpy", f"--budget={budget}", f"--out={tmp_path}")
     assert out.returncode == 2 and "A budget is at least 30 s" in out.stderr and not any(tmp_path.iterdir())
+    assert "at most 2592000 s (30 days)" in out.stderr and "Traceback" not in out.stderr and "1.0" not in out.stderr
 
 
 # -- the vetting cannot be bypassed from the environment (issue 45) ------------------------------------------------

@@ -301,16 +301,22 @@ def parse_seconds(value: str) -> float:
 
 
 def parse_budget(value: str) -> float:
-    """A time budget: a finite number of seconds, at least :data:`MIN_BUDGET_S` (the summary and report need some)."""
-    seconds = parse_seconds(value)
-    if seconds < MIN_BUDGET_S:
+    """A time budget: seconds from :data:`MIN_BUDGET_S` (the summary and report need some) to :data:`MAX_BUDGET_S`;
+    anything else (negative, a word, 1e12: a deadline past any clock's range) is one message saying the range."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not MIN_BUDGET_S <= seconds <= MAX_BUDGET_S:  # NaN included
         raise _error(value, f"A budget is at least {MIN_BUDGET_S:g} s (the run's own start, summary and report take "
-                            f"some), e.g. --budget=600")
+                            f"some) and at most {MAX_BUDGET_S:.0f} s (30 days), e.g. --budget=600")
     return seconds
 
 
 #: the smallest ``--budget``
 MIN_BUDGET_S = 30.0
+#: the largest ``--budget`` (30 days; beyond it, leave the run without one)
+MAX_BUDGET_S = 30 * 86400.0
 
 
 def _parse_choices(kind: str, plural: str, value: str, valid: Sequence[str]) -> tuple[str, ...]:
