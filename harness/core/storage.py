@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import gzip
 import io
 import json
@@ -164,7 +165,7 @@ class Schema:
     def __str__(self) -> str:
         return self.name
 
-    @property
+    @functools.cached_property
     def free_text(self) -> frozenset[str]:
         """The columns that hold any text (str, without choices or a form): what :func:`storable` makes safe."""
         return frozenset(c.name for c in self.columns if c.kind == "str" and c.choices is None and c.form is None)
