@@ -137,6 +137,11 @@ def normbench(*args):
     (["run", "--seed=4294967296"], "argument --seed: Could not parse value: '4294967296'. Seed 4294967296 is out"),
     (["run", "--out=README.md"], "argument --out: Could not parse value: 'README.md'. It is a file, not a folder."),
     (["test", "-n", "100000", "--impl=numpy"], "argument -n/--workers: Could not parse value: '100000'. At most "),
+    (["run", "--impl=numpy", "--numprocesses=10"], "--numprocesses=10: pytest-xdist's own worker options are not "
+                                                     "passed on"),  # issue 45: it passed the cap and the test count
+    (["test", "--impl=numpy", "--numproc", "10"], "--numproc: pytest-xdist's own worker options are not passed on"),
+    (["run", "--impl=numpy", "--tx", "8*popen"], "--tx: pytest-xdist's own worker options are not passed on"),
+    (["test", "--impl=numpy", "--maxprocesses=3"], "--maxprocesses=3: pytest-xdist's own worker options are not "),
     (["kernel-stats", "--arch=-1"], "argument --arch: '-1': give a compute capability times ten"),
 ])
 def test_a_bad_option_value_is_one_message(args, message):

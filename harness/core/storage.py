@@ -893,6 +893,10 @@ def load(path: str | os.PathLike, schema: Schema) -> pd.DataFrame:
         return _load_per_target_folder(path, schema)
     if path.is_dir():
         have = [p for p in (path / f"{name}.json", path / f"{name}.csv") if exists(p)]
+        if have and exists(path / f"{name}.csv.gz"):
+            raise ResultsError(f"{path} holds {name}.csv.gz beside {' and '.join(p.name for p in have)}: which is the "
+                               f"run's is not known, and neither is passed over. Fix: read one of them by name (e.g. "
+                               f"`normbench report {path}/{name}.csv.gz`), or remove the wrong one")
         if len(have) == 2:
             return _reconcile(path, schema)
         if not have and exists(path / f"{name}.csv.gz"):  # a published folder's compressed table

@@ -502,10 +502,12 @@ def _add_bundle(sub) -> None:
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
-    from normbench.report.bundle import write_bundle
+    from normbench.report.bundle import left_out_lines, write_bundle
 
     manifest = write_bundle(args.run, args.out, args.log)
     print(f"bundle: {manifest.parent}/ ({manifest.name} lists its files)")
+    for line in left_out_lines(manifest):
+        print(line)
     return 0
 
 
@@ -544,6 +546,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if extra and args.command not in ("test", "run"):
         parser().error(f"unrecognized arguments: {' '.join(extra)}")
+    if options.xdist_worker_argument(extra):
+        parser().error(f"{options.xdist_worker_argument(extra)}: pytest-xdist's own worker options are not passed on "
+                       f"(they would start workers past -n's cap). Fix: give the count as normbench's -n N (at most "
+                       f"{options.WORKERS_PER_CORE} per usable CPU core), or 'auto'")
     try:
         vetting.discard_foreign()  # before any process is started: a verdict no ancestor made is not passed on
         vetting.timeout_s()  # a bad NORMBENCH_PLUGIN_TIMEOUT is one message before anything runs

@@ -23,6 +23,40 @@ from normbench.core.exceptions import NormbenchError
 COUNTED_DIRECTIONS = ("forward", "backward")
 
 
+def check_out(out: str | None, kind: str) -> None:
+    """``--out`` of ``traffic`` (``kind`` "traffic") or ``kernel-stats`` ("kernels"), checked before anything is
+    counted: a ``.csv`` file, never one of a run folder's own files (``conformance.csv``, ``environment.json``,
+    ``report.html``, ...) nor the other command's (a kernel-stats table is ``kernels-*.csv``, the report reads it by
+    that name; a traffic table is not), and not in a run's folder while that run holds it."""
+    from pathlib import Path
+
+    from normbench.core.environment import ENVIRONMENT_FILE
+    from normbench.core.run_folder import holder
+    from normbench.core.storage import RESULT_FILES
+    from normbench.perf.counters import COUNTERS_FILE
+    from normbench.perf.kernel_stats import KERNEL_STATS_PATTERN
+    from normbench.report.bundle import MANIFEST, RUN_LOG
+
+    if out is None:
+        return
+    path = Path(out)
+    fix = "Fix: --out DIR/" + ("traffic.csv" if kind == "traffic" else "kernels-sm90.csv")
+    if path.is_dir() or path.suffix != ".csv":
+        raise NormbenchError(f"--out {out}: the rows are written as one .csv file. {fix}")
+    owned = {*RESULT_FILES, ENVIRONMENT_FILE, COUNTERS_FILE, MANIFEST, RUN_LOG, "table1.json", "findings.csv"}
+    if path.name in owned:
+        raise NormbenchError(f"--out {out}: {path.name} is a run folder's own file, never written over by `normbench "
+                             f"{'traffic' if kind == 'traffic' else 'kernel-stats'}`. {fix}")
+    if path.match(KERNEL_STATS_PATTERN) != (kind == "kernels"):
+        why = ("kernel statistics are read from files named kernels-*.csv" if kind == "kernels" else
+               "kernels-*.csv is read as kernel statistics, which traffic rows are not")
+        raise NormbenchError(f"--out {out}: {why}. {fix}")
+    pid = holder(path.parent) if path.parent.is_dir() else None
+    if pid is not None and pid != os.getpid():
+        raise NormbenchError(f"--out {out}: the run in {path.parent} is still writing there (pid {pid}). Fix: wait "
+                             f"for it to end, or give another folder")
+
+
 def parse_shape_list(text: str) -> list[tuple[int, int, str]]:
     """``sweep`` (the GPU throughput sweep) or ``ROWSxHIDDEN[:DTYPE],...`` (an argparse type: a bad value is one
     usage message).
@@ -109,6 +143,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     from normbench.core.registry import get_registry
     from normbench.perf.traffic import GPUS, RATIO_NOTE, traffic_rows, write_csv
 
+    check_out(args.out, "traffic")
     needs("torch", "triton", what="normbench traffic (it counts Triton launches in the interpreter)")
     os.environ.setdefault("TRITON_INTERPRET", "1")
     backend = get_registry().select(args.impl).backends[0]
@@ -144,6 +179,7 @@ def cmd_kernel_stats(args: argparse.Namespace) -> int:
     from normbench.perf.kernel_stats import KERNEL_STATS, stats_rows
     from normbench.perf.traffic import GPUS, write_csv
 
+    check_out(args.out, "kernels")
     needs("triton", what="normbench kernel-stats (it compiles Triton kernels)")
     os.environ["TRITON_INTERPRET"] = "0"  # compile, whatever the machine
     gpu = GPUS[args.gpu]

@@ -219,6 +219,26 @@ def parse_workers(value: str) -> str:
                         "'logical' (one per logical CPU), e.g. -n 4")
 
 
+#: pytest-xdist's own ways to start workers, which would pass ``-n``'s cap and the no-more-workers-than-tests rule
+XDIST_WORKER_OPTIONS = ("--numprocesses", "--maxprocesses", "--tx")
+
+
+def xdist_worker_argument(extra: Sequence[str]) -> str:
+    """The first of ``extra`` (the arguments ``normbench test/run`` passes on to pytest) that sets pytest-xdist's
+    workers itself (``--numprocesses=10``, ``--tx 8*popen``, an abbreviation of them), or "" if none does.
+
+    >>> xdist_worker_argument(["-k", "rms", "--numprocesses=10"])
+    '--numprocesses=10'
+    >>> xdist_worker_argument(["--tx", "8*popen"]), xdist_worker_argument(["-x"])
+    ('--tx', '')
+    """
+    for arg in extra:
+        name = arg.split("=", 1)[0]
+        if len(name) > 4 and any(option.startswith(name) for option in XDIST_WORKER_OPTIONS) or name == "--tx":
+            return arg
+    return ""
+
+
 def parse_threads(value: str) -> int | None:
     """``--normbench-threads``: a library thread count >= 1, or ``library`` (None: each library's own)."""
     text = value.strip().lower()

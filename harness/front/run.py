@@ -205,6 +205,10 @@ def cmd_run(plan: Plan, extra: Sequence[str], argv: Sequence[str]) -> int:
         plan.stop_at = time.time() + plan.budget - budget_reserve(plan.budget)
     run_id = plan.run_id or new_run_id()
     get_registry().names_in(plan.impl)  # a bad --impl is a usage error before any folder exists
+    if plan.bundle:  # a used --bundle folder is said now, not after the run (in a GPU slot, its one chance)
+        from normbench.report.bundle import check_out
+
+        check_out(plan.bundle)
     refused = refused_arguments(extra)  # so are pytest arguments pytest refuses
     if refused:
         raise NormbenchError(f"pytest refuses the arguments normbench run passes on to it ({' '.join(extra)}): "
@@ -413,7 +417,7 @@ class _MainJob:
     def _bundle(self) -> None:
         """Pack the run folder (``--bundle``); a bundle that cannot be written is said at the end."""
         from normbench.core.storage import ResultsError
-        from normbench.report.bundle import write_bundle
+        from normbench.report.bundle import left_out_lines, write_bundle
 
         with contextlib.suppress(OSError):  # a terminal gone (SIGHUP) takes no bundle with it
             sys.stdout.flush()
@@ -426,6 +430,8 @@ class _MainJob:
             return
         with contextlib.suppress(OSError):
             print(f"bundle: {manifest.parent}/", flush=True)
+            for line in left_out_lines(manifest):
+                print(line, flush=True)
 
     def _budget_spent(self, outcomes) -> str:
         """What a spent ``--budget`` left undone, for the status and the summary ("" if nothing)."""

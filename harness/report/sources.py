@@ -41,7 +41,7 @@ from normbench.core.storage import ResultsError, boolean, integer, list_of, mapp
 from normbench.perf.kernel_stats import KERNEL_STATS, KERNEL_STATS_PATTERN, counts_files, schema_of_counts_file
 from normbench.perf.throughput import THROUGHPUT
 from normbench.perf.traffic import TRAFFIC, TRAFFIC_FILE
-from normbench.report import survey
+from normbench.report import bundle, survey
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -127,6 +127,8 @@ def _kind(path: Path) -> str:
 
 def _from_folder(folder: Path) -> dict[str, Any]:
     parts: dict[str, Any] = {}
+    if os.path.lexists(folder / bundle.MANIFEST):  # a bundle: what is read is held to its manifest first
+        parts["bundle"] = bundle.check_manifest(folder, only=[p.name for p in input_files(folder)])
     for schema, name in ((THROUGHPUT, "throughput"), (CONFORMANCE, "conformance")):
         if any(storage.exists(folder / f"{name}.{ext}") for ext in ("json", "csv", "csv.gz")):
             parts[name] = storage.load(folder, schema)
@@ -141,7 +143,7 @@ def _from_folder(folder: Path) -> dict[str, Any]:
         parts["traffic"] = storage.load(folder / TRAFFIC_FILE, TRAFFIC)
     if any(p.name != TRAFFIC_FILE for p in counts):
         parts["kernel_stats"] = storage.load(folder, KERNEL_STATS)
-    if not parts:
+    if not set(parts) - {"bundle"}:
         raise ResultsError(f"{folder} holds no normbench results (throughput, conformance, {ENVIRONMENT_FILE}, "
                            f"{TABLE1_FILE}, {TRAFFIC_FILE} or {KERNEL_STATS_PATTERN}). Fix: point at a "
                            f"folder written by `normbench run` (or by `normbench traffic`/`kernel-stats` --out)")
@@ -238,6 +240,8 @@ def load_result_set(source: str | os.PathLike) -> ResultSet:
     if state:
         found.append(state)
     found += problems
+    if "bundle" in parts:
+        found += bundle.left_out_notes(parts["bundle"])
     for name in ("throughput", "conformance"):
         if name in parts:
             found += storage.notes(parts[name])

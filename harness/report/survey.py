@@ -45,6 +45,7 @@ from normbench.core import operations, storage
 from normbench.core.environment import ENVIRONMENT, ENVIRONMENT_FIELDS, ENVIRONMENT_FILE, now_utc, read_environment
 from normbench.core.files import write_atomic
 from normbench.core.storage import ResultsError, check_document, distinct_rows
+from normbench.report import bundle
 
 FINDINGS_FILE = "findings.csv"
 #: the merged rows, compressed (normbench.core.storage reads it)
@@ -129,6 +130,8 @@ def merge(folders: Sequence[str | os.PathLike], survey_id: str, command: str) ->
     _once(folders)
     runs = []
     for folder in folders:
+        if os.path.lexists(folder / bundle.MANIFEST):  # a bundle's files are held to its manifest, as the report does
+            bundle.check_manifest(folder, only=(*storage.RESULT_FILES, ENVIRONMENT_FILE))
         df = storage.load(folder, CONFORMANCE)
         if df.empty:
             raise ResultsError(f"{folder} holds no conformance rows. Fix: run `normbench run --suites=conformance` "
@@ -426,8 +429,9 @@ def write_survey(out: str | os.PathLike, folders: Sequence[str | os.PathLike],
 
 def check_out(out: Path, inputs: Sequence[Path]) -> None:
     """The survey's folder may be new, or an earlier survey's (republished in place), never a file, one of the runs
-    it merges, or a folder holding a run's results: the survey writes its own conformance file there, and a run's
-    would be read instead of it, or lost."""
+    it merges, a run's folder (its lock file there, the run finished or still creating its backends), or a folder
+    holding a run's results: the survey writes its own conformance file and environment there, and a run's would be
+    read instead of it, or lost."""
     if out.exists() and not out.is_dir():
         raise ResultsError(f"--out {out} is a file, not a folder. Fix: give the survey's folder (new, or an earlier "
                            f"survey's)")
@@ -435,6 +439,13 @@ def check_out(out: Path, inputs: Sequence[Path]) -> None:
         if os.path.realpath(folder) == os.path.realpath(out):
             raise ResultsError(f"--out {out} is one of the runs the survey merges: its results would be replaced. "
                                f"Fix: give another folder")
+    from normbench.core.run_folder import LOCK_FILE, holder
+
+    if os.path.lexists(out / LOCK_FILE):  # only `normbench run` makes one: the folder is a run's, finished or not
+        pid = holder(out)
+        running = f", held by pid {pid}: the run is still going" if pid is not None else ""
+        raise ResultsError(f"--out {out} is a run's folder (it holds normbench run's {LOCK_FILE}{running}): the survey "
+                           f"would rewrite its {ENVIRONMENT_FILE}. Fix: give a new folder, or an earlier survey's")
     held = [name for name in storage.RESULT_FILES if name != CONFORMANCE_FILE and (out / name).exists()]
     if held:
         raise ResultsError(f"--out {out} holds a run's results ({', '.join(held)}): a survey there would hide or "
