@@ -78,7 +78,7 @@ def test_check_fails_a_wrong_backend_with_a_diagnosis(plugin_folder):
     (["list", "--bogus"], "unrecognized arguments: --bogus"),
     (["check", "--impl=numpy", "--shape=8x4", "--seed=-5"], "Seed -5 is out of range"),
     (["table1", "--seed=-5"], "Seed -5 is out of range"),
-    (["check", "--impl=numpy", "--shape=100000000x100000"], "needs about 800 TiB of memory, but"),
+    (["check", "--impl=numpy", "--shape=100000000x100000"], "needs about 2.27 PiB of memory, but"),
     (["check", "--impl=numpy", "--shape=4x"], "A size is missing"),
     (["check", "--impl=numpy", "--shape=4xx8"], "A size is missing"),
     (["check", "--impl=", "--shape=4x8"], "It names no backend"),

@@ -238,3 +238,19 @@ def test_a_pytest_option_the_suites_cannot_use_is_one_line_before_any_run_folder
     assert line.startswith("normbench: error: pytest refuses the arguments normbench run passes on to it")
     assert "none.txt" in line and "Give an existing known-deviations file. Fix:" in line
     assert list(tmp_path.iterdir()) == [tmp_path / "none.txt"] or not any(tmp_path.iterdir())
+
+
+@pytest.mark.e2e
+def test_a_run_of_a_backend_not_available_leaves_no_folder(plugins, tmp_path):
+    """Issue 45: each such try left an empty run folder holding only its lock file (and, with --bundle, its log).
+    A folder that already holds a run's files is never removed."""
+    out = normbench("run", "--impl=ghost", f"--out={tmp_path}", "--run-id=g", f"--bundle={tmp_path / 'b'}",
+                    env=plugins.env)
+    assert out.returncode == 2 and "backend 'ghost' is not available" in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "conformance.csv").write_text("an earlier run's\n")
+    out = normbench("run", "--impl=ghost", f"--out={tmp_path}", "--run-id=kept", env=plugins.env)
+    assert out.returncode == 2 and (kept / "conformance.csv").read_text() == "an earlier run's\n"

@@ -133,6 +133,23 @@ class RunFolder:
                 os.close(self._fd)
             self._fd = -1
 
+    def remove_if_unused(self, also: tuple[str, ...] = ()) -> bool:
+        """Remove the folder while this process holds it, if it holds nothing but its lock file (and the files named
+        in ``also``, e.g. the run's log): a run that failed before writing anything (a backend not available) leaves
+        no empty locked folder behind. True if removed."""
+        if not self.held or self.inherited:
+            return False
+        try:
+            names = {p.name for p in self.path.iterdir()}
+            if not names <= {LOCK_FILE, *also}:
+                return False
+            for name in sorted(names - {LOCK_FILE}) + [LOCK_FILE]:
+                os.unlink(self.path / name)
+            self.path.rmdir()
+        except OSError:
+            return False
+        return True
+
     @property
     def held(self) -> bool:
         return self._count > 0

@@ -213,7 +213,8 @@ def cmd_run(plan: Plan, extra: Sequence[str], argv: Sequence[str]) -> int:
     if refused:
         raise NormbenchError(f"pytest refuses the arguments normbench run passes on to it ({' '.join(extra)}): "
                              f"{refused.rstrip('.')}. Fix: `normbench run --help` lists normbench's options; others go to pytest")
-    with claim(plan.out, run_id) as run, _signals_end_the_run(), _teed(run.path / RUN_LOG if plan.bundle else None):
+    with claim(plan.out, run_id) as run, _removed_if_unused(run), _signals_end_the_run(), \
+            _teed(run.path / RUN_LOG if plan.bundle else None):
         main = _MainJob(plan, extra, argv, run.path, run_id)
         try:
             header(plan, run_id, run.path)
@@ -225,6 +226,17 @@ def cmd_run(plan: Plan, extra: Sequence[str], argv: Sequence[str]) -> int:
             main.interrupted = main.interrupted or last_signal() or "KeyboardInterrupt"
         with deferred(lambda line: print(f"\nnormbench: {line}", file=sys.stderr, flush=True)):
             return main.finish()
+
+
+@contextlib.contextmanager
+def _removed_if_unused(run):
+    """A run that ends in an error before it wrote anything (a backend not available, a pytest collection it cannot
+    start) removes its folder, which holds only its lock file and log: no empty locked folder per failed try."""
+    try:
+        yield
+    except BaseException:
+        run.remove_if_unused(also=(RUN_LOG,))
+        raise
 
 
 class _MainJob:
