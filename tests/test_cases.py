@@ -49,6 +49,17 @@ def test_poisoned_rows_hold_one_nan_and_one_inf():
     (dict(dtype="float8"), "unknown dtype 'float8'"),
     (dict(dist="cauchy"), "unknown distribution"),
     (dict(layout="transposed", shape=(2, 3, 8)), "needs a rank-2 shape"),
+    # issue 45: x was built as (1, 32) for a (4, 8) weight
+    (dict(layout="transposed", shape=(4, 8), normalized_shape=(4, 8)), r"normalized over its last dim, got shape "
+                                                                       r"\(4, 8\) normalized over \(4, 8\)"),
+    # issue 45: a scale that is inf or 0 in float32 passed with overflow warnings; a string was a TypeError
+    (dict(norm="rms_norm_quant", qdtype="int8", scale=1e39), r"needs a scale, a number finite and > 0 in float32"),
+    (dict(norm="rms_norm_quant", qdtype="int8", scale=1e-46), r"needs a scale, a number finite and > 0 in float32"),
+    (dict(norm="rms_norm_quant", qdtype="int8", scale="1"), r"needs a scale, .* got scale '1'"),
+    (dict(norm="rms_norm_quant", qdtype="int8", scale=True), r"needs a scale, .* got scale True"),
+    (dict(norm="rms_norm_dynamic_quant", qdtype="int8", scale_ub="1"), r"scale_ub None or a number finite and > 0 "
+                                                                        r"in float32.*got scale None, scale_ub '1'"),
+    (dict(norm="rms_norm_dynamic_quant", qdtype="int8", scale_ub=1e39), r"scale_ub None or a number finite"),
 ])
 def test_bad_cases_say_what_is_wrong(kwargs, message):
     args = dict(family="t", shape=(4, 8), normalized_shape=(8,), dtype="float32") | kwargs

@@ -56,6 +56,20 @@ def test_check_passes_a_correct_backend():
     assert out.returncode == 0 and out.stdout.startswith("PASS numpy bfloat16-rows64-hidden1000-offset1e3")
 
 
+@pytest.mark.parametrize("args, case", [
+    (["--norm=rms_norm_quant"], "q-rms-float32-rows8-hidden64-normal-e4m3-scale1"),  # the defaults
+    (["--norm=layer_norm_quant", "--qdtype=int8", "--scale=0.05"], "q-float32-rows8-hidden64-normal-int8-scale0.05"),
+    (["--norm=add_rms_norm_dynamic_quant", "--scale-ub=3", "--residual=zero", "--residual-dtype=float32",
+      "--dtype=bfloat16"], "dq-add-rms-bfloat16-residualfloat32-rows8-hidden64-normal-residualzero-e4m3-ub3"),
+    (["--norm=add_layer_norm", "--residual=dominant"], "add-float32-rows8-hidden64-normal-residualdominant"),
+])
+def test_check_takes_the_quantized_and_fused_operations_values(args, case):
+    """Issue 45: --norm=<any *_quant> always failed, needing a qdtype no option could give."""
+    out = normbench("check", "--impl=numpy", "--shape=8x64", *args)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert out.stdout.startswith(f"PASS numpy {case} (seed 0)"), out.stdout
+
+
 def test_check_fails_a_wrong_backend_with_a_diagnosis(plugin_folder):
     plugin_folder.distribution({"mutant-bessel": "tests.mutants:BesselCorrection"})
     out = normbench("check", "--impl=mutant-bessel", "--shape=8x4", env=plugin_folder.env)
@@ -88,6 +102,23 @@ def test_check_fails_a_wrong_backend_with_a_diagnosis(plugin_folder):
     (["run", "-n", "x"], "argument -n/--workers: Could not parse value: 'x'"),
     (["run", "--run-id=../../x"], "--run-id"),
     (["run", "--run-id=/tmp/x"], "--run-id"),
+    # issue 45: the quantized and fused operations' own values, each refused where it does not apply
+    (["check", "--impl=numpy", "--shape=4x8", "--norm=rms_norm", "--qdtype=int8"], "--qdtype=int8: --norm=rms_norm "
+                                                                                   "does not take it (RMSNorm). Fix: "
+                                                                                   "give --norm=rms_norm_quant"),
+    (["check", "--impl=numpy", "--shape=4x8", "--norm=rms_norm_dynamic_quant", "--scale=2"],
+     "a dynamic quantization computes its own scales (--scale-ub bounds them)"),
+    (["check", "--impl=numpy", "--shape=4x8", "--norm=layer_norm_quant", "--scale-ub=2"],
+     "a static quantization's scale is --scale"),
+    (["check", "--impl=numpy", "--shape=4x8", "--norm=layer_norm", "--residual=zero"],
+     "--residual=zero: --norm=layer_norm does not take it (LayerNorm). Fix: give --norm=add_layer_norm"),
+    (["check", "--impl=numpy", "--shape=4x8", "--norm=rms_norm_quant", "--scale=1e39"],
+     "A scale must stay finite and > 0 in float32"),
+    (["check", "--impl=numpy", "--shape=4x8", "--norm=rms_norm_quant", "--scale=1e-46"],
+     "A scale must stay finite and > 0 in float32"),
+    (["check", "--impl=numpy", "--shape=4x8", "--normalized-shape=4x8", "--layout=transposed"],
+     "needs a rank-2 shape (rows, hidden) normalized over its last dim"),
+    (["run", "--norm=rms_norm_quant"], "The throughput sweep does not time rms_norm_quant; it times layer_norm, "),
 ])
 def test_bad_input_gets_one_clear_message(args, message):
     out = normbench(*args)

@@ -164,21 +164,43 @@ RESIDUALS: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
+#: the largest finite float32 and the smallest positive one (a subnormal): a scale is held as a float32
+_FLOAT32_MAX, _FLOAT32_TINY = 3.4028234663852886e38, 1.401298464324817e-45
+
+
+def float32_scale(value: object) -> bool:
+    """Whether ``value`` is a number (not a bool or a string) that stays finite and > 0 in float32, as a kernel
+    holds a scale: 1e39 becomes inf there and 1e-46 becomes 0, and either would pass with overflow warnings.
+
+    >>> [float32_scale(v) for v in (1.0, 0.01, 1e39, 1e-46, 0.0, -1.0, float("nan"), "1", True)]
+    [True, True, False, False, False, False, False, False, False]
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        return False
+    if not (math.isfinite(value) and value > 0):
+        return False
+    with np.errstate(over="ignore", under="ignore"):
+        held = np.float32(value)
+    return bool(np.isfinite(held) and held > 0)
+
+
 def validate_quant(op: Operation, qdtype: str | None, scale: float | None, scale_ub: float | None) -> None:
-    """A quantized operation's case names its format, and a static one its scale (a finite positive number), a dynamic
-    one at most an upper bound (positive); every other case none of them."""
+    """A quantized operation's case names its format, and a static one its scale, a dynamic one at most an upper
+    bound on the row's absmax: each a number finite and > 0 in float32 (:func:`float32_scale`); every other case
+    none of them."""
     if not op.quant:
         if (qdtype, scale, scale_ub) != (None, None, None):
             raise InvalidInput(f"{op.label} has no quantized output; qdtype, scale and scale_ub must be None")
         return
     if qdtype not in QDTYPES:
         raise InvalidInput(f"{op.label} needs a qdtype, one of {', '.join(QDTYPES)}; got {qdtype!r}")
-    if op.quant == "static" and (scale_ub is not None or not isinstance(scale, (int, float))
-                                 or not math.isfinite(scale) or scale <= 0):
-        raise InvalidInput(f"{op.label} needs a scale, a finite number > 0 (and no scale_ub); got scale {scale!r}")
-    if op.quant == "dynamic" and (scale is not None or scale_ub is not None and not scale_ub > 0):
-        raise InvalidInput(f"{op.label} returns its scales: scale must be None, scale_ub None or > 0; got "
-                           f"{scale!r}, {scale_ub!r}")
+    float32_range = f"a number finite and > 0 in float32 ({_FLOAT32_TINY:.3g} to {_FLOAT32_MAX:.4g})"
+    if op.quant == "static" and (scale_ub is not None or not float32_scale(scale)):
+        raise InvalidInput(f"{op.label} needs a scale, {float32_range}, and no scale_ub; got scale {scale!r}"
+                           + ("" if scale_ub is None else f", scale_ub {scale_ub!r}"))
+    if op.quant == "dynamic" and (scale is not None or scale_ub is not None and not float32_scale(scale_ub)):
+        raise InvalidInput(f"{op.label} returns its scales: scale must be None, and scale_ub None or {float32_range}; "
+                           f"got scale {scale!r}, scale_ub {scale_ub!r}")
 
 
 def validate_eps(eps: float | None, norm: str = "layer_norm") -> None:
@@ -266,8 +288,9 @@ class Case:
                                    ("layout", self.layout, LAYOUTS)):
             if value not in valid:
                 raise InvalidInput(f"unknown {what} {value!r}; expected one of {', '.join(valid)}")
-        if self.layout != "contiguous" and len(self.shape) != 2:
-            raise InvalidInput(f"layout {self.layout!r} needs a rank-2 shape (rows, hidden), got {self.shape}")
+        if self.layout != "contiguous" and (len(self.shape) != 2 or len(self.normalized_shape) != 1):
+            raise InvalidInput(f"layout {self.layout!r} needs a rank-2 shape (rows, hidden) normalized over its last "
+                               f"dim, got shape {self.shape} normalized over {self.normalized_shape}")
         if self.per_head and (norm.has_bias or norm.fuses or self.affine != "w" or self.weight_offset
                               or len(self.shape) < len(self.normalized_shape) + 2):
             raise InvalidInput(f"per-head weights are RMSNorm's qk-norm: a plain normalization without a bias, with a "

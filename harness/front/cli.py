@@ -213,8 +213,29 @@ def _check_case(args: argparse.Namespace):
         raise NormbenchError(f"--affine={args.affine}: {op.label} has no bias, so affine must be 'w' or 'none' "
                              f"(the default for --norm={op.name} is w)")
     affine = args.affine or ("wb" if op.has_bias else "w")
+    quantized = {"static": "_quant", "dynamic": "_dynamic_quant"}
+    for option, value, wanted, alternative in (
+            ("--qdtype", args.qdtype, op.quant, f"give --norm={op.name}{quantized['static']}"),
+            ("--scale", args.scale, op.quant == "static",
+             "a dynamic quantization computes its own scales (--scale-ub bounds them)" if op.quant else
+             f"give --norm={op.name}{quantized['static']}"),
+            ("--scale-ub", args.scale_ub, op.quant == "dynamic",
+             "a static quantization's scale is --scale" if op.quant else
+             f"give --norm={op.name}{quantized['dynamic']}"),
+            ("--residual", args.residual, op.fuses, f"give --norm=add_{op.name}"),
+            ("--residual-dtype", args.residual_dtype, op.fuses, f"give --norm=add_{op.name}")):
+        if value is not None and not wanted:
+            raise NormbenchError(f"{option}={value}: --norm={op.name} does not take it ({op.label}). Fix: "
+                                 f"{alternative}")
+    quant = {} if not op.quant else {"qdtype": args.qdtype or DEFAULT_QDTYPE, "scale_ub": args.scale_ub,
+                                     "scale": (args.scale or DEFAULT_SCALE) if op.quant == "static" else None}
     return cases.Case("check", args.shape, normalized, args.dtype, args.dist, args.eps, affine,
-                      args.param_dtype, args.layout, norm=args.norm)
+                      args.param_dtype, args.layout, norm=args.norm, residual=args.residual,
+                      residual_dtype=args.residual_dtype, **quant)
+
+
+#: ``normbench check``'s quantized format and static scale where none is given
+DEFAULT_QDTYPE, DEFAULT_SCALE = "float8_e4m3fn", 1.0
 
 
 def _check_in_process(args: argparse.Namespace, case) -> int:
@@ -344,9 +365,10 @@ def _save_table1(args: argparse.Namespace, document: dict) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    from normbench.core.cases import AFFINES, DISTRIBUTIONS, LAYOUTS
+    from normbench.core.cases import AFFINES, DISTRIBUTIONS, LAYOUTS, RESIDUALS
     from normbench.core.dtypes import DTYPES
     from normbench.core.operations import NAMES as NORM_NAMES
+    from normbench.core.quantized import QDTYPES
 
     top = argparse.ArgumentParser(prog="normbench", description="LayerNorm conformance and throughput harness.")
     top.add_argument("--version", action="version", version=f"normbench {__version__}")
@@ -380,6 +402,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--norm", choices=NORM_NAMES, default="layer_norm",
                    help="the normalization to check. Default: %(default)r")
     p.add_argument("--layout", choices=LAYOUTS, default="contiguous", help="Default: %(default)r")
+    p.add_argument("--qdtype", choices=QDTYPES, help=f"a quantized operation's format (--norm=*_quant). Default: "
+                                                     f"{DEFAULT_QDTYPE}")
+    p.add_argument("--scale", type=options.parse_scale, metavar="S",
+                   help=f"a static quantization's scale (the code is y / S, rounded and saturated; --norm=*_quant "
+                        f"without _dynamic). Default: {DEFAULT_SCALE:g}")
+    p.add_argument("--scale-ub", type=options.parse_scale, metavar="UB",
+                   help="a dynamic quantization's upper bound on each row's absmax (--norm=*_dynamic_quant). "
+                        "Default: none")
+    p.add_argument("--residual", choices=RESIDUALS,
+                   help="a fused residual add's residual (--norm=add_*): another draw of x's distribution ('same'), "
+                        "a standard normal one or zeros. Default: same")
+    p.add_argument("--residual-dtype", choices=DTYPES,
+                   help="the residual's dtype (--norm=add_*; e.g. float32 beside a bfloat16 x). Default: --dtype")
     p.add_argument("--seed", type=options.parse_seed, default=0, help="Default: %(default)r")
     p.add_argument("--timeout", type=options.parse_seconds, default=CHECK_TIMEOUT_S, metavar="SECONDS",
                    help="how long one backend's check may take before it is a TIMEOUT (0: no limit), counted from "

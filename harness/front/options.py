@@ -182,6 +182,21 @@ def parse_eps(value: str) -> float:
         raise _error(value, "Use a number, e.g. 1e-5") from None
 
 
+def parse_scale(value: str) -> float:
+    """A quantization scale or its upper bound (``check --scale``, ``--scale-ub``): a number finite and > 0 in
+    float32, as a kernel holds it (:func:`normbench.core.cases.float32_scale`)."""
+    from normbench.core.cases import float32_scale
+
+    try:
+        number = float(value)
+    except ValueError:
+        raise _error(value, "Use a number > 0, e.g. 0.05") from None
+    if not float32_scale(number):
+        raise _error(value, "A scale must stay finite and > 0 in float32 (1.4e-45 to 3.4e38), as a kernel holds it, "
+                            "e.g. 0.05")
+    return number
+
+
 def parse_count(minimum: int) -> Callable[[str], int]:
     """A parser of integers >= ``minimum``."""
     def parse(value: str) -> int:
@@ -428,9 +443,28 @@ def parse_dtypes(value: str) -> tuple[str, ...]:
     return _parse_choices("dtype", "dtypes", value, DTYPES)
 
 
+def timed_norms() -> tuple[str, ...]:
+    """The operations the throughput sweep times (every sweep: CPU, GPU, rehearsal), in :data:`NAMES`' order."""
+    from normbench.core import cases
+
+    timed = {c.norm for c in cases.THROUGHPUT_CPU_CASES + cases.THROUGHPUT_GPU_CASES + cases.rehearsal_cases()}
+    return tuple(name for name in NAMES if name in timed)
+
+
 def parse_norms(value: str) -> tuple[str, ...]:
-    """Normalization names (:data:`normbench.core.operations.NAMES`), separated by commas."""
-    return _parse_choices("normalization", "normalizations", value, NAMES)
+    """Throughput normalizations (:func:`timed_norms`), separated by commas: an operation the sweep does not time (a
+    quantized one) is a usage error saying so, never a run that selects nothing and passes.
+
+    >>> parse_norms("rms_norm,add_rms_norm")
+    ('rms_norm', 'add_rms_norm')
+    """
+    timed = timed_norms()
+    chosen = _parse_choices("normalization", "normalizations", value, NAMES)
+    untimed = [name for name in chosen if name not in timed]
+    if untimed:
+        raise _error(value, f"The throughput sweep does not time {', '.join(untimed)}; it times {', '.join(timed)} "
+                            f"(the conformance suites check every operation)")
+    return chosen
 
 
 def parse_shapes(value: str) -> tuple[str, ...]:
@@ -508,7 +542,7 @@ def add_throughput_options(addoption: Callable, prefix: str) -> None:
     addoption(f"--{prefix}shape", metavar="LIST", type=parse_shapes, default=None,
               help="Throughput shapes to run, ROWSxHIDDEN separated by commas. Default: all of the sweep's")
     addoption(f"--{prefix}norm", metavar="LIST", type=parse_norms, default=None,
-              help=f"Throughput normalizations to run, separated by commas: {', '.join(NAMES)}. Default: all")
+              help=f"Throughput normalizations to run, separated by commas: {', '.join(timed_norms())}. Default: all")
     addoption(f"--{prefix}rehearsal", action="store_true", default=False,
               help="A dress rehearsal of the GPU reference run on any machine (docs/gpu-node.md): the GPU sweep's "
                    "cases in its order, each shrunk to a few rows, timed briefly, the copy ceiling on a small buffer; "
