@@ -139,20 +139,40 @@ GPU_FIELDS = ("name", "driver_version", "memory.total", "clocks.max.sm", "clocks
               "compute_mode")
 
 
+#: seconds nvidia-smi may take to answer (a hung driver keeps it waiting for ever)
+GPU_QUERY_TIMEOUT_S = 20.0
+
+
 def gpus() -> list[dict[str, str]]:
     """Each GPU nvidia-smi lists (name, driver, memory, clocks, compute capability and mode), with, where this
     process has imported torch and it sees CUDA, the SM count and the CUDA runtime torch was built with."""
+    return gpu_query()[0]
+
+
+def gpu_query() -> tuple[list[dict[str, str]], str]:
+    """:func:`gpus`, and why it found none: nvidia-smi not on the PATH, not answering within
+    :data:`GPU_QUERY_TIMEOUT_S`, failing (its exit status and first line), or listing none ("" when GPUs were
+    found). Its output is read as UTF-8, a byte that is not replaced, never a UnicodeDecodeError."""
     found: list[dict[str, str]] = []
+    why = ""
     for fields in (GPU_FIELDS, GPU_FIELDS[:-2]):
         try:
             out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(fields)}", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=20)
-        except (OSError, subprocess.SubprocessError):
-            return []
+                                 capture_output=True, text=True, encoding="utf-8", errors="replace",
+                                 timeout=GPU_QUERY_TIMEOUT_S)
+        except FileNotFoundError:
+            return [], "nvidia-smi is not on the PATH"
+        except subprocess.TimeoutExpired:
+            return [], f"nvidia-smi did not answer within {GPU_QUERY_TIMEOUT_S:g} s: a hung driver or GPU?"
+        except (OSError, subprocess.SubprocessError) as exc:
+            return [], f"nvidia-smi could not be run: {exc}"
         if out.returncode == 0:
             found = [dict(zip(fields, (v.strip() for v in line.split(",")))) for line in out.stdout.splitlines()
                      if line.strip()]
+            why = "" if found else "nvidia-smi lists none"
             break
+        said = next((line.strip() for line in (out.stderr + out.stdout).splitlines() if line.strip()), "")
+        why = f"nvidia-smi failed with exit status {out.returncode}" + (f": {said[:200]}" if said else "")
     torch = sys.modules.get("torch")
     try:
         cuda = torch is not None and torch.cuda.is_available()
@@ -162,7 +182,7 @@ def gpus() -> list[dict[str, str]]:
                 gpu["cuda_runtime"] = str(torch.version.cuda or "")
     except Exception:  # a broken CUDA setup must not cost the run its environment record
         pass
-    return found
+    return found, why
 
 
 def environment(run_id: str, command: Sequence[str] | None = None) -> dict[str, Any]:

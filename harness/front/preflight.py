@@ -75,13 +75,22 @@ def profiler() -> Check:
 
 
 def c_compiler() -> Check:
-    """A C compiler on the PATH ($CC, cc, gcc or clang): Triton 3.6 builds its CUDA launcher with one."""
-    names = [os.environ["CC"].split()[0]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
-    found = next((shutil.which(n) for n in names if shutil.which(n)), None)
+    """The C compiler Triton 3.6 builds its CUDA launcher with, found as Triton finds it: ``$CC`` run as it is (a
+    program on the PATH or a path; set but empty or blank, it names nothing Triton can run), else gcc, else clang."""
+    what = "C compiler (Triton <= 3.6 builds its CUDA launcher with it)"
+    if "CC" in os.environ:
+        cc = os.environ["CC"]
+        found = shutil.which(cc) if cc.strip() else None
+        if found:
+            return Check(what, found)
+        return Check(what, f"$CC={cc!r} is no program",
+                     f"CC is set to {cc!r}, which names no program on the PATH, and Triton runs $CC, "
+                     f"as it is, as its compiler. Fix: unset CC, or set it to a compiler (e.g. CC=gcc)")
+    found = next((shutil.which(n) for n in ("gcc", "clang") if shutil.which(n)), None)
     if found:
-        return Check("C compiler (Triton <= 3.6 builds its CUDA launcher with it)", found)
-    return Check("C compiler (Triton <= 3.6 builds its CUDA launcher with it)", "none on the PATH",
-                 "no C compiler ($CC, cc, gcc or clang) on the PATH, which Triton 3.6 needs to build its CUDA "
+        return Check(what, found)
+    return Check(what, "none on the PATH",
+                 "no C compiler ($CC, gcc or clang) on the PATH, which Triton 3.6 needs to build its CUDA "
                  "launcher. Fix: install gcc (apt install gcc), or set CC")
 
 
@@ -96,12 +105,13 @@ def python_headers() -> Check:
 
 
 def gpus(require: bool) -> list[Check]:
-    """Each GPU nvidia-smi and torch see (``environment.gpus``); none is a problem when ``require``."""
-    found = environment.gpus()
+    """Each GPU nvidia-smi and torch see (``environment.gpu_query``); none, said with why, is a problem when
+    ``require``."""
+    found, why = environment.gpu_query()
     if not found:
         torch = sys.modules.get("torch")
         cuda = bool(torch is not None and torch.cuda.is_available())
-        return [Check("GPU", f"none seen (nvidia-smi lists none; torch.cuda.is_available(): {cuda})",
+        return [Check("GPU", f"none seen ({why}; torch.cuda.is_available(): {cuda})",
                       "no CUDA GPU is visible. Fix: run on the GPU node (check nvidia-smi and CUDA_VISIBLE_DEVICES), "
                       "or add --cpu to rehearse on a CPU" if require else "")]
     keys = ("memory.total", "sm_count", "clocks.max.sm", "clocks.max.mem", "compute_cap", "compute_mode",
