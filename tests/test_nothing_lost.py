@@ -40,6 +40,22 @@ class HangsInCheck(Fp32Kernel):
     def layer_norm(self, *args, **kwargs):
         time.sleep(1000)
 ''',
+    "killed_from_outside": '''
+import os, time
+from normbench.impls.numpy_ref import NumpyBackend
+
+class WaitsToBeKilled(NumpyBackend):
+    """Its first call says its process id in NORMBENCH_TEST_PID_FILE and waits there to be killed."""
+    name = "waits-to-be-killed"
+    def layer_norm(self, *args, **kwargs):
+        try:
+            fd = os.open(os.environ["NORMBENCH_TEST_PID_FILE"], os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            return super().layer_norm(*args, **kwargs)
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        time.sleep(300)
+''',
 }
 LOADING = {"segv-at-import": "segv_at_import:B", "hangs-at-create": "bad_backends:HangsAtCreate"}
 RUNNING = {"crashes-in-check": "bad_backends:CrashesInCheck", "hangs-in-check": "bad_backends:HangsInCheck"}
@@ -93,6 +109,34 @@ def test_a_plugin_that_crashes_or_hangs_while_loaded_costs_only_its_own_tests(lo
 def test_a_named_plugin_that_crashes_while_loaded_is_one_line(loading):
     out = normbench("test", "--impl=segv-at-import", *FEW, env=loading)
     assert out.returncode == 4 and CRASHED in out.stdout + out.stderr
+
+
+@pytest.mark.e2e
+def test_a_worker_killed_from_outside_is_a_test_not_run_never_the_backends_crash(make_plugins, tmp_path):
+    """Issue 45: a SIGTERM sent to one xdist worker (a user's kill, a scheduler) was recorded as the backend's crash
+    ("a segfault, an abort, os._exit") and counted toward its quarantine."""
+    env = {**make_plugins({"waits-to-be-killed": "killed_from_outside:WaitsToBeKilled"}, dist="acme-killed",
+                          modules=BAD_PLUGINS).env, "NORMBENCH_TEST_PID_FILE": str(tmp_path / "pid")}
+    with open(tmp_path / "stdout", "w") as stdout:
+        child = subprocess.Popen([sys.executable, "-m", "normbench", "run", "--impl=waits-to-be-killed", "-n", "1",
+                                  "--suites=conformance", "--no-report", f"--out={tmp_path}", "--run-id=r1", *FEW],
+                                 cwd=ROOT, env=env, stdout=stdout, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
+            assert child.poll() is None and time.monotonic() < deadline, (tmp_path / "stdout").read_text()[-3000:]
+            time.sleep(0.1)
+        os.kill(int((tmp_path / "pid").read_text()), signal.SIGTERM)  # the worker, not the run
+        child.wait(timeout=300)
+    out = (tmp_path / "stdout").read_text()
+    from normbench.check.outcomes import CONFORMANCE
+    from normbench.core import storage
+
+    rows = storage.load(tmp_path / "r1", CONFORMANCE)
+    [killed] = rows[rows.outcome != "passed"].itertuples()
+    assert killed.outcome == "not run" and killed.message.startswith(
+        "not run: its worker process was ended by SIGTERM while running it (sent from outside normbench, or by the "
+        "backend itself), not a crash"), out[-3000:]
+    assert len(rows) > 1 and "crashed" not in set(rows.outcome) and "INCOMPLETE" in out and child.returncode == 1
 
 
 @pytest.mark.e2e
@@ -161,8 +205,11 @@ def test_ctrl_c_to_the_process_group_ends_as_an_interrupted_run(tmp_path, interr
     from normbench.check.outcomes import CONFORMANCE
     from normbench.core import storage
 
-    outcomes = storage.load(folder, CONFORMANCE).outcome
+    rows = storage.load(folder, CONFORMANCE)
+    outcomes = rows.outcome
     assert 0 < status["done"] == int((outcomes != "not run").sum()) < status["total"]
+    # issue 45: after a double Ctrl-C the tests not run were blamed on xdist's "maximum crashed workers"
+    assert set(rows[outcomes == "not run"].message) == {"not run: the run was interrupted (SIGINT)"}
     assert status["rows"]["conformance"] == len(outcomes)  # the tests that did not run are rows too, "not run"
     assert f"INTERRUPTED (SIGINT) after {status['done']} of {status['total']} tests" in out
     assert "INCOMPLETE: some tests did not run" in out and (folder / "report.html").exists()
@@ -262,6 +309,35 @@ def test_a_row_in_the_journal_is_never_also_kept_as_unsaved(tmp_path, monkeypatc
     journal = _csv_rows(tmp_path / "conformance.csv")
     assert journal == 1 and len(sink.unsaved) == 2  # the first row is written once; the two after it refused
     assert "conformance.json" in str(sink.error)
+
+
+def test_a_snapshot_that_fails_at_the_end_says_nothing_is_missing(tmp_path, monkeypatch):
+    """Issue 45: every row was in the journal and only the last JSON snapshot failed, and the run's last line read
+    "0 conformance results could not be written to the run folder (...); " with nothing after it."""
+    import errno
+
+    from normbench.check.outcomes import CONFORMANCE
+    from normbench.core import storage
+    from normbench.front.run import _Sink
+    from normbench.front.runner import Outcome
+
+    writer = storage.ResultsWriter(tmp_path, "r1", CONFORMANCE)
+    sink = _Sink(writer, "r1")
+    for n in range(3):
+        sink(Outcome(f"suites/test_forward.py::test_forward[numpy-float32-rows{n + 1}-hidden8-normal]", "numpy",
+                     "test_forward", "passed"))
+
+    def no_space(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(storage, "write_atomic", no_space)
+    sink.close()
+    assert sink.error is not None and not sink.unsaved
+    problem = sink.problem()
+    assert problem.startswith(f"every conformance result is in {tmp_path / 'conformance.csv'}, but writing beside it "
+                              f"failed (") and "0 conformance results" not in problem and not problem.endswith("; ")
+    monkeypatch.undo()
+    assert len(storage.load(tmp_path, CONFORMANCE)) == 3  # the journal, read to the end
 
 
 def test_pytest_arguments_pytest_refuses_create_no_run_folder(tmp_path):

@@ -11,6 +11,10 @@ Part of the pytest plugin (``normbench.front.pytest_plugin`` loads it), for norm
   worker restarts and silently end the other backends' tests. ``normbench run`` always runs
   the suites in worker processes (``-n 1`` at least); a plain ``pytest`` without ``-n`` runs
   the tests in its own process, which a crash ends.
+* **A worker killed by a signal** (a SIGTERM sent to it alone, by a user or a job scheduler) is not a crash: the
+  worker writes the signal and its test to a file beside the quarantine's before it dies, and that test is
+  recorded as ``not run``, saying so (counted apart: :data:`CRASH_LIMIT` such kills stop the backend's tests too).
+  SIGINT and SIGHUP end a worker's test as an interruption.
 * **Hangs.** Every suite test gets a time limit (``--normbench-timeout``, default
   :data:`DEFAULT_TIMEOUT` s; 0 for none), enforced by pytest-timeout; a test that runs out of
   time is recorded as ``timeout``. pytest-timeout's own settings (``--timeout``, the ini
@@ -29,6 +33,7 @@ Part of the pytest plugin (``normbench.front.pytest_plugin`` loads it), for norm
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -43,7 +48,7 @@ from normbench.check.outcomes import NOT_RUN
 from normbench.core.interrupts import forget_signals, note_sigint, received_signal
 from normbench.front import options
 from normbench.front.plan import SELECTION
-from normbench.front.runner import TIMEOUT_MESSAGE, backend_of
+from normbench.front.runner import SIGNALLED, TIMEOUT_MESSAGE, backend_of
 
 #: crashes of one backend after which its remaining tests are not run
 CRASH_LIMIT = 3
@@ -87,12 +92,50 @@ def pytest_configure(config: pytest.Config) -> None:
     if workerinput is not None:
         if workerinput.get(_QUARANTINE):
             config.stash[QUARANTINE] = Quarantine(Path(workerinput[_QUARANTINE]))
+            _say_a_kill_before_dying(Path(workerinput[_QUARANTINE]).with_name(_SIGNALS_FILE))
         return
     folder = Path(tempfile.mkdtemp(prefix="normbench-quarantine-"))
     config.stash[QUARANTINE] = Quarantine(folder / "backends")
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
     config.pluginmanager.register(CrashWatch(config.stash[QUARANTINE], config.getoption("normbench_maxfail"), config),
                                   "normbench-crash-watch")
+
+
+#: beside the quarantine file: each test whose worker a process outside normbench killed (SIGTERM), and the signal
+_SIGNALS_FILE = "signalled"
+#: the test this worker runs now (its node id), for the line :func:`_say_a_kill_before_dying` writes
+_RUNNING = [""]
+
+
+def pytest_runtest_logstart(nodeid: str, location) -> None:
+    _RUNNING[0] = nodeid
+
+
+def _say_a_kill_before_dying(path: Path) -> None:
+    """In an xdist worker: a SIGTERM sent to it alone (by a user, a job scheduler, the OOM handling of a cluster)
+    is written to ``path`` with the test running, then ends the worker as it did, so that the controller records
+    that test as not run, ended from outside, never as the backend's crash (:meth:`CrashWatch.pytest_handlecrashitem`).
+    SIGINT and SIGHUP already end a worker's test as an interruption (:func:`pytest_configure`)."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def ended(signum, frame):
+        with contextlib.suppress(OSError), open(path, "a", encoding="utf-8") as f:
+            f.write(f"{_RUNNING[0]}\t{signal.Signals(signum).name}\n")
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    with contextlib.suppress(ValueError):  # not the main thread: the signals are not ours
+        signal.signal(signal.SIGTERM, ended)
+
+
+def signalled(path: Path, nodeid: str) -> str:
+    """The signal a process outside normbench ended ``nodeid``'s worker with, as the worker wrote it, or ""."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return ""
+    return next((name for test, _, name in (line.partition("\t") for line in lines) if test == nodeid), "")
 
 
 class Quarantine:
@@ -103,6 +146,7 @@ class Quarantine:
         self.path = path
         self.crashes: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
+        self.kills: Counter[str] = Counter()
         self._seen: tuple[tuple[int, int], dict[str, str]] = ((-1, -1), {})
 
     def crashed(self, backend: str) -> None:
@@ -112,6 +156,13 @@ class Quarantine:
             self.stop(backend, f"not run: backend {backend!r} crashed the test process or ran out of time "
                                f"{CRASH_LIMIT} times; normbench stopped running its tests (those are recorded as "
                                f"'crashed' or 'timeout')")
+
+    def signalled(self, backend: str, name: str) -> None:
+        """A test of ``backend`` ended with its worker killed by ``name`` (SIGTERM), which no crash count holds."""
+        self.kills[backend] += 1
+        if self.kills[backend] == CRASH_LIMIT:
+            self.stop(backend, f"not run: the worker process was ended by {name} {CRASH_LIMIT} times while running "
+                               f"backend {backend!r}'s tests; normbench stopped running them")
 
     def failed(self, backend: str, limit: int) -> None:
         """A test of ``backend`` failed; at ``limit`` failures (0: never) its other tests stop."""
@@ -173,7 +224,15 @@ class CrashWatch:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report, sched) -> None:
-        """xdist: a worker died running ``crashitem``."""
+        """xdist: a worker died running ``crashitem``: the backend's crash, counted, unless the worker said it was
+        killed from outside (then its report says so to the collector, which records the test not run)."""
+        ended_by = signalled(self.quarantine.path.with_name(_SIGNALS_FILE), crashitem)
+        if ended_by:
+            setattr(report, SIGNALLED, ended_by)
+            backend = self._backend(crashitem)
+            if backend:  # a backend that sends it to itself on every case must not exhaust xdist's restarts either
+                self.quarantine.signalled(backend, ended_by)
+            return
         self._count(crashitem)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

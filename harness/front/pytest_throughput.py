@@ -288,11 +288,13 @@ class Recorder:
 
     def _unmeasured(self, report: pytest.TestReport) -> dict | None:
         """The row of a case that failed without producing one (crashed, timed out, or an exception
-        outside the runner), made from the sweep's own case; None if it cannot be found."""
-        from normbench.front.runner import TIMEOUT_MESSAGE
+        outside the runner), made from the sweep's own case; None if it cannot be found, or if its worker was killed
+        from outside normbench (a SIGTERM to it alone): no verdict on the backend, the case is not measured, as a
+        case a spent budget left."""
+        from normbench.front.runner import SIGNALLED, TIMEOUT_MESSAGE
 
         found = self._sweep().get(_case_id(report.nodeid))
-        if found is None:
+        if found is None or getattr(report, SIGNALLED, ""):
             return None
         backend, case, direction = found[0]
         crash = getattr(report.longrepr, "reprcrash", None)

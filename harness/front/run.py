@@ -418,8 +418,7 @@ class _MainJob:
             _run_report(self.folder, self.plan.baseline)
         if self.plan.bundle:
             self._bundle()
-        problems = self.problems + [f"{len(s.unsaved)} conformance results could not be written to the run folder "
-                                    f"({s.error}); {s.kept_in}" for s in self.sinks if s.error is not None]
+        problems = self.problems + [s.problem() for s in self.sinks if s.error is not None]
         for problem in problems:
             print(f"normbench: error: {problem}", file=sys.stderr)
         if problems:
@@ -517,6 +516,17 @@ class _Sink:
             self._write_again()
         if self.unsaved:
             self._keep_elsewhere()
+
+    def problem(self) -> str:
+        """What the run's last lines say of a sink whose writes failed: the rows it could not write and where they
+        are, or, where every row reached the journal and only its JSON snapshot failed, that nothing is missing."""
+        if self.unsaved:
+            return (f"{len(self.unsaved)} conformance results could not be written to the run folder ({self.error}); "
+                    f"{self.kept_in}")
+        journal = getattr(self.writer, "csv_path", "the run folder's conformance.csv")
+        return (f"every conformance result is in {journal}, but writing beside it failed ({self.error}): its JSON "
+                f"snapshot may be older than the journal, which the report and survey read to the end. Fix: free "
+                f"space before the next run")
 
     def _write_again(self) -> None:
         from normbench.core.storage import ResultsError

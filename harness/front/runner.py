@@ -137,7 +137,12 @@ class Collector:
         outcome = report.outcome if report.when == "call" else ("skipped" if report.skipped else "error")
         nodeid = suite_nodeid(report.nodeid, self.rootpath, report.location[0] if report.location else None)
         message = ""
-        if crashed:
+        if crashed and getattr(report, SIGNALLED, ""):  # ended from outside (normbench.front.isolation)
+            outcome = NOT_RUN
+            message = (f"{NOT_RUN}: its worker process was ended by {getattr(report, SIGNALLED)} while running it "
+                       f"(sent from outside normbench, or by the backend itself), not a crash: no verdict; run it "
+                       f"again")
+        elif crashed:
             outcome = CRASHED
             message = (f"{report.longrepr}: the test process died (a segfault, an abort, os._exit, or a hang ended "
                        f"by --timeout-method=thread)")
@@ -174,15 +179,22 @@ class Collector:
     def finish(self, interrupted: bool) -> None:
         """Record every collected test that produced no outcome as not run (saying why); ``interrupted``:
         the session ended on a signal (or a KeyboardInterrupt)."""
-        if interrupted and not self.interrupted:
-            from normbench.core.interrupts import last_signal
+        from normbench.core.interrupts import last_signal
 
+        # a signal this process received in the session ended it, whatever exit status pytest gave (after a second
+        # Ctrl-C xdist's is not INTERRUPTED, and the tests left were blamed on "maximum crashed workers")
+        if (interrupted or last_signal()) and not self.interrupted:
             self.interrupted = last_signal() or "KeyboardInterrupt"
         why = (f"the run was interrupted ({self.interrupted})" if self.interrupted
                else "the session ended before it (see pytest's output: e.g. xdist's 'maximum crashed workers')")
         for raw in sorted(self.expected - self.reported):
             self._add(suite_nodeid(raw, self.rootpath), NOT_RUN, f"{NOT_RUN}: {why}", {}, {})
         self.reported |= self.expected
+
+
+#: the attribute of xdist's report of a test whose worker died that names the signal a process outside normbench
+#: sent that worker (set by :class:`normbench.front.isolation.CrashWatch`; absent for a crash)
+SIGNALLED = "normbench_signalled"
 
 
 def _properties(props: dict) -> tuple[tuple[str, str], ...]:
