@@ -29,7 +29,9 @@ The mapping of normbench's call, one to one:
   3-D input, so x and the residual are handed as (rows, 1, hidden), views of the same contiguous buffers. ORT's
   float16 kernel normalizes the float32 sum it also stores rounded (the unrounded-sum convention, which passes).
 
-What the library supports, so skipped here with the reason, never failed:
+What the library supports, declared per operation in ``operation_limits`` (``normbench.Limits``), so that the
+harness skips the rest with the reason before any call, never failed (and never skipped from inside a call, which
+the harness would fail: a kernel that skipped the cases it would fail must not pass):
 
 * dtypes: ORT's CPU execution provider computes LayerNormalization in float32, float64,
   float16 and bfloat16; RMSNormalization in float32, float64 and float16 only (its CPU kernel
@@ -41,7 +43,6 @@ What the library supports, so skipped here with the reason, never failed:
   types X, Scale and B with the one type parameter T, so the model cannot be built (ORT:
   "Type parameter (T) ... bound to different types"). RMSNormalization-23 allows a scale of
   another type V, but then Y is of type V, not x's, and ORT's CPU kernel registers V = T only.
-  Both raise pytest's skip with that reason.
 * the fused ops: input, skip, gamma and beta share one type T, float or float16 (the com.microsoft schema; a
   float64 or bfloat16 model is INVALID_GRAPH): other dtypes, a float32 residual with half x and parameters of
   another dtype skip; so does a normalized_shape of more than one dim (they normalize the last dim only).
@@ -61,26 +62,27 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from normbench import Backend
+from normbench import Backend, Limits
 from normbench.kit import default_rms_eps, device_label
 
-#: LayerNormalization-17 types X, Scale and B with one type parameter
-_MIXED_LN = ("ONNX LayerNormalization-17 types X, Scale and B with one type parameter T, so parameters of "
-             "another dtype than x ({params} with {dtype} x) cannot be expressed (onnx.checker: Scale has "
-             "inconsistent type; ORT: Type parameter (T) bound to different types)")
-_MIXED_RMS = ("ONNX RMSNormalization-23 gives a scale of another type V an output Y of type V, not x's "
-              "({params} with {dtype} x), and ORT's CPU kernel registers V = T only (rms_norm.cc)")
-_SKIP_TYPES = ("ONNX Runtime's {op} (com.microsoft) types input, skip, gamma and beta with one type T, float or "
-               "float16 (a float64 or bfloat16 model is INVALID_GRAPH): {what}")
-_RMS_BF16 = ("ORT's CPU execution provider has no bfloat16 RMSNormalization kernel (rms_norm.cc registers float, "
-             "double, float16; the function-body fallback's Mul(14) has no bfloat16 CPU kernel: NOT_IMPLEMENTED)")
+#: what the ONNX schemas and ORT's CPU kernels cannot express, per operation: the cases outside are skipped with
+#: these reasons before any call (normbench.core.backend.Limits), never by the backend from inside one
+_LN_LIMITS = Limits(params_in_x_dtype=True, source=(
+    "ONNX LayerNormalization-17 types X, Scale and B with one type parameter T, so parameters of another dtype than "
+    "x cannot be expressed (onnx.checker: Scale has inconsistent type; ORT: Type parameter (T) bound to different "
+    "types)"))
+_RMS_LIMITS = Limits(dtypes=("float64", "float32", "float16"), params_in_x_dtype=True, source=(
+    "ONNX RMSNormalization-23 gives a scale of another type V an output Y of type V, not x's, and ORT's CPU kernel "
+    "registers V = T only (rms_norm.cc); ORT's CPU execution provider has no bfloat16 RMSNormalization kernel "
+    "(rms_norm.cc registers float, double, float16; the function-body fallback's Mul(14) has no bfloat16 CPU "
+    "kernel: NOT_IMPLEMENTED)"))
 
 
-def _skip(reason: str) -> None:
-    """A documented limit of ONNX / ORT met by this case: pytest's skip, with the reason."""
-    import pytest
-
-    pytest.skip(f"onnxruntime: {reason}")
+def _skip_limits(op: str) -> Limits:
+    return Limits(dtypes=("float32", "float16"), residual_in_x_dtype=True, params_in_x_dtype=True, normalized_dims=1,
+                  source=(f"ONNX Runtime's {op} (com.microsoft) types input, skip, gamma and beta with one type T, "
+                          f"float or float16 (a float64 or bfloat16 model is INVALID_GRAPH), and normalizes the last "
+                          f"dim only"))
 
 
 class OnnxRuntimeBackend(Backend):
@@ -93,6 +95,10 @@ class OnnxRuntimeBackend(Backend):
     dtypes = ("float64", "float32", "float16", "bfloat16")
     has_backward = False
     strided = False
+    operation_limits: ClassVar[dict[str, Limits]] = {
+        "layer_norm": _LN_LIMITS, "rms_norm": _RMS_LIMITS,
+        "add_layer_norm": _skip_limits("SkipLayerNormalization"),
+        "add_rms_norm": _skip_limits("SkipSimplifiedLayerNormalization")}
     requires = ("onnxruntime", "onnx")
     install_hint = "pip install 'normbench[onnxruntime]'"
     devices = "cpu"
@@ -189,15 +195,12 @@ class OnnxRuntimeBackend(Backend):
         session.run_with_iobinding(binding)
         return y.view(self._bf16)
 
-    def _params(self, x, normalized_shape, weight, bias, mixed: str):
-        for p in (weight, bias):
-            if p is not None and p.dtype != x.dtype:
-                _skip(mixed.format(params=p.dtype.name, dtype=x.dtype.name))
+    def _params(self, x, normalized_shape, weight, bias):
         scale = weight if weight is not None else np.ones(normalized_shape, x.dtype)
         return scale, bias
 
     def layer_norm(self, x, normalized_shape, weight, bias, eps):
-        scale, bias = self._params(x, normalized_shape, weight, bias, _MIXED_LN)
+        scale, bias = self._params(x, normalized_shape, weight, bias)
         axis = x.ndim - len(normalized_shape)
         session = self._session("LayerNormalization", x.dtype, x.ndim, axis, bias is not None, eps)
         feeds = {"X": x, "Scale": scale, **({"B": bias} if bias is not None else {})}
@@ -232,12 +235,7 @@ class OnnxRuntimeBackend(Backend):
         return self.ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
     def _fused(self, op, x, residual, normalized_shape, weight, bias, eps):
-        if x.dtype not in (np.float32, np.float16) or residual.dtype != x.dtype:
-            _skip(_SKIP_TYPES.format(op=op, what=f"{x.dtype.name} x with a {residual.dtype.name} residual"))
-        if len(normalized_shape) != 1:
-            _skip(f"ONNX Runtime's {op} normalizes the last dim only, not normalized_shape {tuple(normalized_shape)}")
-        scale, bias = self._params(x, normalized_shape, weight, bias,
-                                   _SKIP_TYPES.format(op=op, what="{params} parameters with {dtype} x"))
+        scale, bias = self._params(x, normalized_shape, weight, bias)
         n = normalized_shape[0]
         feeds = {"X": x.reshape(-1, 1, n), "Skip": residual.reshape(-1, 1, n), "Gamma": scale,
                  **({"Beta": bias} if bias is not None else {})}
@@ -252,9 +250,7 @@ class OnnxRuntimeBackend(Backend):
         return self._fused("SkipSimplifiedLayerNormalization", x, residual, normalized_shape, weight, None, eps)
 
     def rms_norm(self, x, normalized_shape, weight, eps):
-        if x.dtype == self._bf16:
-            _skip(_RMS_BF16)
-        scale, _ = self._params(x, normalized_shape, weight, None, _MIXED_RMS)
+        scale, _ = self._params(x, normalized_shape, weight, None)
         eps = default_rms_eps(x.dtype.name) if eps is None else eps
         axis = x.ndim - len(normalized_shape)
         session = self._session("RMSNormalization", x.dtype, x.ndim, axis, False, eps)

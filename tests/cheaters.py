@@ -284,6 +284,29 @@ class AliasesItsInput(Cheater):
         return scratch if base.flags.writeable else np.asarray(x)
 
 
+class SkipsWhatItWouldFail(Cheater):
+    """Calls ``pytest.skip()`` from inside its call where it would fail (here: everywhere): a harness that counts a
+    skip as nothing passes a kernel whose every case it skipped (issue 45: the verdict was PASS)."""
+
+    name = "cheater-skips-what-it-would-fail"
+
+    def layer_norm(self, x, normalized_shape, weight, bias, eps):
+        import pytest
+
+        pytest.skip("this shape is not supported")
+
+
+class XfailsWhatItWouldFail(Cheater):
+    """The same with ``pytest.xfail()``: its failures would read as known deviations, and the verdict PASS."""
+
+    name = "cheater-xfails-what-it-would-fail"
+
+    def layer_norm(self, x, normalized_shape, weight, bias, eps):
+        import pytest
+
+        pytest.xfail("a known deviation")
+
+
 #: each cheater, the throughput verdicts it may end with, and words its message must hold: the mechanism named
 NAMED: dict[type[Cheater], tuple[tuple[str, ...], tuple[str, ...]]] = {
     OneOutputBuffer: (("wrong-after",), ("aliases the output y of an earlier call",)),
@@ -298,6 +321,8 @@ NAMED: dict[type[Cheater], tuple[tuple[str, ...], tuple[str, ...]]] = {
     PatchesTheVerifier: (("error",), ("Verifier.check was replaced",)),
     WritesInputAndUndoes: (("wrong-before",), ("wrote into an input it was handed, and undid the write",)),
     AliasesItsInput: (("wrong-before",), ("aliases the input x",)),
+    SkipsWhatItWouldFail: (("error",), ("the backend called pytest.skip() inside its call",)),
+    XfailsWhatItWouldFail: (("error",), ("the backend called pytest.xfail() inside its call",)),
 }
 #: cheaters the inputs defeat instead: every call's inputs are new objects with new contents, so their caches never
 #: hit, they compute every call, and their speed is an honest one

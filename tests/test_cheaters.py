@@ -118,6 +118,32 @@ def test_a_nondeterministic_kernel_writing_into_one_buffer_is_not_deterministic(
         conformance.check_forward(cheaters.NondeterministicOneBuffer(), inputs)
 
 
+@pytest.mark.parametrize("cheater, called", [(cheaters.SkipsWhatItWouldFail, "pytest.skip"),
+                                             (cheaters.XfailsWhatItWouldFail, "pytest.xfail")])
+def test_a_backend_deciding_its_own_outcome_fails_in_conformance(cheater, called):
+    """Issue 45: a kernel that called pytest.skip() on every case got the verdict PASS."""
+    said = (rf"layer_norm (or layer_norm_statistics )?called {called}\(\) inside its call \(.*\): a backend says "
+            rf"what it cannot run through its operations, dtypes and limits")
+    with pytest.raises(ConformanceError, match=said):
+        conformance.check_forward(cheater(), cases.make_inputs(CASE, 0))
+
+
+@pytest.mark.e2e
+def test_a_backend_that_skips_every_case_is_no_pass(make_plugins):
+    import subprocess
+    import sys
+
+    from tests.plugins import ROOT
+
+    env = make_plugins({"cheater-skips-what-it-would-fail": "tests.cheaters:SkipsWhatItWouldFail"}, dist="acme-skipper").env
+    out = subprocess.run([sys.executable, "-m", "normbench", "test", "--impl=cheater-skips-what-it-would-fail", "-n", "0", "-q",
+                          "-k", "test_forward and float32 and family_rows and hidden33"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]
+    assert " passed" not in out.stdout.splitlines()[-1] and "failed" in out.stdout.splitlines()[-1], out.stdout[-2000:]
+    assert "called pytest.skip() inside its call" in out.stdout
+
+
 def test_an_output_in_its_inputs_memory_is_named_in_conformance():
     inputs = cases.make_inputs(cases.Case("t", (8, 64), (64,), "float32"), 0)
     with pytest.raises(ConformanceError, match="modified its input x in place|aliases the input x"):

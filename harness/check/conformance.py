@@ -25,6 +25,8 @@ from normbench.core import cases, operations
 from normbench.core.backend import Backend
 from normbench.core.cases import Case, Inputs
 from normbench.core.dtypes import dtype_name, host_dtype
+from normbench.core.interrupts import pytest_outcome
+from normbench.core.safe_text import safe
 
 
 def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str | None:
@@ -48,10 +50,10 @@ def skip_reason(backend: Backend, case: Case, *, backward: bool = False) -> str 
     if case.per_head and not backend.per_head_weights:
         return (f"backend {backend.name!r} takes a weight of normalized_shape only (per_head_weights = False), so one "
                 f"weight per head, of shape {case.weight_shape}, does not apply")
-    limit_problem = backend.limits.case_problem(len(case.shape), case.eps_value, case.layout, case.dy_broadcast,
-                                                case.hidden, dtype=case.dtype, residual_dtype=case.residual_type,
-                                                param_dtype=case.params if case.affine != "none" else None,
-                                                qdtype=case.qdtype, scale_ub=case.scale_ub)
+    limit_problem = backend.limits_for(case.norm).case_problem(
+        len(case.shape), case.eps_value, case.layout, case.dy_broadcast, case.hidden, dtype=case.dtype,
+        residual_dtype=case.residual_type, param_dtype=case.params if case.affine != "none" else None,
+        qdtype=case.qdtype, scale_ub=case.scale_ub, normalized_dims=len(case.normalized_shape))
     if limit_problem:
         return f"outside backend {backend.name!r}'s documented limits: {limit_problem}"
     limit = backend.max_elements
@@ -208,6 +210,14 @@ a backend must not write into its arguments
             if not wrote_read_only(exc):
                 raise
             said = f"handed read-only, the write failed where it was made ({exc})"
+        except BaseException as exc:
+            decided = pytest_outcome(exc)
+            if not decided:
+                raise
+            raise ConformanceError(f"{context}{entry} called {decided}() inside its call ({safe(str(exc), 500)}): a "
+                                   f"backend says what it cannot run through its operations, dtypes and limits "
+                                   f"(normbench.Limits, checked before the call), never by deciding the test's "
+                                   f"outcome itself") from None
         writable = tuple(None if n is None or not isinstance(n, np.ndarray) else np.array(n, order="K")
                          for n in self.native)
         swap = {id(n): w for n, w in zip(self.native, writable) if w is not None}

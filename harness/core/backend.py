@@ -125,7 +125,10 @@ class Limits:
     bias, must have x's dtype (a kernel that stores the sum in x's dtype, or takes one dtype for every tensor);
     ``qdtypes``: the quantized formats a quantized operation stores (of ``normbench.core.quantized.QDTYPES``), None
     for every one; ``scale_ub``: whether a dynamic quantization takes an upper bound on the row's scale (a case with
-    one is skipped where it does not); ``source``: where the limits are documented, quoted in every skip.
+    one is skipped where it does not); ``dtypes``: the dtypes of x it takes (None: every one the backend declares);
+    ``normalized_dims``: the most trailing dims it normalizes (1: the last dim only; None: any number);
+    ``source``: where the limits are documented, quoted in every skip. A backend's limits may differ per operation
+    (:attr:`Backend.operation_limits`).
 
     >>> Limits(eps=(0.0, 1e-3), source="its docs").eps_problem(0.1)
     'eps 0.1 is outside the documented range [0, 0.001] (its docs)'
@@ -135,6 +138,10 @@ class Limits:
     "a float32 residual with bfloat16 x: the library takes the residual in x's dtype"
     >>> Limits(qdtypes=("int8",)).case_problem(2, 1e-5, "contiguous", qdtype="float8_e4m3fn")
     'the library stores no float8_e4m3fn codes (it stores int8)'
+    >>> Limits(dtypes=("float32", "float16")).case_problem(2, 1e-5, "contiguous", dtype="bfloat16")
+    'bfloat16 x is not among the dtypes it takes, float32, float16'
+    >>> Limits(normalized_dims=1).case_problem(3, 1e-5, "contiguous", normalized_dims=2)
+    'it normalizes the last dim only, not 2 trailing dims'
     """
 
     eps: tuple[float, float] = (0.0, float("inf"))
@@ -145,6 +152,8 @@ class Limits:
     params_in_x_dtype: bool = False
     qdtypes: tuple[str, ...] | None = None
     scale_ub: bool = True
+    dtypes: tuple[str, ...] | None = None
+    normalized_dims: int | None = None
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -156,6 +165,14 @@ class Limits:
             if not (isinstance(self.qdtypes, tuple) and self.qdtypes and set(self.qdtypes) <= set(QDTYPES)):
                 raise ValueError(f"Limits(qdtypes={self.qdtypes!r}): give a tuple of some of {', '.join(QDTYPES)}, "
                                  f"e.g. ('int8',)")
+        if self.dtypes is not None and not (isinstance(self.dtypes, tuple) and self.dtypes
+                                            and set(self.dtypes) <= set(DTYPES)):
+            raise ValueError(f"Limits(dtypes={self.dtypes!r}): give a tuple of some of {', '.join(DTYPES)}, "
+                             f"e.g. ('float32', 'float16')")
+        if self.normalized_dims is not None and not (isinstance(self.normalized_dims, int)
+                                                     and self.normalized_dims >= 1):
+            raise ValueError(f"Limits(normalized_dims={self.normalized_dims!r}): give a whole number >= 1 (1: the "
+                             f"last dim only), or None")
 
     def _cite(self) -> str:
         return f" ({self.source})" if self.source else ""
@@ -170,13 +187,18 @@ class Limits:
     def case_problem(self, rank: int, eps: float, layout: str, dy_broadcast: bool = False,
                      hidden: int | None = None, *, dtype: str | None = None, residual_dtype: str | None = None,
                      param_dtype: str | None = None, qdtype: str | None = None,
-                     scale_ub: float | None = None) -> str | None:
-        """Why a case of x's ``rank``, ``eps``, ``layout``, normalized size ``hidden`` and x's ``dtype`` (with a fused
-        operation's ``residual_dtype``, the parameters' ``param_dtype``, a quantized one's ``qdtype`` and dynamic
-        ``scale_ub``) is outside the limits, or None."""
+                     scale_ub: float | None = None, normalized_dims: int | None = None) -> str | None:
+        """Why a case of x's ``rank``, ``eps``, ``layout``, normalized size ``hidden``, its ``normalized_dims`` and x's
+        ``dtype`` (with a fused operation's ``residual_dtype``, the parameters' ``param_dtype``, a quantized one's
+        ``qdtype`` and dynamic ``scale_ub``) is outside the limits, or None."""
         problem = self.eps_problem(eps)
         if problem:
             return problem
+        if dtype is not None and self.dtypes is not None and dtype not in self.dtypes:
+            return f"{dtype} x is not among the dtypes it takes, {', '.join(self.dtypes)}{self._cite()}"
+        if normalized_dims is not None and self.normalized_dims is not None and normalized_dims > self.normalized_dims:
+            most = "the last dim only" if self.normalized_dims == 1 else f"at most {self.normalized_dims} trailing dims"
+            return f"it normalizes {most}, not {normalized_dims} trailing dims{self._cite()}"
         if rank < self.min_rank:
             return f"x has rank {rank}, below the documented minimum {self.min_rank}{self._cite()}"
         if hidden is not None and hidden % self.hidden_multiple:
@@ -262,6 +284,9 @@ class Backend(abc.ABC):
     #: are skipped with the reason, and the paper's invariance checks choose re-scaling factors
     #: whose eps/delta^2 stays inside the eps range (or skip, saying so). Default: none.
     limits: ClassVar[Limits] = Limits()
+    #: limits of single operations, each replacing :attr:`limits` for its operation (``{"rms_norm":
+    #: Limits(dtypes=("float32",), source=...)}``): what the library documents per operation (:meth:`limits_for`)
+    operation_limits: ClassVar[Mapping[str, Limits]] = {}
     #: failures this backend is known to have, each with the reason: ``{"test pattern": "reason"}``
     #: or ``{"test pattern | message regex": "reason"}``; a test pattern is a glob over the test id
     #: (with or without the backend's name), the case id or the case family. They are reported as
@@ -287,6 +312,11 @@ class Backend(abc.ABC):
                             f"args = ({', '.join(operations.of(op).params)}))")
 
     # -- metadata ---------------------------------------------------------------
+
+    def limits_for(self, operation: str) -> Limits:
+        """The documented limits of ``operation`` (a name of ``normbench.core.operations.NAMES``): its own
+        :attr:`operation_limits` where given, else :attr:`limits`."""
+        return self.operation_limits.get(operation, self.limits)
 
     @classmethod
     def availability(cls) -> Availability:

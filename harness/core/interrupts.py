@@ -46,6 +46,23 @@ def last_signal() -> str:
     return signal.Signals(_RECEIVED[-1]).name if _RECEIVED else ""
 
 
+def pytest_outcome(exc: BaseException) -> str:
+    """The pytest function a backend called inside its own call to decide its test's outcome, ``"pytest.skip"``
+    (``importorskip`` too), ``"pytest.xfail"`` or ``"pytest.exit"``, or "" for any other exception. A backend says
+    what it cannot run through its operations, dtypes and limits, before the call; one that skips, xfails or ends
+    the session from inside it would turn the cases it fails into a pass (``pytest.fail`` is a failure already)."""
+    import sys
+
+    pytest = sys.modules.get("pytest")  # a backend that raised pytest's exceptions has imported it
+    if pytest is None:
+        return ""
+    for kind, name in ((pytest.skip.Exception, "pytest.skip"), (pytest.xfail.Exception, "pytest.xfail"),
+                       (pytest.exit.Exception, "pytest.exit")):
+        if isinstance(exc, kind):
+            return name
+    return ""
+
+
 def backend_raised(exc: BaseException) -> bool:
     """Whether ``exc``, raised by a backend call, is the backend's doing: ``SystemExit``, or a
     ``KeyboardInterrupt`` that no signal caused (a real Ctrl-C must still end the run)."""

@@ -35,7 +35,7 @@ from normbench.core.exceptions import NormbenchError
 #: the attributes of a backend the harness reads, sent by the worker when it has created the backend
 DECLARED = ("name", "description", "operations", "dtypes", "has_backward", "strided", "per_head_weights", "requires",
             "install_hint", "devices", "device", "max_elements", "timing_note", "runtime_note",
-            "backward_includes_forward", "limits", "known_deviations")
+            "backward_includes_forward", "limits", "operation_limits", "known_deviations")
 #: exceptions a backend's call may raise that are raised in the judge as they are (any other: RuntimeError)
 _PASSED_ON = {e.__name__: e for e in (ValueError, TypeError, RuntimeError, NotImplementedError, MemoryError,
                                       ArithmeticError, ZeroDivisionError, OverflowError, IndexError, KeyError,

@@ -120,12 +120,12 @@ def _context(backend: Backend, case: Case, seed: int) -> str:
 
 def skip_reason(backend: Backend, case: Case) -> str | None:
     """Why the re-scaling checks cannot run within ``backend``'s documented eps range, or None."""
-    _, reason = rescaling_factors(backend.limits, case.eps)
+    _, reason = rescaling_factors(backend.limits_for(case.norm), case.eps)
     return f"{backend.name} documents limits {reason}" if reason else None
 
 
 def _scales(backend: Backend, case: Case) -> tuple[float, ...]:
-    scales, reason = rescaling_factors(backend.limits, case.eps)
+    scales, reason = rescaling_factors(backend.limits_for(case.norm), case.eps)
     if reason:
         raise InvalidInput(f"{case.id}: {backend.name} documents limits {reason}; skip it (geometry.skip_reason)")
     return scales

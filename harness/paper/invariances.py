@@ -287,7 +287,7 @@ def skip_reason(backend: Backend, case: Case, key: str) -> str | None:
     """Why column ``key`` cannot be measured on ``backend`` for ``case`` within its documented limits."""
     if not TRANSFORMATIONS[key].rescales:
         return None
-    _, reason = rescaling_factors(backend.limits, case.eps)
+    _, reason = rescaling_factors(backend.limits_for(case.norm), case.eps)
     return f"{backend.name} documents limits {reason}" if reason else None
 
 
@@ -337,7 +337,7 @@ def check_column(backend: Backend, case: Case, seed: int, key: str) -> list[Devi
         raise InvalidInput(f"{case.id}: {reason}; skip it (normbench.paper.invariances.skip_reason)")
     norm = LayerNormalizer(BackendRowLayerNorm(backend, case.dtype, case.norm))
     layer = make_layer(case, seed)
-    scales, _ = rescaling_factors(backend.limits, case.eps)
+    scales, _ = rescaling_factors(backend.limits_for(case.norm), case.eps)
     deviations = measure(norm, layer, key, case.dtype, case.eps, scales)
     want = expected(norm.method, key)
     name = "layer norm" if norm.method == "layer" else "RMSNorm"

@@ -73,8 +73,9 @@ class Row:
     @property
     def limits(self) -> Limits:
         """The documented limits of the backend behind the row (none for an oracle)."""
-        backend = getattr(getattr(self.normalizer, "row_norm", None), "backend", None)
-        return backend.limits if backend is not None else Limits()
+        row_norm = getattr(self.normalizer, "row_norm", None)
+        backend = getattr(row_norm, "backend", None)
+        return backend.limits_for(row_norm.norm) if backend is not None else Limits()
 
     def scales(self) -> tuple[tuple[float, ...], str | None]:
         """The re-scaling factors this row runs (``invariances.rescaling_factors``), and why none."""

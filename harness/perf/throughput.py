@@ -56,7 +56,7 @@ from normbench.core import operations
 from normbench.core.backend import Backend
 from normbench.core.cases import Case, shape_name
 from normbench.core.environment import device_name, now_utc
-from normbench.core.interrupts import backend_raised
+from normbench.core.interrupts import backend_raised, pytest_outcome
 from normbench.core.storage import Column, Schema, new_row
 from normbench.perf import timing as timing_module
 from normbench.perf.roofline import BYTE_MODELS, Ceiling, device_key, direction_bytes, last_level_cache, measure_ceiling
@@ -372,6 +372,14 @@ class ThroughputRunner:
             if not backend_raised(exc):
                 raise
             return Measurement({**row, "verdict": "error", "message": f"the backend raised {_error(exc)}"})
+        except BaseException as exc:  # pytest.skip()/xfail() from inside a call: the backend deciding its verdict
+            decided = pytest_outcome(exc)
+            if not decided:
+                raise
+            return Measurement({**row, "verdict": "error",
+                                "message": f"the backend called {decided}() inside its call ({_error(exc)}): what it "
+                                           f"cannot run is said through its operations, dtypes and limits, before "
+                                           f"the call"})
         return Measurement(self._judge(row, timing, ceiling, backend.device, reference.sampled), timing)
 
     def _judge(self, row: dict[str, Any], timing: Timing, ceiling: Ceiling, device: str,
