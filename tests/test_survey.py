@@ -265,7 +265,7 @@ def test_the_findings_page_lets_no_markup_or_broken_table_through(tmp_path):
     a Markdown link, ``|`` or a line break shows as text, in its own cell."""
     evil = "<script>alert(1)</script>"
     name = f"numpy{evil}|x"
-    a = run_folder(tmp_path, "a", {name: f"2.4.6 {evil} | x"})
+    a = run_folder(tmp_path, "a", {name: f"2.4.6 {evil} | x \x1b]0;owned\x07\x1b[2J"})  # issue 45: a terminal's
     fields = (name, f"lib {evil}", "1|2", "layer_norm", "float32", "defect", f"what {evil} | a\nb & c", f"size {evil}",
               f"cmd {evil} | `x`", f"evidence {evil} | [x](javascript:alert(1))")
     judged = survey.write_findings(tmp_path / "judged.csv", [dict(zip(survey.FINDING_FIELDS, fields))])
@@ -277,6 +277,7 @@ def test_the_findings_page_lets_no_markup_or_broken_table_through(tmp_path):
     text = page.replace(command, "")
     assert "<" not in text and ">" not in text and "\\[x](javascript:" in text  # no tag, no link
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "a b &amp; c" in text
+    assert "\x1b" not in page and "\x07" not in page and "\\x1b]0;owned\\x07\\x1b\\[2J" in page  # printed, not run
     tables = [line for line in page.splitlines() if line.startswith("|")]
     cells = [len(re.findall(r"(?<!\\)\|", line)) for line in tables]
     assert cells == [9, 9, 9] + [len(survey.MARKDOWN_COLUMNS) + 2] * 3  # header, rule, the row: none broken

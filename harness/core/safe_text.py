@@ -55,6 +55,12 @@ def safe(text: object, limit: int = LIMIT) -> str:
     return text[:limit - len(marker)] + marker
 
 
+def escaped(text: object) -> str:
+    """``text`` (made a string) with control characters but ``\\n`` and ``\\t``, and lone surrogates, escaped as
+    :func:`safe` escapes them, never clipped: for pages whose every word is kept (findings.md)."""
+    return _UNSAFE.sub(_escape, text if isinstance(text, str) else str(text))
+
+
 def is_safe(text: str, limit: int = LIMIT) -> bool:
     """Whether :func:`safe` leaves ``text`` as it is."""
     return len(text) <= limit and _UNSAFE.search(text) is None

@@ -44,6 +44,7 @@ from normbench.check.outcomes import CONFORMANCE, FAILING, NOT_RUN
 from normbench.core import operations, storage
 from normbench.core.environment import ENVIRONMENT, ENVIRONMENT_FIELDS, ENVIRONMENT_FILE, now_utc, read_environment
 from normbench.core.files import write_atomic
+from normbench.core.safe_text import escaped
 from normbench.core.storage import ResultsError, check_document, distinct_rows
 from normbench.report import bundle
 
@@ -281,13 +282,14 @@ def md(value: Any) -> str:
     """Text from a run or a findings file, for a Markdown page rendered as HTML (findings.md, docs/survey.md): its
     ``&``, ``<`` and ``>`` as HTML entities, so no tag, comment or autolink of its own reaches the page; ``[``
     escaped, so it makes no link (``[x](javascript:...)``); ``|`` escaped, so it stays in its table cell; line breaks
-    as spaces, so it stays on its line.
+    as spaces, so it stays on its line; control characters (a terminal's escape sequences, ``\\r``) written as
+    escapes (:func:`normbench.core.safe_text.escaped`), so the page is safe to print.
 
     >>> print(md("<script>alert(1)</script> | [a](javascript:b) & c"))
     &lt;script&gt;alert(1)&lt;/script&gt; \\| \\[a](javascript:b) &amp; c
     """
-    text = html.escape(str(value), quote=False).replace("[", "\\[").replace("|", "\\|")
-    return text.replace("\r", " ").replace("\n", " ")
+    text = html.escape(escaped(value), quote=False).replace("[", "\\[").replace("|", "\\|")
+    return text.replace("\n", " ")
 
 
 def md_code(value: Any) -> str:
@@ -297,7 +299,7 @@ def md_code(value: Any) -> str:
     >>> print(md_code("pytest -k 'a|b'"), md_code("a`b"))
     `pytest -k 'a\\|b'` `` a`b ``
     """
-    text = str(value).replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    text = escaped(value).replace("|", "\\|").replace("\n", " ")
     fence = "`" * (1 + max((len(run) for run in re.findall("`+", text)), default=0))
     return f"{fence}{text}{fence}" if fence == "`" else f"{fence} {text} {fence}"
 
