@@ -23,7 +23,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from normbench.check import conformance, identities
+from normbench.check import backward, conformance, identities
 from normbench.check.conformance import ConformanceError, Handover
 from normbench.core import cases, operations
 from normbench.suites import DIRECTORY as SUITES
@@ -97,7 +97,7 @@ def test_backward_checks_name_the_written_input(mutant, argument, case_id):
         conformance.check_backward(mutant(), cases.make_inputs(case, 0), cases.make_dy(case, 0))
     assert_names(error, op.backward_entry, argument)
     with pytest.raises(ConformanceError) as error:  # the identities' own runs (no run of check_backward's to reuse)
-        conformance._last_backward.clear()
+        backward._last_backward.clear()
         identities.check_identities(mutant(), cases.make_inputs(case, 0), cases.make_dy(case, 0))
     assert_names(error, op.backward_entry, argument)
 
@@ -112,7 +112,7 @@ def test_correct_kernels_pass_the_same_checks(op):
         conformance.check_rows_independent(control, cases.make_inputs(case, 0))
     for case in case_of(BACKWARD_IDS, cases.BACKWARD_CASES, op):
         conformance.check_backward(control, cases.make_inputs(case, 0), cases.make_dy(case, 0))
-        conformance._last_backward.clear()
+        backward._last_backward.clear()
         identities.check_identities(control, cases.make_inputs(case, 0), cases.make_dy(case, 0))
 
 

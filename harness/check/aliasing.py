@@ -4,7 +4,7 @@ A backend must return new arrays. One that returns the same buffer every call (a
 buffer, by design or by a cache) makes a comparison of two calls compare a buffer with itself: a
 determinism check passes a nondeterministic kernel, and a verifier that keeps the host view of the first
 output and compares it with the last sees no change whatever the timed calls wrote. So every output the
-harness judges is a copy taken when it is handed over (``conformance.host_array``), and before that copy
+harness judges is a copy taken when it is handed over (``normbench.check.handover.host_array``), and before that copy
 its memory is compared with what it must not overlap (:class:`Extents`): the message says which.
 
 Where an array lives is read from the array's own protocol, never from the backend: NumPy's

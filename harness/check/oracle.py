@@ -87,7 +87,7 @@ def forward(x: np.ndarray, normalized_shape: tuple[int, ...], weight: np.ndarray
         raise ValueError(f"{op.label} has no bias")
     n = int(np.prod(normalized_shape, dtype=np.int64))
     # a copy, even of a float64 x: a reference must not change when the arrays it was computed from do (a
-    # backend handed them that writes into its arguments; normbench.check.conformance.Handover fails it)
+    # backend handed them that writes into its arguments; normbench.check.handover.Handover fails it)
     x2 = np.array(x, dtype=np.float64, order="C").reshape(-1, n)
     w = weight_rows(weight, n, x2.shape[0]) + (weight_offset if weight is not None else 0.0)
     groups = 1 if weight is None else np.size(weight) // n

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from normbench.check.conformance import BATCH_INVARIANT, DEFAULT_REQUIRED, DETERMINISTIC, PROPERTIES
+from normbench.check.properties import BATCH_INVARIANT, DEFAULT_REQUIRED, DETERMINISTIC, PROPERTIES
 from normbench.core import run_folder
 from normbench.core.dtypes import DTYPES
 from normbench.core.operations import NAMES
@@ -270,7 +270,7 @@ REQUIRE_NONE = "none"
 
 def parse_require(value: str) -> tuple[str, ...]:
     """``--normbench-require``: the properties beyond tolerance a test fails without
-    (:data:`normbench.check.conformance.PROPERTIES`), separated by commas, or ``none``
+    (:data:`normbench.check.properties.PROPERTIES`), separated by commas, or ``none``
     (every property is then reported, none fails a test). ``batch-invariant`` implies
     ``deterministic``: bits that differ from one call to the next cannot be independent of the
     batch, and asking for the stronger property never drops the default one.

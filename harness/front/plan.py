@@ -102,7 +102,7 @@ class Plan:
 
 
 def _default_required() -> tuple[str, ...]:
-    from normbench.check.conformance import DEFAULT_REQUIRED
+    from normbench.check.properties import DEFAULT_REQUIRED
 
     return DEFAULT_REQUIRED
 

@@ -129,7 +129,7 @@ def _header(config: pytest.Config) -> list[str]:
 
 def _required_said(config: pytest.Config) -> str:
     """``deterministic (batch-invariant reported, not required)``: what --normbench-require asks."""
-    from normbench.check.conformance import PROPERTIES
+    from normbench.check.properties import PROPERTIES
 
     required = config.getoption("normbench_require")
     reported = [p for p in PROPERTIES if p not in required]
@@ -138,12 +138,12 @@ def _required_said(config: pytest.Config) -> str:
 
 @pytest.fixture
 def normbench_properties(request: pytest.FixtureRequest):
-    """The :class:`normbench.check.conformance.Properties` a suite test hands its checks: the properties
+    """The :class:`normbench.check.properties.Properties` a suite test hands its checks: the properties
     ``--normbench-require`` requires fail the test when violated; every verdict goes into the test's
     ``user_properties`` (``normbench_deterministic``: ``yes`` or ``no: what differed``), which the
     results, the terminal summary and the report read; so do the measurements a check records
-    (``normbench_error_histogram``, ...: ``conformance.error_structure``)."""
-    from normbench.check.conformance import Properties
+    (``normbench_error_histogram``, ...: ``normbench.check.properties.error_structure``)."""
+    from normbench.check.properties import Properties
 
     return Properties(required=tuple(request.config.getoption("normbench_require")),
                       sink=request.node.user_properties, values_sink=request.node.user_properties)
@@ -176,7 +176,7 @@ def pytest_report_collectionfinish(config: pytest.Config, items) -> list[str] | 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" not in metafunc.fixturenames:
         return
-    from normbench.check.conformance import skip_reason
+    from normbench.check.applicability import skip_reason
 
     sel = selection(metafunc.config)
     if "direction" in metafunc.fixturenames:  # a throughput test: the sweep, not the conformance cases
@@ -346,7 +346,7 @@ class PropertyReport:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":
             return
-        from normbench.check.conformance import PROPERTIES, user_property_key
+        from normbench.check.properties import PROPERTIES, user_property_key
 
         props = dict(report.user_properties)
         backend = props.get("normbench_backend")

@@ -107,7 +107,7 @@ def sweep_params(config: pytest.Config, backends: list) -> list:
     """pytest params (backend, case, direction) of the sweep for each backend,
     case by case (every backend and direction of a case in a row, so they share
     its inputs and oracle results, and compare side by side)."""
-    from normbench.check.conformance import skip_reason
+    from normbench.check.applicability import skip_reason
 
     worker = _shared_worker(config)
     params = []

@@ -43,10 +43,10 @@ class Outcome:
     #: the known deviations that cover this test (source -> reason), and the source of the one explaining it
     covers: tuple[tuple[str, str], ...] = ()
     explains: str = ""
-    #: the properties beyond tolerance this test measured (``normbench.check.conformance.PROPERTIES``):
+    #: the properties beyond tolerance this test measured (``normbench.check.properties.PROPERTIES``):
     #: (name, "yes" or "no: what differed"); a property not measured is absent
     properties: tuple[tuple[str, str], ...] = ()
-    #: what this forward test measured of y's error (``normbench.check.conformance.ERROR_STRUCTURE``):
+    #: what this forward test measured of y's error (``normbench.check.properties.ERROR_STRUCTURE``):
     #: (conformance column, value); a column not measured is absent
     measures: tuple[tuple[str, str | float], ...] = ()
 
@@ -199,16 +199,16 @@ SIGNALLED = "normbench_signalled"
 
 def _properties(props: dict) -> tuple[tuple[str, str], ...]:
     """The property verdicts among a report's ``user_properties`` (the plugin's ``normbench_properties``)."""
-    from normbench.check.conformance import PROPERTIES, user_property_key
+    from normbench.check.properties import PROPERTIES, user_property_key
 
     found = ((name, props.get(user_property_key(name))) for name in PROPERTIES)
     return tuple((name, verdict) for name, verdict in found if isinstance(verdict, str) and verdict)
 
 
 def _measures(props: dict) -> tuple[tuple[str, str | float], ...]:
-    """The measurements among a report's ``user_properties`` (``conformance.Properties.record``): the error structure,
-    a quantized output's codes."""
-    from normbench.check.conformance import RECORDED, user_property_key
+    """The measurements among a report's ``user_properties`` (``normbench.check.properties.Properties.record``): the
+    error structure, a quantized output's codes."""
+    from normbench.check.properties import RECORDED, user_property_key
 
     found = ((name, props.get(user_property_key(name))) for name in RECORDED)
     return tuple((name, value) for name, value in found
@@ -344,7 +344,7 @@ def summary(outcomes: list[Outcome], max_failures: int = 5, interrupted: str = "
 
 def property_lines(outcomes: list[Outcome]) -> list[str]:
     """One line per backend and violated property: ``torch: not batch-invariant in 2 of 4 tests measuring it``."""
-    from normbench.check.conformance import PROPERTIES
+    from normbench.check.properties import PROPERTIES
 
     lines = []
     for b in sorted({o.backend for o in outcomes if o.backend}):
@@ -360,8 +360,8 @@ def outcome_rows(outcomes: list[Outcome], run_id: str) -> list[dict]:
     """Outcomes as rows of the conformance results schema (:data:`normbench.check.outcomes.CONFORMANCE`), with the properties
     each test measured (``deterministic``, ``batch_invariant``: yes, no or empty; what differed in
     ``property_notes``) and, for a forward test, its error's histograms and coherence ratios."""
-    from normbench.check.conformance import PROPERTIES
     from normbench.check.outcomes import CONFORMANCE
+    from normbench.check.properties import PROPERTIES
     from normbench.core.storage import new_row
 
     def notes(o: Outcome) -> str:

@@ -43,8 +43,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from normbench.check import error_model, oracle, sensitivity
-from normbench.check.conformance import ConformanceError, Handover, host_array
-from normbench.check.worst import worst_violation
+from normbench.check.handover import Handover, host_array
+from normbench.check.worst import ConformanceError, worst_violation
 from normbench.core import operations
 from normbench.core.backend import Backend
 from normbench.core.cases import Case, rng_for

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from normbench.check import error_model, oracle, sensitivity
-from normbench.check.conformance import Handover, host_array
+from normbench.check.handover import Handover, host_array
 from normbench.core import operations
 from normbench.core.backend import Backend
 from normbench.core.dtypes import U64, host_dtype

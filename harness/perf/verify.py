@@ -492,7 +492,7 @@ class Verifier:
     def check_inputs(self, native: Mapping[str, Any], written: Mapping[str, Any] | None = None,
                      order: np.ndarray | None = None) -> None:
         """The backend's inputs still hold what it was given: the conformance checks' own test
-        (:class:`normbench.check.conformance.Handover`), its words and its first changed element; the inputs are
+        (:class:`normbench.check.handover.Handover`), its words and its first changed element; the inputs are
         :meth:`Reference.reordered` (x, a fused operation's residual, weight, bias, dy, dresidual_out) and what the
         backend wrote and was handed back (``written``)."""
         kept = {**self.reference.reordered(order), **(written or {})}

@@ -1,7 +1,7 @@
 """The report's error pictures: per backend and dtype, y's error in ulps and its coherence statistics.
 
 Every forward conformance test of a float16, bfloat16 or float32 output records (conformance schema
-version 2, ``normbench.check.conformance.error_structure``) a histogram of its error signed toward
+version 2, ``normbench.check.properties.error_structure``) a histogram of its error signed toward
 zero, ``(y - y_ref)*sign(y_ref)/ulp(y_ref)``, the same histogram for the reference rounded once to
 nearest (what a correct round-to-nearest kernel gives at best), and the worst ratio of each coherence
 statistic to its allowance. Here the histograms of a backend and dtype are summed and drawn, the

@@ -1,6 +1,6 @@
 """The report's properties section: determinism and batch invariance per backend and dtype.
 
-Properties beyond the error model's tolerance (``normbench.check.conformance.PROPERTIES``)
+Properties beyond the error model's tolerance (``normbench.check.properties.PROPERTIES``)
 are recorded per conformance test (columns ``deterministic``, ``batch_invariant`` and
 ``property_notes`` of the conformance schema, version 2): ``yes``, ``no`` or empty (not
 measured). The table says, per backend and dtype, in how many of the tests that measured a
