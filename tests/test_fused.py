@@ -70,9 +70,11 @@ def test_the_backward_of_a_fused_forward_takes_the_residual_out_it_wrote():
 
 
 def test_case_ids_name_their_operation_by_the_longest_prefix():
+    from normbench.core import case_ids
+
     for case in FORWARD[:: 50] + BACKWARD[:: 50]:
-        assert operations.of_case_id(case.id).name == case.norm
-    assert operations.strip_id("add-rms-float32-rows3-hidden8-normal") == "float32-rows3-hidden8-normal"
+        assert case_ids.operation_of(case.id).name == case.norm
+    assert case_ids.dtype_of("add-rms-float32-rows3-hidden8-normal") == "float32"
 
 
 def test_a_residual_belongs_to_a_fused_case_only():

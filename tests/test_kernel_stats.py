@@ -69,7 +69,7 @@ def test_our_kernels_compiled_for_sm90_have_no_spills_and_fill_the_sms(tmp_path,
     32 warps per SM), the bf16 forward at 16384 (32 warps), the fp32 backward rows at 1024 and
     8192 (were 1 CTA of 16 warps at 74 and 121 registers); RMSNorm's kernels at the same shapes
     (its looped backward adds its dweight term before dx: in dx's order ptxas spilled in bf16)."""
-    out = tmp_path / "stats.csv"
+    out = tmp_path / "kernels-sm90.csv"
     shapes = "8192x16384:bfloat16,65536x1024:float32,8192x8192:float32,8192x65536:float16"
     run = subprocess.run([sys.executable, "-m", "normbench", "kernel-stats", "--gpu", "h100", "--shapes", shapes,
                           "--norm", norm, "--out", str(out)], capture_output=True, text=True, timeout=900,

@@ -13,7 +13,7 @@ import pytest
 from normbench.check import outcomes
 from normbench.core import deviations, storage
 from normbench.core.cases import CASE_LISTS
-from normbench.core.operations import of_case_id
+from normbench.core.case_ids import operation_of
 from normbench.perf.throughput import THROUGHPUT
 from normbench.report import render_html, shape, svg
 from normbench.report.shape import SUITE_CASES, Line, Panel
@@ -53,7 +53,7 @@ def test_the_whole_conformance_matrix_is_on_the_page():
     rows = full_conformance()
     # one row per suite and case family, RMSNorm's families apart ("affine, RMSNorm")
     pairs = sorted({(r["suite"], shape.with_norm(shape._family_lookup()[(r["suite"], r["case"])],
-                                                 of_case_id(r["case"]).name)) for r in rows})
+                                                 operation_of(r["case"]).name)) for r in rows})
     assert len(pairs) >= 20
     html = render_html([result_set(conformance=rows)])
     conformance = section(html, "<h2>Conformance", "<h2>Data")

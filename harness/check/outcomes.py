@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from normbench.core import operations
+from normbench.core import case_ids, operations
 from normbench.core.storage import MAX_INT, Column, Schema
 
 #: a conformance row's outcomes, in the order the report shows them, and those that fail a backend
@@ -209,7 +209,7 @@ CONFORMANCE = Schema("normbench.conformance", CONFORMANCE_VERSION, "conformance"
                             nearest_histogram="", coherence_scale=None, coherence_offset=None,
                             coherence_toward_zero=None, coherence_downward=None),
     # 2 -> 3: the normalization, LayerNorm for every earlier case
-    2: lambda df: df.assign(normalization=[operations.of_case_id(str(c)).name for c in df["case"]]),
+    2: lambda df: df.assign(normalization=[case_ids.operation_of(str(c)).name for c in df["case"]]),
     # 3 -> 4: no quantized output was checked before
     3: lambda df: df.assign(codes=""),
 })

@@ -20,14 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normbench.core import operations
+from normbench.core import case_ids, operations
+from normbench.core.case_values import AFFINES, DISTRIBUTIONS, LAYOUTS, RESIDUALS
 from normbench.core.dtypes import DTYPES, dtype_name, host_dtype
 from normbench.core.exceptions import InvalidInput
 from normbench.core.operations import OPERATIONS, Operation
 from normbench.core.quantized import QDTYPES, qformat
 
-AFFINES = ("wb", "w", "b", "none")
-LAYOUTS = ("contiguous", "transposed", "step2", "colslice", "rowslice")
 HALF = ("float16", "bfloat16")
 #: the hidden sizes of NUMERICS.md, non-powers of two included
 HIDDEN = (1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 192, 255, 256, 257,
@@ -40,128 +39,6 @@ WIDE, ODD = 128, 127
 EPS = (0.0, 1e-12, 1e-6, 1e-5, 1e-3, 0.1, 0.5)
 #: a case with more elements than this is marked slow (run it where there is time)
 SLOW_ELEMENTS = 1 << 18
-
-
-def _normal(rng, shape, eps):
-    return rng.standard_normal(shape)
-
-
-def _offset(mu):
-    return lambda rng, shape, eps: mu + rng.standard_normal(shape)
-
-
-def _scaled(sigma):
-    return lambda rng, shape, eps: sigma * rng.standard_normal(shape)
-
-
-def _sigma_sqrt_eps(rng, shape, eps):
-    return math.sqrt(eps) * rng.standard_normal(shape)
-
-
-def _outlier(rng, shape, eps):
-    x = rng.standard_normal(shape)
-    if x.size:
-        x[np.arange(shape[0]), rng.integers(0, shape[1], shape[0])] = 1e3
-    return x
-
-
-def _constant(rng, shape, eps):
-    return np.repeat(rng.uniform(-5, 5, (shape[0], 1)), shape[1], axis=1)
-
-
-def _constant_at(offset):
-    """Constant rows at a large offset: offset plus an integer in [-5, 5] per row. Exactly,
-    xhat = 0 and dx = rstd*(g - mean(g)). Integers keep every fp32 partial sum of up to 2**24/|x|
-    terms exact, so with a power-of-two row length (1024 in the suites) every correct kernel's
-    mean is exact, whatever its summation order, and whether it divides by N or multiplies by
-    1/N (or merges Welford partials): x - mean = 0 exactly, and a correct dx is within the
-    bound. A backward that does not centre x first (dx = a*g + b*x + c, sums of g*x) cancels
-    at these means and is off by O(rstd*|g|)."""
-    return lambda rng, shape, eps: np.repeat(offset + rng.integers(-5, 6, (shape[0], 1)), shape[1], axis=1)
-
-
-def _near_constant(rng, shape, eps):
-    return 1.0 + 1e-6 * rng.standard_normal(shape)
-
-
-def _poisoned(rng, shape, eps):
-    """N(0,1) with a NaN in row 1 and an Inf in row 2 (with fewer rows, the last rows)."""
-    x = rng.standard_normal(shape)
-    if shape[0]:
-        x[min(1, shape[0] - 1), 0] = np.nan
-        x[min(2, shape[0] - 1), shape[1] // 2] = np.inf
-    return x
-
-
-def _alternating(rng, shape, eps):
-    """Rows of +c, -c, +c, ... with c a power of two per row: mean 0 (N even) and rms c exactly, so at eps 0 a
-    normalization's xhat is exactly +-1 and y is the weight itself (the quantized ties: :func:`tie_weights`)."""
-    signs = np.where(np.arange(shape[1]) % 2 == 0, 1.0, -1.0)
-    return signs[None, :] * 2.0 ** rng.integers(-3, 4, (shape[0], 1)).astype(np.float64)
-
-
-def _decades(rng, shape, eps):
-    """Magnitudes spread log-uniformly over 1e-4 to 1e1 with random signs: after normalization y spans five
-    decades, through a float8 format's subnormal codes and past its maximum at a small scale."""
-    return rng.choice([-1.0, 1.0], shape) * 10.0 ** rng.uniform(-4, 1, shape)
-
-
-def _zero_rows(rng, shape, eps):
-    """N(0, 1) with every fourth row all zero (row 0 among them): a dynamic scale's floor."""
-    x = rng.standard_normal(shape)
-    x[::4] = 0.0
-    return x
-
-
-#: name -> generator of float64 (M, N) values before rounding to the dtype
-DISTRIBUTIONS: dict[str, Callable[[np.random.Generator, tuple[int, int], float], np.ndarray]] = {
-    "normal": _normal,
-    "uniform9": lambda rng, shape, eps: rng.uniform(-9, 9, shape),
-    "uniform0to10": lambda rng, shape, eps: rng.uniform(0, 10, shape),
-    "offset3": _offset(3.0),
-    "offset1e2": _offset(1e2),
-    "offset1e3": _offset(1e3),
-    "offset1e4": _offset(1e4),
-    "sigma1e-2": _scaled(1e-2),
-    "sigma1e-3": _scaled(1e-3),
-    "sigmasqrteps": _sigma_sqrt_eps,
-    "big300": _scaled(300.0),
-    "outlier": _outlier,
-    "constant": _constant,
-    "constant1e3": _constant_at(1e3),
-    "constant1e4": _constant_at(1e4),
-    "zero": lambda rng, shape, eps: np.zeros(shape),
-    "nearconstant": _near_constant,
-    "poisoned": _poisoned,
-    "alternating": _alternating,
-    "decades": _decades,
-    "zerorows": _zero_rows,
-}
-
-
-def _residual_same(rng, shape, eps, x, dist):
-    """Another draw of x's distribution; for constant rows at a large offset (``_constant_at``), constant rows of
-    small integers, so that the sum stays a constant row of integers near that offset, whose mean every correct
-    kernel computes exactly (two draws would double the offset, and 1023 terms of 2e4 pass 2**24)."""
-    if dist.startswith("constant1e"):
-        return np.repeat(rng.integers(-5, 6, (shape[0], 1)), shape[1], axis=1).astype(np.float64)
-    return DISTRIBUTIONS[dist](rng, shape, eps)
-
-
-def _residual_cancel(rng, shape, eps, x, dist):
-    """-x plus 1e-2 * N(0, 1): x + residual is near zero, about 1e-2, what is left of two cancelling terms."""
-    return -x + 1e-2 * rng.standard_normal(shape)
-
-
-#: name -> generator of a fused operation's residual, float64 (M, N) values before rounding to the residual's dtype,
-#: from ``(rng, shape, eps, x, dist)``: x the rounded input as float64 values, dist x's distribution's name
-RESIDUALS: dict[str, Callable[..., np.ndarray]] = {
-    "same": _residual_same,          # another draw of x's own distribution: every family keeps its purpose
-    "normal": lambda rng, shape, eps, x, dist: rng.standard_normal(shape),
-    "zero": lambda rng, shape, eps, x, dist: np.zeros(shape),   # the first layer: residual_out is x
-    "dominant": lambda rng, shape, eps, x, dist: 1e2 * rng.standard_normal(shape),  # x's bits mostly rounded away
-    "cancel": _residual_cancel,
-}
 
 
 #: the largest finite float32 and the smallest positive one (a subnormal): a scale is held as a float32
@@ -344,39 +221,9 @@ class Case:
     @property
     def id(self) -> str:
         """Readable and unique, e.g. ``float16-rows65-hidden1000-offset1e3``; an RMSNorm case's
-        starts with ``rms-`` (``rms-float16-rows65-hidden1000-offset1e3``)."""
-        lead = self.shape[: len(self.shape) - len(self.normalized_shape)]
-        parts = [operations.of(self.norm).id_prefix + self.dtype]
-        if self.param_dtype and self.param_dtype != self.dtype:
-            parts.append(f"params{self.param_dtype}")
-        if self.residual_dtype and self.residual_dtype != self.dtype:
-            parts.append(f"residual{self.residual_dtype}")
-        parts.append("rows" + ("x".join(map(str, lead)) if lead else "none"))
-        parts.append("hidden" + "x".join(map(str, self.normalized_shape)))
-        parts.append(self.dist)
-        if self.eps is None:
-            parts.append("epsdefault")
-        elif self.eps != 1e-5:
-            parts.append(f"eps{self.eps:g}")
-        if self.affine != ("wb" if operations.of(self.norm).has_bias else "w"):
-            parts.append({"w": "weightonly", "b": "biasonly", "none": "noaffine"}[self.affine])
-        if self.layout != "contiguous":
-            parts.append(self.layout)
-        if self.dy_broadcast:
-            parts.append("dybroadcast")
-        if self.residual not in (None, "same"):
-            parts.append(f"residual{self.residual}")
-        if self.weight_offset:
-            parts.append(f"weightoffset{self.weight_offset:g}")
-        if self.per_head:
-            parts.append("perhead")
-        if self.qdtype is not None:
-            parts.append(qformat(self.qdtype).short)
-        if self.scale is not None:
-            parts.append(f"scale{self.scale:g}")
-        if self.scale_ub is not None:
-            parts.append(f"ub{self.scale_ub:g}")
-        return "-".join(parts)
+        starts with ``rms-`` (``rms-float16-rows65-hidden1000-offset1e3``): the grammar of
+        :mod:`normbench.core.case_ids`, which parses it back."""
+        return case_ids.write(self)
 
     def __str__(self) -> str:
         return self.id

@@ -475,24 +475,6 @@ def of(name: str | Operation) -> Operation:
     raise InvalidInput(f"unknown operation {name!r}; expected one of {', '.join(NAMES)}")
 
 
-def of_case_id(case_id: str) -> Operation:
-    """The operation a case id names: by its prefix (``rms-``); an id without one is LayerNorm's, whose ids
-    predate the others. The one place that reads a case id's operation.
-
-    >>> of_case_id("rms-float16-rows5-hidden33-offset3").name, of_case_id("float16-rows5-hidden33-offset3").name
-    ('rms_norm', 'layer_norm')
-    >>> of_case_id("add-rms-float16-rows5-hidden33-offset3").name, of_case_id("add-float16-rows5-hidden33").name
-    ('add_rms_norm', 'add_layer_norm')
-    """
-    prefixed = [op for op in OPERATIONS if op.id_prefix and case_id.startswith(op.id_prefix)]
-    return max(prefixed, key=lambda op: len(op.id_prefix)) if prefixed else LAYER_NORM
-
-
-def strip_id(case_id: str) -> str:
-    """A case id without its operation's prefix: ``rms-float16-...`` -> ``float16-...``."""
-    return case_id.removeprefix(of_case_id(case_id).id_prefix)
-
-
 def implemented(backend: Any) -> tuple[str, ...]:
     """The operations a backend (class or instance) declares: ``operations``, or normbench 0.2's
     ``normalizations`` (deprecated; an instance that narrows it in ``__init__`` is honoured), default LayerNorm."""

@@ -72,7 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from normbench.core import operations, safe_text
+from normbench.core import case_ids, safe_text
 from normbench.core.exceptions import NormbenchError
 from normbench.core.files import append_whole, open_regular, write_atomic
 
@@ -301,7 +301,7 @@ def new_row(schema: Schema, **values: Any) -> dict[str, Any]:
     row = {c.name: _EMPTY[c.kind] for c in columns}
     row["schema_version"] = schema.version
     if "normalization" in row:  # unless given, the case id's (LayerNorm for a row without a case)
-        row["normalization"] = operations.of_case_id(str(values.get("case") or values.get("case_id") or "")).name
+        row["normalization"] = case_ids.operation_of(str(values.get("case") or values.get("case_id") or "")).name
     row.update(values)
     return row
 

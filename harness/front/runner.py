@@ -368,10 +368,10 @@ def outcome_rows(outcomes: list[Outcome], run_id: str) -> list[dict]:
         return " | ".join(f"{name}: {verdict.removeprefix('no: ')}" for name, verdict in o.properties
                           if verdict != "yes")
 
-    from normbench.core.operations import of_case_id
+    from normbench.core.case_ids import operation_of
 
     return [new_row(CONFORMANCE, run_id=run_id, backend=o.backend, suite=o.nodeid.split("::")[0].split("/")[-1],
-                    test=o.test, case=o.case, normalization=of_case_id(o.case).name, nodeid=o.nodeid,
+                    test=o.test, case=o.case, normalization=operation_of(o.case).name, nodeid=o.nodeid,
                     outcome=o.outcome, message=o.message,
                     **{name.replace("-", "_"): o.property_verdict(name) for name in PROPERTIES},
                     property_notes=notes(o), **dict(o.measures))

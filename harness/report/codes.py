@@ -12,16 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from normbench.check.outcomes import parse_codes
-from normbench.core.operations import NAMES, of, of_case_id
-from normbench.core.quantized import QDTYPES, qformat
+from normbench.core.case_ids import qdtype_of
+from normbench.core.operations import NAMES, of
 from normbench.report.sources import ResultSet
-
-_SHORT = {qformat(q).short: q for q in QDTYPES}
-
-
-def format_of(case: str) -> str:
-    """The quantized format a case id names (``...-e4m3-scale0.01`` -> ``float8_e4m3fn``), or ""."""
-    return next((_SHORT[part] for part in case.split("-") if part in _SHORT), "")
 
 
 def code_table(rs: ResultSet) -> dict[str, Any]:
@@ -31,7 +24,7 @@ def code_table(rs: ResultSet) -> dict[str, Any]:
     if df.empty or "codes" not in df or not (df.codes != "").any():
         return {"measured": False, "rows": []}
     part = df[df.codes != ""]
-    part = part.assign(norm=[of_case_id(c).name for c in part.case], qformat=[format_of(c) for c in part.case])
+    part = part.assign(norm=part.normalization, qformat=[qdtype_of(c) for c in part.case])
     order = {n: i for i, n in enumerate(NAMES)}
     rows = []
     for (backend, norm, qdtype), group in sorted(part.groupby(["backend", "norm", "qformat"]),

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from normbench.check.outcomes import Histogram
+from normbench.core.case_ids import dtype_of
 from normbench.core.dtypes import DTYPES
-from normbench.core.operations import NAMES, of, of_case_id
-from normbench.report.properties import dtype_of
+from normbench.core.operations import NAMES, of
 from normbench.report.sources import ResultSet
 from normbench.report.svg import PALETTE, linear_ticks
 
@@ -160,8 +160,7 @@ def error_pictures(rs: ResultSet) -> dict[str, Any]:
     recorded = forward[(forward.error_histogram != "") | forward[columns].notna().any(axis=1)]
     if recorded.empty:
         return {"measured": False, "panels": []}
-    recorded = recorded.assign(dtype=[dtype_of(c) for c in recorded.case],
-                               norm=[of_case_id(c).name for c in recorded.case])
+    recorded = recorded.assign(dtype=[dtype_of(c) for c in recorded.case], norm=recorded.normalization)
     order = {d: i for i, d in enumerate(DTYPES)}
     norm_order = {n: i for i, n in enumerate(NAMES)}
     backends = sorted(set(df.backend))
@@ -169,7 +168,8 @@ def error_pictures(rs: ResultSet) -> dict[str, Any]:
     groups = sorted(recorded.groupby(["backend", "norm", "dtype"]),
                     key=lambda kv: (kv[0][0], norm_order.get(kv[0][1], 9), order.get(kv[0][2], 9)))
     for (backend, norm, dtype), part in groups:
-        same = np.array([dtype_of(c) == dtype and of_case_id(c).name == norm for c in forward.case], bool)
+        same = np.array([dtype_of(c) == dtype and n == norm for c, n in zip(forward.case, forward.normalization)],
+                        bool)
         all_forward = forward[(forward.backend == backend).to_numpy() & same]
         h = near = None
         skipped = 0

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from normbench.core.case_ids import dtype_of
 from normbench.core.dtypes import DTYPES
-from normbench.core.operations import NAMES, of, of_case_id, strip_id
+from normbench.core.operations import NAMES, of
 from normbench.report.sources import ResultSet
 
 #: the table's columns: (title, the conformance column, the suite files whose tests count, what it covers)
@@ -24,13 +25,6 @@ COLUMNS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("batch-invariant", "batch_invariant", ("test_forward.py",),
      "a few rows computed alone and at other positions of a smaller batch, bit for bit with the batch's"),
 )
-
-
-def dtype_of(case: str) -> str:
-    """The dtype of x in a case id (``float32-rows65-...`` and ``rms-float32-rows65-...`` -> ``float32``),
-    or "" when it names none."""
-    head = strip_id(case).split("-", 1)[0]
-    return head if head in DTYPES else ""
 
 
 def _cell(verdicts: list[str], notes: list[str], cases: list[str], column: str) -> dict[str, Any]:
@@ -58,7 +52,7 @@ def properties_table(rs: ResultSet) -> dict[str, Any]:
     if df.empty:
         return {"measured": False, "columns": columns, "rows": []}
     measured = bool((df.deterministic != "").any() or (df.batch_invariant != "").any())
-    df = df.assign(dtype=[dtype_of(c) for c in df.case], norm=[of_case_id(c).name for c in df.case])
+    df = df.assign(dtype=[dtype_of(c) for c in df.case], norm=df.normalization)
     order = {d: i for i, d in enumerate(DTYPES)}
     norm_order = {n: i for i, n in enumerate(NAMES)}
     rows = []

@@ -217,8 +217,8 @@ def conformance_matrix(rs: ResultSet) -> dict[str, Any]:
     if df.empty:
         return {"backends": [], "total": [], "rows": []}
     families = _family_lookup()
-    df = df.assign(family=[with_norm(families.get((s, c)) or families.get(("", c), t), operations.of_case_id(c).name)
-                            for s, c, t in zip(df.suite, df.case, df.test)])
+    df = df.assign(family=[with_norm(families.get((s, c)) or families.get(("", c), t), n)
+                            for s, c, t, n in zip(df.suite, df.case, df.test, df.normalization)])
     backends = sorted(set(df.backend))
     counts = {key: Counter(g.outcome) for key, g in df.groupby(["suite", "family", "backend"])}
     suite_order = {suite: i for i, suite in enumerate(SUITE_CASES)}  # forward, backward, invariances, others
