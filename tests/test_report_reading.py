@@ -12,8 +12,8 @@ import pytest
 
 from normbench.check import outcomes
 from normbench.core import deviations, storage
-from normbench.core.cases import CASE_LISTS
 from normbench.core.case_ids import operation_of
+from normbench.core.cases import CASE_LISTS
 from normbench.perf.throughput import THROUGHPUT
 from normbench.report import render_html, shape, svg
 from normbench.report.shape import SUITE_CASES, Line, Panel
