@@ -117,7 +117,7 @@ class Case:
     normalized_shape: tuple[int, ...]
     dtype: str
     dist: str = "normal"
-    eps: float | None = 1e-5
+    eps: float | None = case_ids.DEFAULT_EPS
     affine: str = "wb"
     param_dtype: str | None = None
     layout: str = "contiguous"

@@ -36,6 +36,8 @@ def check_out(out: str | None, kind: str) -> None:
     from normbench.perf.counters import COUNTERS_FILE
     from normbench.perf.kernel_stats import KERNEL_STATS_PATTERN
     from normbench.report.bundle import MANIFEST, RUN_LOG
+    from normbench.report.sources import TABLE1_FILE
+    from normbench.report.survey import FINDINGS_FILE
 
     if out is None:
         return
@@ -43,7 +45,7 @@ def check_out(out: str | None, kind: str) -> None:
     fix = "Fix: --out DIR/" + ("traffic.csv" if kind == "traffic" else "kernels-sm90.csv")
     if path.is_dir() or path.suffix != ".csv":
         raise NormbenchError(f"--out {out}: the rows are written as one .csv file. {fix}")
-    owned = {*RESULT_FILES, ENVIRONMENT_FILE, COUNTERS_FILE, MANIFEST, RUN_LOG, "table1.json", "findings.csv"}
+    owned = {*RESULT_FILES, ENVIRONMENT_FILE, COUNTERS_FILE, MANIFEST, RUN_LOG, TABLE1_FILE, FINDINGS_FILE}
     if path.name in owned:
         raise NormbenchError(f"--out {out}: {path.name} is a run folder's own file, never written over by `normbench "
                              f"{'traffic' if kind == 'traffic' else 'kernel-stats'}`. {fix}")
