@@ -231,7 +231,7 @@ def check_forward(backend: Backend, inputs: Inputs, properties: Properties | Non
     interpreter's truncation to bfloat16) hides no other check. Given ``properties``, y's error structure
     (:func:`error_structure`) is recorded there first, before any check can fail."""
     __tracebackhide__ = True
-    if operations.of(inputs.case.norm).quant:  # a quantized output: judged code by code
+    if operations.of(inputs.case.norm).epilogue is not None:  # a quantized output: judged code by code
         check_quantized_forward(backend, inputs, properties)
         return
     ref = reference(inputs)
@@ -265,8 +265,8 @@ def forward_coherence(backend: Backend, inputs: Inputs, y: np.ndarray, ref: orac
 
 def run_quantized(backend: Backend, inputs: Inputs) -> dict[str, np.ndarray]:
     """The backend's outputs of a quantized case as host arrays: ``q`` (x's shape, the format's host dtype),
-    ``scales`` (dynamic: one float32 per row) and ``residual_out`` (fused), its inputs handed over and checked
-    untouched (:class:`Handover`)."""
+    ``scales`` (computed: as many float32 per row as the operation's epilogue says) and ``residual_out`` (fused), its
+    inputs handed over and checked untouched (:class:`Handover`)."""
     __tracebackhide__ = True
     case = inputs.case
     op = operations.of(case.norm)
@@ -282,8 +282,9 @@ def run_quantized(backend: Backend, inputs: Inputs) -> dict[str, np.ndarray]:
     if host["q"].dtype != fmt.host:
         raise ConformanceError(f"{backend.name}: q has dtype {host['q'].dtype}, expected {fmt.name}")
     if "scales" in got:
-        host["scales"] = host_array("scales", got["scales"], backend, (case.rows,), "float32", exact_shape=False,
-                                    avoid=avoid)
+        per_row = op.epilogue.scales_per_row(case.hidden)
+        host["scales"] = host_array("scales", got["scales"], backend, (case.rows * per_row,), "float32",
+                                    exact_shape=False, avoid=avoid)
     if "residual_out" in got:
         host["residual_out"] = host_array("residual_out", got["residual_out"], backend, case.shape, case.residual_type,
                                           avoid=avoid)
@@ -301,7 +302,7 @@ def check_quantized_forward(backend: Backend, inputs: Inputs, properties: Proper
     head = context(backend, inputs)
     properties = properties if properties is not None else Properties()
     record = lambda codes: properties.record({"codes": codes})  # noqa: E731
-    if operations.of(inputs.case.norm).quant == "static":
+    if operations.of(inputs.case.norm).epilogue.given:
         quantized.check_static(inputs, first["q"], head, record)
     else:
         quantized.check_dynamic(inputs, first["q"], first["scales"], head, record)

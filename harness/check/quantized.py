@@ -115,7 +115,8 @@ def describe_code(fmt: QFormat, what: str, got: np.ndarray, v: np.ndarray, b: np
     step = float(fmt.step(np.array([vi]))[0])
     boundary = (float(exact[at]) + np.copysign(step / 2, vi - float(exact[at]))) if np.isfinite(vi) else float("nan")
     where = ", ".join(map(str, at))
-    scale_text = f"{float(np.asarray(scale).reshape(-1)[at[0] if np.size(scale) > 1 else 0]):.9g}"
+    scale = np.asarray(scale)  # one given scale, or each element's own (a computed scale spread over its group)
+    scale_text = f"{float(scale[at] if scale.shape == v.shape else scale.reshape(-1)[0]):.9g}"
     return (f"{head}{what}[{where}] = {_code(fmt, float(value[at]))}, exact code {_code(fmt, float(exact[at]))} "
             f"of y/scale = {vi:.9g} (scale {scale_text}); allowed {fmt.name} codes {lo:.9g} to {hi:.9g} (window "
             f"b = {bi:.3g}; nearest rounding boundary {boundary:.9g}, {abs(vi - boundary):.3g} away); "
@@ -157,55 +158,83 @@ def check_static(inputs: Inputs, q: np.ndarray, head: str, record=lambda codes: 
                                     "convention)" if operations.of(case.norm).fuses else ""))
 
 
-def scale_bound(bound: np.ndarray, scale_exact: np.ndarray, qdtype: str) -> np.ndarray:
-    """How far a correct kernel's per-row scale may be from the exact one (module doc)."""
+def scale_bound(bound: np.ndarray, scale_exact: np.ndarray, qdtype: str, group: int | None = None) -> np.ndarray:
+    """How far a correct kernel's scale of each group of ``group`` elements of a row (the whole row: None) may be
+    from the exact one (module doc)."""
     with np.errstate(invalid="ignore"):
-        return np.nanmax(np.where(np.isfinite(bound), bound, 0.0), axis=1) / qmax(qdtype) + (2 * U32 + 4 * U64) * scale_exact
+        finite = np.where(np.isfinite(bound), bound, 0.0)
+        return np.nanmax(groups_of(finite, group or finite.shape[1]), axis=2) / qmax(qdtype) \
+            + (2 * U32 + 4 * U64) * scale_exact
+
+
+def groups_of(a: np.ndarray, group: int, fill: float = 0.0) -> np.ndarray:
+    """``a`` (rows, n) as (rows, groups, group): each row's consecutive groups of ``group`` elements, the last one
+    filled out with ``fill`` where ``group`` does not divide n (0: a reduction to an absmax or a finiteness is
+    unchanged by it)."""
+    m, n = a.shape
+    count = -(-n // group)
+    if count * group != n:
+        a = np.concatenate([a, np.full((m, count * group - n), fill, dtype=a.dtype)], axis=1)
+    return a.reshape(m, count, group)
+
+
+def per_element(per_group: np.ndarray, group: int, n: int) -> np.ndarray:
+    """A value per group of ``group`` elements (rows, groups) repeated over its elements: (rows, n)."""
+    return np.repeat(per_group, group, axis=1)[:, :n]
 
 
 def check_dynamic(inputs: Inputs, q: np.ndarray, scales: np.ndarray, head: str, record=lambda codes: None) -> None:
-    """Dynamic per-row scales within their bound of the exact ones, and the codes judged against the kernel's own
-    scales, under one convention (module doc); ``record(codes)`` as :func:`check_static`'s (a row whose scale is wrong
-    has its codes counted against the exact scale: exact or wrong). In a row with a NaN or Inf, the scale is not
-    judged; a NaN y's float8 code must be NaN."""
+    """Dynamic scales, one per group of a row's elements (the operation's epilogue says how many: one per row
+    today), within their bound of the exact ones, and the codes judged against the kernel's own scales, under one
+    convention (module doc); ``record(codes)`` as :func:`check_static`'s (a group whose scale is wrong has its codes
+    counted against the exact scale: exact or wrong). In a group with a NaN or Inf, the scale is not judged; a NaN
+    y's float8 code must be NaN."""
     __tracebackhide__ = True
     case, fmt = inputs.case, qformat(inputs.case.qdtype)
+    epilogue = operations.of(case.norm).epilogue
     problems, recorded = [], []
     for ref in references(inputs):
         m, n = ref.y.shape
+        group, count = epilogue.group(n), epilogue.scales_per_row(n)
+        spread = lambda per_group, group=group, n=n: per_element(per_group, group, n)  # noqa: E731
         codes = np.asarray(q).reshape(m, n)
-        mine = np.asarray(scales, dtype=np.float64).reshape(m)
+        mine = np.asarray(scales, dtype=np.float64).reshape(m, count)
         bound = error_model.forward_bound(ref, case.dtype)
-        finite_rows = np.isfinite(ref.y).all(axis=1)
+        finite_groups = groups_of(np.isfinite(ref.y), group, fill=True).all(axis=2)
         with np.errstate(invalid="ignore"):
-            absmax = np.max(np.abs(ref.y), axis=1)
+            absmax = np.max(groups_of(np.abs(ref.y), group), axis=2)
             exact = dynamic_scale(absmax, case.qdtype, case.scale_ub)
             bare = dynamic_scale(absmax, case.qdtype, case.scale_ub, floor=0.0)
-            allowance = scale_bound(bound, exact, case.qdtype)
+            allowance = scale_bound(bound, exact, case.qdtype, group)
             scale_ok = ((np.abs(mine - exact) <= allowance)
-                        | (np.abs(mine - bare) <= scale_bound(bound, bare, case.qdtype))
-                        | (absmax == 0) & np.isfinite(mine) & (mine >= 0))  # an all-zero row: any floor, even 0
-        bad_scale = finite_rows & ~scale_ok
+                        | (np.abs(mine - bare) <= scale_bound(bound, bare, case.qdtype, group))
+                        | (absmax == 0) & np.isfinite(mine) & (mine >= 0))  # an all-zero group: any floor, even 0
+        bad_scale = finite_groups & ~scale_ok
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            v = np.where(ref.y == 0, 0.0, ref.y / mine[:, None])  # a zero y is code 0 whatever the scale
-            exact_v = np.where(ref.y == 0, 0.0, ref.y / exact[:, None])
-            b = np.where(mine[:, None] == 0, 0.0, window(bound, v, mine[:, None]))  # a zero scale: an all-zero row
-        good = (finite_rows & ~bad_scale)[:, None]
+            own, exact_each = spread(mine), spread(exact)
+            v = np.where(ref.y == 0, 0.0, ref.y / own)  # a zero y is code 0 whatever the scale
+            exact_v = np.where(ref.y == 0, 0.0, ref.y / exact_each)
+            b = np.where(own == 0, 0.0, window(bound, v, own))  # a zero scale: an all-zero group
+        good = spread(finite_groups & ~bad_scale)
         outside = violations(fmt, codes, v, b)
-        codes_seen = _with_wrong_rows(agreement(fmt, codes, v, b, good, outside), fmt, codes, exact_v, bad_scale)
+        codes_seen = _with_wrong_rows(agreement(fmt, codes, v, b, good, outside), fmt, codes, exact_v,
+                                      spread(bad_scale))
         recorded.append(codes_seen)
         if bad_scale.any():
-            r = int(np.argmax(np.where(bad_scale, np.abs(mine - exact) / np.maximum(allowance, 1e-300), -1)))
-            problems.append(f"{head}scales[{r}] = {mine[r]:.9g}, exact {exact[r]:.9g} (the row's absmax "
-                            f"{absmax[r]:.9g}, scale_ub {case.scale_ub}, floor {scale_floor(case.qdtype):.9g}; "
-                            f"{bare[r]:.9g} without a floor); |error| {abs(mine[r] - exact[r]):.3g} > bound "
-                            f"{allowance[r]:.3g}; {int(bad_scale.sum())} of {m} row scales wrong")
+            r, j = np.unravel_index(int(np.argmax(np.where(bad_scale, np.abs(mine - exact) / np.maximum(allowance, 1e-300),
+                                                           -1))), bad_scale.shape)
+            at, whose, of = ((f"{r}", "row's", f"{m} row") if count == 1 else
+                             (f"{r}, {j}", "group's", f"{m * count} group"))
+            problems.append(f"{head}scales[{at}] = {mine[r, j]:.9g}, exact {exact[r, j]:.9g} (the {whose} absmax "
+                            f"{absmax[r, j]:.9g}, scale_ub {case.scale_ub}, floor {scale_floor(case.qdtype):.9g}; "
+                            f"{bare[r, j]:.9g} without a floor); |error| {abs(mine[r, j] - exact[r, j]):.3g} > bound "
+                            f"{allowance[r, j]:.3g}; {int(bad_scale.sum())} of {of} scales wrong")
             continue
         wrong = outside & good
-        if fmt.has_nan:  # rows with a NaN: its code must be NaN, whatever the scale
-            wrong |= ~finite_rows[:, None] & np.isnan(ref.y) & ~np.isnan(fmt.values(codes))
+        if fmt.has_nan:  # groups with a NaN: its code must be NaN, whatever the scale
+            wrong |= ~spread(finite_groups) & np.isnan(ref.y) & ~np.isnan(fmt.values(codes))
         if wrong.any():
-            problems.append(describe_code(fmt, "q", codes, v, b, wrong, mine, head))
+            problems.append(describe_code(fmt, "q", codes, v, b, wrong, own, head))
             continue
         record(codes_seen)
         return
@@ -214,13 +243,13 @@ def check_dynamic(inputs: Inputs, q: np.ndarray, scales: np.ndarray, head: str, 
                                           "convention)" if len(problems) > 1 else ""))
 
 
-def _with_wrong_rows(text: str, fmt: QFormat, codes: np.ndarray, exact_v: np.ndarray, bad_rows: np.ndarray) -> str:
-    """``text`` (the agreement of the other rows) plus the rows whose scale is wrong, each judged code counted exact
-    when it is the exact scale's exact code, else wrong."""
+def _with_wrong_rows(text: str, fmt: QFormat, codes: np.ndarray, exact_v: np.ndarray, bad: np.ndarray) -> str:
+    """``text`` (the agreement of the other elements) plus the elements whose scale is wrong (``bad``, codes' shape),
+    each judged code counted exact when it is the exact scale's exact code, else wrong."""
     exact, allowed_codes, wrong = parse_codes(text)
-    if not bad_rows.any():
+    if not bad.any():
         return text
-    rows, want_v = codes[bad_rows], exact_v[bad_rows]
+    rows, want_v = codes[bad], exact_v[bad]
     judged = fmt.judged(want_v)
     value, want = fmt.values(rows), fmt.values(fmt.quantize(want_v))
     same = judged & ((value == want) | (np.isnan(value) & np.isnan(want)))

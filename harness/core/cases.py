@@ -20,11 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normbench.core import case_ids, operations
+from normbench.core import case_ids, operations, parts
 from normbench.core.case_values import AFFINES, DISTRIBUTIONS, LAYOUTS, RESIDUALS
 from normbench.core.dtypes import DTYPES, dtype_name, host_dtype
 from normbench.core.exceptions import InvalidInput
 from normbench.core.operations import OPERATIONS, Operation
+from normbench.core.parts import float32_scale as float32_scale
 from normbench.core.quantized import QDTYPES, qformat
 
 HALF = ("float16", "bfloat16")
@@ -39,45 +40,9 @@ WIDE, ODD = 128, 127
 EPS = (0.0, 1e-12, 1e-6, 1e-5, 1e-3, 0.1, 0.5)
 #: a case with more elements than this is marked slow (run it where there is time)
 SLOW_ELEMENTS = 1 << 18
-
-
-#: the largest finite float32 and the smallest positive one (a subnormal): a scale is held as a float32
-_FLOAT32_MAX, _FLOAT32_TINY = 3.4028234663852886e38, 1.401298464324817e-45
-
-
-def float32_scale(value: object) -> bool:
-    """Whether ``value`` is a number (not a bool or a string) that stays finite and > 0 in float32, as a kernel
-    holds a scale: 1e39 becomes inf there and 1e-46 becomes 0, and either would pass with overflow warnings.
-
-    >>> [float32_scale(v) for v in (1.0, 0.01, 1e39, 1e-46, 0.0, -1.0, float("nan"), "1", True)]
-    [True, True, False, False, False, False, False, False, False]
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        return False
-    if not (math.isfinite(value) and value > 0):
-        return False
-    with np.errstate(over="ignore", under="ignore"):
-        held = np.float32(value)
-    return bool(np.isfinite(held) and held > 0)
-
-
-def validate_quant(op: Operation, qdtype: str | None, scale: float | None, scale_ub: float | None) -> None:
-    """A quantized operation's case names its format, and a static one its scale, a dynamic one at most an upper
-    bound on the row's absmax: each a number finite and > 0 in float32 (:func:`float32_scale`); every other case
-    none of them."""
-    if not op.quant:
-        if (qdtype, scale, scale_ub) != (None, None, None):
-            raise InvalidInput(f"{op.label} has no quantized output; qdtype, scale and scale_ub must be None")
-        return
-    if qdtype not in QDTYPES:
-        raise InvalidInput(f"{op.label} needs a qdtype, one of {', '.join(QDTYPES)}; got {qdtype!r}")
-    float32_range = f"a number finite and > 0 in float32 ({_FLOAT32_TINY:.3g} to {_FLOAT32_MAX:.4g})"
-    if op.quant == "static" and (scale_ub is not None or not float32_scale(scale)):
-        raise InvalidInput(f"{op.label} needs a scale, {float32_range}, and no scale_ub; got scale {scale!r}"
-                           + ("" if scale_ub is None else f", scale_ub {scale_ub!r}"))
-    if op.quant == "dynamic" and (scale is not None or scale_ub is not None and not float32_scale(scale_ub)):
-        raise InvalidInput(f"{op.label} returns its scales: scale must be None, and scale_ub None or {float32_range}; "
-                           f"got scale {scale!r}, scale_ub {scale_ub!r}")
+#: the case values that belong to an optional part of an operation (``normbench.core.parts``), set only where the
+#: case's operation has that part
+PART_VALUES: tuple[str, ...] = tuple(name for _, kinds in parts.OPTIONAL_KINDS for name in kinds[0].case_values)
 
 
 def validate_eps(eps: float | None, norm: str = "layer_norm") -> None:
@@ -143,16 +108,10 @@ class Case:
     def __post_init__(self) -> None:
         validate_shapes(self.shape, self.normalized_shape, None, None)
         norm = operations.of(self.norm)
-        validate_quant(norm, self.qdtype, self.scale, self.scale_ub)
+        # the values of its optional parts (the residual add's, the quantizer's), each part validating its own
+        for name, value in parts.settle(norm, {name: getattr(self, name) for name in PART_VALUES}).items():
+            object.__setattr__(self, name, value)
         validate_eps(self.eps, norm.name)
-        if norm.fuses and self.residual is None:
-            object.__setattr__(self, "residual", "same")
-        if not norm.fuses and (self.residual is not None or self.residual_dtype is not None):
-            raise InvalidInput(f"{norm.label} adds no residual; residual and residual_dtype must be None")
-        if self.residual is not None and self.residual not in RESIDUALS:
-            raise InvalidInput(f"unknown residual {self.residual!r}; expected one of {', '.join(RESIDUALS)}")
-        if self.residual_dtype is not None and self.residual_dtype not in DTYPES:
-            raise InvalidInput(f"unknown residual dtype {self.residual_dtype!r}; expected one of {', '.join(DTYPES)}")
         if not norm.has_bias and self.affine == "wb":
             object.__setattr__(self, "affine", "w")  # the default affine, without the bias it cannot have
         if self.weight_offset and ("weight_offset" not in norm.options or self.affine != "w"):

@@ -30,9 +30,11 @@ Each :class:`Operation` entry in :data:`OPERATIONS` holds, for its operation:
 * **bug hypotheses**: the keys of ``normbench.check.hypotheses``'s models that apply to it.
 
 Every room reads the entry and nothing else about an operation: the suites, the runner, the
-report and the throughput sweep loop over :data:`OPERATIONS`. Adding an operation means adding its
-entry and the code that is truly new for it (its oracle, if it is not a normalization of this kind;
-its case families, its hypotheses).
+report and the throughput sweep loop over :data:`OPERATIONS`. No entry is written by hand: each is
+built by :func:`compose` from its parts (``normbench.core.parts``: a normalization, optionally the residual add
+before it and a quantizer after it), which own their parameters, outputs, traffic, case values and the
+judges of their outputs; adding a kind of operation means adding a part, or a value of one, and the code
+that is truly new for it (its oracle step, its case families, its hypotheses).
 
 **Calling a backend.** The harness calls every backend through the entry's methods
 (:meth:`Operation.forward`, :meth:`~Operation.backward`, :meth:`~Operation.prepare_backward`,
@@ -60,59 +62,25 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from normbench.core.dtypes import default_rms_eps
 from normbench.core.exceptions import InvalidInput
+from normbench.core.parts import (
+    EPILOGUES,
+    LAYER_NORM_PART,
+    NORMALIZATION_BACKWARD,
+    NORMALIZATION_FORWARD,
+    NORMALIZATIONS,
+    PROLOGUES,
+    RESIDUAL_ADD,
+    RMS_NORM_PART,
+    Families,
+    Normalization,
+    Quantize,
+    ResidualAdd,
+    Traffic,
+)
 
 #: what a backend's hooks and entry points receive as the operation: its name
 OpName = str
-
-
-@dataclass(frozen=True)
-class Traffic:
-    """One tensor a direction must move: ``tensor`` is ``read`` or ``written``; it holds ``extent``
-    elements (``"M*N"``, ``"N"`` or ``"M"``: rows M, normalized size N) of ``element`` bytes: ``"x"``
-    (x's dtype), ``"residual"`` (the residual stream's dtype, a fused operation's), ``"weight"``/``"bias"``
-    (the parameters' dtype, 0 where the case has none),
-    ``"fp32"`` (4, statistics and dynamic scales) or ``"q"`` (1, a quantized output's code)."""
-
-    tensor: str
-    access: str
-    extent: str
-    element: str
-
-    def __post_init__(self) -> None:
-        assert self.access in ("read", "written") and self.extent in ("M*N", "N", "M") \
-            and self.element in ("x", "residual", "weight", "bias", "fp32", "q"), self
-
-
-def _reads(*terms: tuple[str, str, str]) -> tuple[Traffic, ...]:
-    return tuple(Traffic(t, "read", extent, element) for t, extent, element in terms)
-
-
-def _writes(*terms: tuple[str, str, str]) -> tuple[Traffic, ...]:
-    return tuple(Traffic(t, "written", extent, element) for t, extent, element in terms)
-
-
-@dataclass(frozen=True)
-class Families:
-    """The case families (``normbench.core.cases``'s names) each suite runs on an operation."""
-
-    forward: tuple[str, ...]
-    backward: tuple[str, ...]
-    gradcheck: tuple[str, ...] = ("gradcheck",)
-    #: the paper's Table 1 (§5.1) and gradient geometry (§5.2)
-    invariance: tuple[str, ...] = ("invariance",)
-    geometry: tuple[str, ...] = ("geometry",)
-    #: the throughput sweeps of a GPU and of a CPU
-    throughput_gpu: tuple[str, ...] = ("throughput_gpu",)
-    throughput_cpu: tuple[str, ...] = ("throughput_cpu",)
-
-
-#: the families every normalization's forward and backward suites run (``normbench.core.cases``)
-NORMALIZATION_FORWARD = ("hidden", "multidim", "rows", "rank", "affine", "mixed", "eps", "dist", "constant",
-                         "layout", "nonfinite", "sweep")
-NORMALIZATION_BACKWARD = ("affine", "mixed", "hidden", "multidim", "rows", "rank", "eps", "dist", "constant",
-                          "layout", "nonfinite", "sweep")
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,12 +107,6 @@ class Operation:
     differentiable: tuple[str, ...]
     #: what the optional ``<name>_statistics`` entry point returns, one value per row each; () if none
     statistics: tuple[str, ...] = ()
-    #: whether the mean is subtracted (LayerNorm) or not (RMSNorm)
-    centered: bool = True
-    #: whether it has a bias
-    has_bias: bool = True
-    #: what ``eps=None`` means, or None when eps is required
-    default_eps: Callable[[str], float] | None = None
     #: the terms of the error model's bounds that apply (``normbench.check.error_model``), in words
     error_terms: tuple[str, ...] = ()
     families: Families = field(default_factory=lambda: Families(NORMALIZATION_FORWARD, NORMALIZATION_BACKWARD))
@@ -152,8 +114,6 @@ class Operation:
     traffic: Mapping[str, tuple[Traffic, ...]] = field(default_factory=dict)
     #: the keys of the ``normbench.check.hypotheses`` models that apply, in the order a failure lists ties
     hypotheses: tuple[str, ...] = ()
-    #: the plain normalization a fused operation adds a residual into (``add_rms_norm`` fuses ``rms_norm``), or None
-    fuses: str | None = None
     #: the backward entry point's parameters after its cotangents, when they differ from :attr:`params` (a fused
     #: operation's backward takes ``residual_out``, what its forward wrote, in place of x and the residual)
     backward_params: tuple[str, ...] = ()
@@ -161,14 +121,70 @@ class Operation:
     #: ``weight_offset``: Gemma's ``x*r*(weight_offset + weight)``); a backend whose entry points take one runs those
     #: cases, the others skip them, saying so (:meth:`option_problem`)
     options: tuple[str, ...] = ()
-    #: a quantized output (docs/quantized.md): "static" (a float32 ``scale`` given, ``q = Q(y / scale)``) or "dynamic"
-    #: (one scale per row returned, from the row's absolute maximum); None for an operation whose y is its output
-    quant: str | None = None
-    #: the operation whose output y it quantizes (``rms_norm_quant`` quantizes ``rms_norm``'s y), or None
-    quantizes: str | None = None
+    #: what it is composed of (``normbench.core.parts``): its normalization, its prologue (the residual add) or None,
+    #: its epilogue (quantize) or None; every other field follows from them (:func:`compose`)
+    parts: tuple[Any, Any, Any] = (None, None, None)
 
     def __str__(self) -> str:
         return self.name
+
+    # -- the parts -----------------------------------------------------------------------------------
+
+    @property
+    def normalization_part(self) -> Normalization:
+        """The normalization it computes (``normbench.core.parts.Normalization``)."""
+        return self.parts[0]
+
+    @property
+    def prologue(self) -> ResidualAdd | None:
+        """What it computes before the normalization (the residual add), or None."""
+        return self.parts[1]
+
+    @property
+    def epilogue(self) -> Quantize | None:
+        """What it does with the normalization's y (quantize it), or None: y is its output."""
+        return self.parts[2]
+
+    @property
+    def centered(self) -> bool:
+        """Whether the mean is subtracted (LayerNorm) or not (RMSNorm)."""
+        return self.normalization_part.centered
+
+    @property
+    def has_bias(self) -> bool:
+        return self.normalization_part.has_bias
+
+    @property
+    def default_eps(self) -> Callable[[str], float] | None:
+        """What ``eps=None`` means, or None when eps is required."""
+        return self.normalization_part.default_eps
+
+    @property
+    def fuses(self) -> str | None:
+        """The plain normalization a fused operation adds a residual into (``add_rms_norm`` fuses ``rms_norm``), or
+        None: the name of its normalization where it has a prologue."""
+        return self.normalization_part.name if self.prologue is not None else None
+
+    @property
+    def quant(self) -> str | None:
+        """A quantized output's mode (docs/quantized.md): "static" (a float32 ``scale`` given) or "dynamic" (scales
+        computed and returned); None for an operation whose y is its output."""
+        return self.epilogue.mode if self.epilogue is not None else None
+
+    @property
+    def quantizes(self) -> str | None:
+        """The operation whose output y it quantizes (``rms_norm_quant`` quantizes ``rms_norm``), or None."""
+        if self.epilogue is None:
+            return None
+        return (self.prologue.name_prefix if self.prologue else "") + self.normalization_part.name
+
+    def judge_of(self, output: str) -> str:
+        """The kind of judge of one of its outputs or gradients: ``bounded`` (within the error model's bounds),
+        ``exact`` (bit for bit), ``codes`` or ``scales`` (a quantized output's), from the part that adds it."""
+        for part in reversed(self.parts):
+            if part is not None and output in part.judges:
+                return part.judges[output]
+        return "bounded"
 
     # -- the contract ------------------------------------------------------------------------------
 
@@ -336,128 +352,24 @@ LEGACY_HOOKS: dict[str, tuple[str, str]] = {
     "rms_norm_forward_backward": ("rms_norm", "forward_backward"),
 }
 
-_NORM_ERROR_TERMS = ("output rounding: 3*u_out*(|w*xhat| + |b|) + eta_out/2 per rounding",
-                     "accumulation: k(N)*u_acc*|w|*(|x| + mean|x|)/sigma_eps, k(N) = 16 + 2*sqrt(N)")
-
-LAYER_NORM = Operation(
-    "layer_norm", "LayerNorm", "y = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias", "",
-    params=("x", "normalized_shape", "weight", "bias", "eps"), outputs=("y",), cotangents=("dy",),
-    gradients=("dx", "dweight", "dbias"), differentiable=("x", "weight", "bias"), statistics=("mean", "rstd"),
-    centered=True, has_bias=True,
-    error_terms=_NORM_ERROR_TERMS + ("statistics: mean and rstd within the accumulation term and one rounding "
-                                     "to their storage dtype",),
-    traffic={
-        "forward-inference": _reads(("x", "M*N", "x"), ("weight", "N", "weight"), ("bias", "N", "bias"))
-        + _writes(("y", "M*N", "x")),
-        "forward-training": _reads(("x", "M*N", "x"), ("weight", "N", "weight"), ("bias", "N", "bias"))
-        + _writes(("y", "M*N", "x"), ("mean", "M", "fp32"), ("rstd", "M", "fp32")),
-        "backward": _reads(("x", "M*N", "x"), ("dy", "M*N", "x"), ("weight", "N", "weight"), ("mean", "M", "fp32"),
-                           ("rstd", "M", "fp32"))
-        + _writes(("dx", "M*N", "x"), ("dweight", "N", "weight"), ("dbias", "N", "bias")),
-    },
-    hypotheses=("eps-float32", "one-pass-variance", "one-pass-negative-variance", "variance-floor",
-                "half-accumulation", "sequential-mean", "lanes-sequential-1", "lanes-sequential-4", "lanes-sequential-8",
-                "lanes-sequential-32", "padded-lanes", "eps-outside-sqrt", "bessel", "eps-ignored",
-                "eps-fixed", "n1-identity", "float64-in-float32", "saved-statistics-input-dtype",
-                "backward-rstd-without-eps", "dx-expanded", "dx-no-mean-term", "dx-mean-twice", "dx-no-projection",
-                "dbias-times-weight", "dbias-severed", "dweight-last-block", "dweight-half-accumulation",
-                "interpreter-bf16-truncation"),
-)
-RMS_NORM = Operation(
-    "rms_norm", "RMSNorm", "y = x / sqrt(mean(x^2) + eps) * weight", "rms-",
-    params=("x", "normalized_shape", "weight", "eps"), outputs=("y",), cotangents=("dy",),
-    gradients=("dx", "dweight"), differentiable=("x", "weight"), statistics=(),
-    centered=False, has_bias=False, default_eps=default_rms_eps,
-    families=Families(NORMALIZATION_FORWARD + ("heads", "gemma"), NORMALIZATION_BACKWARD + ("heads", "gemma")),
-    error_terms=("output rounding: 3*u_out*|w*xhat| + eta_out/2 per rounding",
-                 "accumulation: k(N)*u_acc*|w*xhat| (a sum of squares: no cancellation, no mean term)"),
-    options=("weight_offset",),
-    traffic={
-        "forward-inference": _reads(("x", "M*N", "x"), ("weight", "N", "weight")) + _writes(("y", "M*N", "x")),
-        "forward-training": _reads(("x", "M*N", "x"), ("weight", "N", "weight"))
-        + _writes(("y", "M*N", "x"), ("rstd", "M", "fp32")),
-        "backward": _reads(("x", "M*N", "x"), ("dy", "M*N", "x"), ("weight", "N", "weight"), ("rstd", "M", "fp32"))
-        + _writes(("dx", "M*N", "x"), ("dweight", "N", "weight")),
-    },
-    hypotheses=("eps-float32", "variance-floor", "half-accumulation", "lanes-sequential-1", "lanes-sequential-4",
-                "lanes-sequential-8",
-                "lanes-sequential-32", "padded-lanes", "eps-outside-sqrt",
-                "eps-ignored", "eps-fixed", "float64-in-float32", "saved-statistics-input-dtype",
-                "backward-rstd-without-eps", "dx-no-projection", "dweight-last-block", "dweight-half-accumulation",
-                "interpreter-bf16-truncation"),
-)
+def compose(norm: Normalization, prologue: ResidualAdd | None = None, epilogue: Quantize | None = None) -> Operation:
+    """The operation ``epilogue(prologue(norm))``: its name, contract, byte model and facts from its parts."""
+    contract = norm.contract()
+    for part in (prologue, epilogue):
+        if part is not None:
+            contract = part.apply(contract, norm)
+    return Operation(**contract, parts=(norm, prologue, epilogue))
 
 
-
-def _fused(plain: Operation, name: str, label: str, id_prefix: str) -> Operation:
-    """The operation that adds a residual into ``plain``'s input first: ``residual_out = x + residual``, rounded once
-    to the residual's dtype, and ``y = plain(residual_out)`` in x's dtype (docs/fused.md)."""
-    params = ("x", "residual") + plain.params[1:]
-    backward_params = ("residual_out",) + plain.params[1:]
-    bias = plain.has_bias
-    parameters = (("weight", "N", "weight"),) + ((("bias", "N", "bias"),) if bias else ())
-    statistics = tuple(("mean", "M", "fp32") for _ in range(plain.centered)) + (("rstd", "M", "fp32"),)
-    inference = (_reads(("x", "M*N", "x"), ("residual", "M*N", "residual"), *parameters)
-                 + _writes(("y", "M*N", "x"), ("residual_out", "M*N", "residual")))
-    gradients = ("dweight", "N", "weight"), *((("dbias", "N", "bias"),) if bias else ())
-    return Operation(
-        name, label, f"residual_out = x + residual; y = {plain.formula.removeprefix('y = ').replace('x', 'residual_out')}",
-        id_prefix, params=params, outputs=("y", "residual_out"), cotangents=("dy", "dresidual_out"),
-        gradients=("dsum",) + plain.gradients[1:], differentiable=("x",) + plain.differentiable[1:],
-        statistics=(), centered=plain.centered, has_bias=bias, default_eps=plain.default_eps,
-        error_terms=("residual_out: bit for bit, x + residual rounded once to the residual's dtype",
-                     f"y: {plain.label}'s bound around the normalization of residual_out, or of the unrounded sum "
-                     f"(either convention, each whole)",
-                     "dsum: dx's bound on residual_out plus the add's roundings, 3*u*|dresidual_out| + u*|dsum|"),
-        families=Families(plain.families.forward + ("residual",), plain.families.backward + ("residual",),
-                          gradcheck=(), invariance=(), geometry=()),
-        traffic={
-            "forward-inference": inference,
-            "forward-training": inference + _writes(*statistics),
-            "backward": _reads(("dy", "M*N", "x"), ("dresidual_out", "M*N", "residual"),
-                               ("residual_out", "M*N", "residual"), ("weight", "N", "weight"), *statistics)
-            + _writes(("dsum", "M*N", "residual"), *gradients),
-        },
-        hypotheses=plain.hypotheses, fuses=plain.name, backward_params=backward_params, options=plain.options)
-
-
+#: the normalizations, fused or not, quantized or not: every operation is generated from its parts
+LAYER_NORM = compose(LAYER_NORM_PART)
+RMS_NORM = compose(RMS_NORM_PART)
 #: the residual add fused into the normalization, as every transformer layer computes it (docs/fused.md)
-ADD_LAYER_NORM = _fused(LAYER_NORM, "add_layer_norm", "Add+LayerNorm", "add-")
-ADD_RMS_NORM = _fused(RMS_NORM, "add_rms_norm", "Add+RMSNorm", "add-rms-")
-
-
-def _quantized(base: Operation, mode: str) -> Operation:
-    """``base`` with its output y quantized for the next matrix multiply (docs/quantized.md): ``static``, a float32
-    ``scale`` given, ``q = saturate(round_to_nearest_even(y / scale))`` in ``qdtype`` (``float8_e4m3fn``,
-    ``float8_e5m2``, ``int8``); ``dynamic``, one float32 scale per row returned with q, ``max(min(absmax(y_row),
-    scale_ub) / qmax, 1 / (qmax * 512))``. A fused base keeps its ``residual_out``. Inference only: no backward."""
-    static = mode == "static"
-    extra = ("scale", "qdtype") if static else ("qdtype", "scale_ub")
-    outputs = ("q",) + (() if static else ("scales",)) + base.outputs[1:]
-    label = f"{base.label}+{'static' if static else 'dynamic'} quant"
-    formula = (f"{base.formula}; q = Q(y / scale)" if static
-               else f"{base.formula}; scales = max(min(absmax(y), scale_ub) / qmax, 1/(qmax*512)); q = Q(y / scales)")
-    return Operation(
-        f"{base.name}_quant" if static else f"{base.name}_dynamic_quant", label, formula,
-        ("q-" if static else "dq-") + base.id_prefix, params=base.params + extra, outputs=outputs, cotangents=(),
-        gradients=(), differentiable=(), statistics=(), centered=base.centered, has_bias=base.has_bias,
-        default_eps=base.default_eps,
-        error_terms=(f"q: every code between Q(v - b) and Q(v + b), v = y_exact / scale, b = B / |scale| + 2*u32*|v|, "
-                     f"B {base.label}'s bound on y", "saturation exact; NaN stays NaN in float8")
-        + (() if static else ("scales: within max_row(B) / qmax + 2*u32*scale of the exact row scale, with the floor "
-                              "or without; an all-zero row any finite scale >= 0, codes 0; q judged against the "
-                              "kernel's own scales",))
-        + (base.error_terms[:1] if base.fuses else ()),
-        families=Families(("quant",), (), gradcheck=(), invariance=(), geometry=(), throughput_gpu=(),
-                          throughput_cpu=()),
-        traffic={"forward-inference": tuple(t for t in base.traffic["forward-inference"] if t.tensor != "y")
-                 + _writes(("q", "M*N", "q"), *(() if static else (("scales", "M", "fp32"),)))},
-        hypotheses=(), fuses=base.fuses, quant=mode, quantizes=base.name)
-
-
+ADD_LAYER_NORM = compose(LAYER_NORM_PART, RESIDUAL_ADD)
+ADD_RMS_NORM = compose(RMS_NORM_PART, RESIDUAL_ADD)
 #: the normalization's output quantized for an fp8 or int8 matrix multiply, static and dynamic, plain and fused
-QUANTIZED: tuple[Operation, ...] = tuple(_quantized(base, mode) for mode in ("static", "dynamic")
-                                         for base in (LAYER_NORM, RMS_NORM, ADD_LAYER_NORM, ADD_RMS_NORM))
+QUANTIZED: tuple[Operation, ...] = tuple(compose(norm, prologue, epilogue) for epilogue in EPILOGUES
+                                         for prologue in (None, *PROLOGUES) for norm in NORMALIZATIONS)
 
 #: every operation, in the order suites, tables and reports show them
 OPERATIONS: tuple[Operation, ...] = (LAYER_NORM, RMS_NORM, ADD_LAYER_NORM, ADD_RMS_NORM, *QUANTIZED)

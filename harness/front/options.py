@@ -184,8 +184,8 @@ def parse_eps(value: str) -> float:
 
 def parse_scale(value: str) -> float:
     """A quantization scale or its upper bound (``check --scale``, ``--scale-ub``): a number finite and > 0 in
-    float32, as a kernel holds it (:func:`normbench.core.cases.float32_scale`)."""
-    from normbench.core.cases import float32_scale
+    float32, as a kernel holds it (:func:`normbench.core.parts.float32_scale`)."""
+    from normbench.core.parts import float32_scale
 
     try:
         number = float(value)

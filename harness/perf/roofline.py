@@ -2,7 +2,7 @@
 
 The byte model (PERFORMANCE.md, one model applied identically to every backend) counts the
 tensors each direction of an operation must read and write, as its entry lists them
-(``normbench.core.operations``: ``Operation.traffic``): an extent of M*N, N or M elements (M rows,
+(``normbench.core.operations``: ``Operation.traffic``): an extent of M*N, N, M or M*N/G elements (M rows,
 N hidden) times an element size, e_x (x's dtype), e_w and e_b (the parameters', 0 for a missing
 weight or bias), or 4 (fp32 statistics). For LayerNorm:
 
@@ -100,8 +100,8 @@ def model_bytes(norm: str | operations.Operation, variant: str, rows: int, hidde
     e, ep = host_dtype(dtype).itemsize, host_dtype(param_dtype or dtype).itemsize
     element = {"x": e, "residual": host_dtype(residual_dtype or dtype).itemsize, "weight": ep if weight else 0,
                "bias": ep if bias and op.has_bias else 0, "fp32": STAT_BYTES, "q": 1}
-    extent = {"M*N": rows * hidden, "N": hidden, "M": rows}
-    return sum(extent[t.extent] * element[t.element] for t in op.traffic[variant])
+    group = op.epilogue.group(hidden) if op.epilogue is not None else None  # G of a per-block scale's M*N/G
+    return sum(t.elements(rows, hidden, group) * element[t.element] for t in op.traffic[variant])
 
 
 def statistics_per_row(norm: str = "layer_norm") -> int:

@@ -444,8 +444,8 @@ def count_direction(backend: Any, rows: int, hidden: int, dtype: str, direction:
     bias = torch.zeros(hidden, dtype=torch_dtype) if operation.has_bias else None
     residual = empty() if "residual" in operation.params else None
     args = operation.arguments(x=empty(), residual=residual, normalized_shape=(hidden,), weight=weight, bias=bias,
-                               eps=eps, scale=1.0 if operation.quant == "static" else None,
-                               qdtype=COUNTED_QDTYPE if operation.quant else None)
+                               eps=eps, scale=1.0 if "scale" in operation.params else None,
+                               qdtype=COUNTED_QDTYPE if "qdtype" in operation.params else None)
     if direction == "backward" and not operation.cotangents:
         raise NormbenchError(f"{operation.label} has no backward (inference only): count its forward "
                              f"(--directions forward)")
