@@ -16,13 +16,14 @@ import numpy as np
 
 from normbench import Backend
 from normbench.kit import default_rms_eps, dtype_name
+from normbench.kit.composed import QuantizedFromParts
 
 
 def _axes(x: np.ndarray, normalized_shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(range(x.ndim - len(normalized_shape), x.ndim))
 
 
-class NumpyBackend(Backend):
+class NumpyBackend(QuantizedFromParts, Backend):
     name = "numpy"
     description = "NumPy reference: float64 math, one rounding to the input dtype"
     operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
@@ -107,41 +108,21 @@ class NumpyBackend(Backend):
                                            plus=dresidual_out)
         return dsum, dweight
 
-    # -- the output quantized (docs/quantized.md): y in float64, quantized once, exactly --
+    # -- the output quantized (docs/quantized.md): y in float64, quantized once, exactly; the entry points composed by
+    # normbench.kit.composed from the base operation's y (in float64 here) and these two quantizers --
 
-    def layer_norm_quant(self, x, normalized_shape, weight, bias, eps, scale, qdtype):
-        return _static(self._normalize(x, normalized_shape, weight, bias, eps, dtype=np.float64), scale, qdtype)
+    def quantizable(self, base, args):
+        values = dict(zip(base.params, args))
+        x = values["x"] if base.prologue is None else self._add(values["x"], values["residual"])
+        y = self._normalize(x, values["normalized_shape"], values["weight"], values.get("bias"), values["eps"],
+                            centered=base.centered, dtype=np.float64)
+        return y, (() if base.prologue is None else (x,))
 
-    def rms_norm_quant(self, x, normalized_shape, weight, eps, scale, qdtype):
-        return _static(self._normalize(x, normalized_shape, weight, None, eps, centered=False, dtype=np.float64),
-                       scale, qdtype)
+    def quantize_given(self, y, scale, qdtype):
+        return _static(y, scale, qdtype)
 
-    def add_layer_norm_quant(self, x, residual, normalized_shape, weight, bias, eps, scale, qdtype):
-        out = self._add(x, residual)
-        return _static(self._normalize(out, normalized_shape, weight, bias, eps, dtype=np.float64), scale, qdtype), out
-
-    def add_rms_norm_quant(self, x, residual, normalized_shape, weight, eps, scale, qdtype):
-        out = self._add(x, residual)
-        y = self._normalize(out, normalized_shape, weight, None, eps, centered=False, dtype=np.float64)
-        return _static(y, scale, qdtype), out
-
-    def layer_norm_dynamic_quant(self, x, normalized_shape, weight, bias, eps, qdtype, scale_ub):
-        return _dynamic(self._normalize(x, normalized_shape, weight, bias, eps, dtype=np.float64), normalized_shape,
-                        qdtype, scale_ub)
-
-    def rms_norm_dynamic_quant(self, x, normalized_shape, weight, eps, qdtype, scale_ub):
-        y = self._normalize(x, normalized_shape, weight, None, eps, centered=False, dtype=np.float64)
+    def quantize_computed(self, y, normalized_shape, qdtype, scale_ub):
         return _dynamic(y, normalized_shape, qdtype, scale_ub)
-
-    def add_layer_norm_dynamic_quant(self, x, residual, normalized_shape, weight, bias, eps, qdtype, scale_ub):
-        out = self._add(x, residual)
-        y = self._normalize(out, normalized_shape, weight, bias, eps, dtype=np.float64)
-        return (*_dynamic(y, normalized_shape, qdtype, scale_ub), out)
-
-    def add_rms_norm_dynamic_quant(self, x, residual, normalized_shape, weight, eps, qdtype, scale_ub):
-        out = self._add(x, residual)
-        y = self._normalize(out, normalized_shape, weight, None, eps, centered=False, dtype=np.float64)
-        return (*_dynamic(y, normalized_shape, qdtype, scale_ub), out)
 
     def _gradients(self, dy, x, normalized_shape, weight, bias, eps, centered=True, plus=None, offset=0.0):
         """``(dx, dweight, dbias)``; with ``plus`` (a fused operation's dresidual_out), dx + plus, rounded once;

@@ -13,13 +13,14 @@ never when this module is imported.
 from __future__ import annotations
 
 from normbench.kit import device_label
+from normbench.kit.composed import QuantizedFromParts
 from normbench.kit.torch import AutogradBackend, from_host, set_threads, to_host
 
 
-class TorchBackend(AutogradBackend):
+class TorchBackend(QuantizedFromParts, AutogradBackend):
     name = "torch"
     description = ("torch.nn.functional.layer_norm and rms_norm (ATen), CUDA if available else CPU; "
-                   "backward via autograd")
+                   "backward via autograd; the fused and quantized operations composed of torch ops")
     operations = ("layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
                   "layer_norm_quant", "rms_norm_quant", "add_layer_norm_quant", "add_rms_norm_quant",
                   "layer_norm_dynamic_quant", "rms_norm_dynamic_quant", "add_layer_norm_dynamic_quant",
@@ -107,7 +108,8 @@ class TorchBackend(AutogradBackend):
 
     # -- the output quantized as a PyTorch user composes it (docs/quantized.md): y in x's dtype, then float32 y / scale
     # (a static scale; per-row absmax scales for dynamic), clamped to the format's range and converted (float8: torch's
-    # round-to-nearest-even conversion; int8: torch.round, half to even) --
+    # round-to-nearest-even conversion; int8: torch.round, half to even); the entry points composed by
+    # normbench.kit.composed from the base operation's entry point and these two quantizers --
 
     def _quantize(self, v, qdtype):
         torch = self.torch
@@ -117,10 +119,10 @@ class TorchBackend(AutogradBackend):
         top = torch.finfo(dtype).max
         return v.clamp(-top, top).to(dtype)
 
-    def _static(self, y, scale, qdtype):
+    def quantize_given(self, y, scale, qdtype):
         return self._quantize(y.float() / scale, qdtype)
 
-    def _dynamic(self, y, normalized_shape, qdtype, scale_ub):
+    def quantize_computed(self, y, normalized_shape, qdtype, scale_ub):
         torch = self.torch
         top = 127.0 if qdtype == "int8" else torch.finfo(getattr(torch, qdtype)).max
         dims = tuple(range(y.dim() - len(normalized_shape), y.dim()))
@@ -130,34 +132,6 @@ class TorchBackend(AutogradBackend):
             absmax = absmax.clamp(max=scale_ub)
         scales = (absmax / top).clamp(min=1.0 / (top * 512.0))
         return self._quantize(y / scales, qdtype), scales.reshape(y.shape[: y.dim() - len(dims)])
-
-    def layer_norm_quant(self, x, normalized_shape, weight, bias, eps, scale, qdtype):
-        return self._static(self.layer_norm(x, normalized_shape, weight, bias, eps), scale, qdtype)
-
-    def rms_norm_quant(self, x, normalized_shape, weight, eps, scale, qdtype):
-        return self._static(self.rms_norm(x, normalized_shape, weight, eps), scale, qdtype)
-
-    def add_layer_norm_quant(self, x, residual, normalized_shape, weight, bias, eps, scale, qdtype):
-        y, out = self.add_layer_norm(x, residual, normalized_shape, weight, bias, eps)
-        return self._static(y, scale, qdtype), out
-
-    def add_rms_norm_quant(self, x, residual, normalized_shape, weight, eps, scale, qdtype):
-        y, out = self.add_rms_norm(x, residual, normalized_shape, weight, eps)
-        return self._static(y, scale, qdtype), out
-
-    def layer_norm_dynamic_quant(self, x, normalized_shape, weight, bias, eps, qdtype, scale_ub):
-        return self._dynamic(self.layer_norm(x, normalized_shape, weight, bias, eps), normalized_shape, qdtype, scale_ub)
-
-    def rms_norm_dynamic_quant(self, x, normalized_shape, weight, eps, qdtype, scale_ub):
-        return self._dynamic(self.rms_norm(x, normalized_shape, weight, eps), normalized_shape, qdtype, scale_ub)
-
-    def add_layer_norm_dynamic_quant(self, x, residual, normalized_shape, weight, bias, eps, qdtype, scale_ub):
-        y, out = self.add_layer_norm(x, residual, normalized_shape, weight, bias, eps)
-        return (*self._dynamic(y, normalized_shape, qdtype, scale_ub), out)
-
-    def add_rms_norm_dynamic_quant(self, x, residual, normalized_shape, weight, eps, qdtype, scale_ub):
-        y, out = self.add_rms_norm(x, residual, normalized_shape, weight, eps)
-        return (*self._dynamic(y, normalized_shape, qdtype, scale_ub), out)
 
     def synchronize(self):
         if self._device.type == "cuda":

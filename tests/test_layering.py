@@ -51,7 +51,7 @@ DYNAMIC = {
 #: what a backend's package (an example plugin, a built-in backend) may import of normbench: the package's public
 #: names and the kit (docs/writing-a-backend.md, "The public kit")
 PUBLIC_MODULES = {"normbench", "normbench.kit", "normbench.kit.torch", "normbench.kit.jax", "normbench.kit.triton",
-                  "normbench.kit.layout", "normbench.kit.testing"}
+                  "normbench.kit.layout", "normbench.kit.testing", "normbench.kit.composed"}
 
 
 def room(module: str) -> str:

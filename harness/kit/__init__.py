@@ -12,6 +12,8 @@ example plugins and normbench's own built-in backends import nothing else.
 * :mod:`normbench.kit.triton`: where Triton kernels run (compiled, or the interpreter on CPU) and what
   ``ptxas`` says of a kernel's registers;
 * :mod:`normbench.kit.layout`: a NumPy view as (buffer, shape, strides, offset), for strided backends;
+* :mod:`normbench.kit.composed`: :class:`~normbench.kit.composed.QuantizedFromParts`, the quantized operations'
+  entry points composed from a backend's base operations and its quantizer;
 * :mod:`normbench.kit.testing`: what a plugin's own tests need (its framework not imported by
   ``normbench list``, its doctests, the suites run on it and their outcomes read).
 
