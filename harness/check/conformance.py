@@ -47,7 +47,6 @@ from normbench.check.properties import PROPERTIES as PROPERTIES
 from normbench.check.properties import RECORDED as RECORDED
 from normbench.check.properties import histogram as histogram
 from normbench.check.properties import same_bits as same_bits
-from normbench.check.properties import user_property_key as user_property_key
 from normbench.check.worst import ConformanceError, worst_violation
 from normbench.core import operations
 from normbench.core.backend import Backend

@@ -1,8 +1,8 @@
 """What a conformance test measures beyond its verdict: the properties beyond tolerance (deterministic,
 batch-invariant), reported and required through :class:`Properties`, and the structure of the forward error
 (:func:`error_structure`: histograms in ulps, the coherence ratios), recorded for the report, never a verdict.
-Both travel in a pytest item's ``user_properties`` under :func:`user_property_key`, read back by
-``normbench.front.runner``."""
+Both travel in a pytest item's ``user_properties`` as one typed record (``normbench.check.measurement``), read
+back by ``normbench.front.runner``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from normbench.check import coherence, oracle
+from normbench.check import coherence, measurement, oracle
 from normbench.check.outcomes import HISTOGRAM_BINS, HISTOGRAM_WIDTH, Histogram
 from normbench.check.worst import ConformanceError
 from normbench.core.backend import Backend
@@ -42,18 +42,14 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
 
 
-def user_property_key(name: str) -> str:
-    """The key a property's verdict has in a pytest item's ``user_properties``: ``normbench_batch_invariant``."""
-    return "normbench_" + name.replace("-", "_")
-
-
 @dataclass
 class Properties:
     """Where the checks report the properties they measure, and which of them are required.
 
     :meth:`report` records a verdict, ``"yes"`` or ``"no: what differed"``, in :attr:`measured` (a test
     measuring a property twice keeps the first violation) and, when given, in ``sink`` (a pytest item's
-    ``user_properties``: the plugin hands the suites one, and ``normbench.front.runner`` reads it back); a
+    ``user_properties``, the test's :class:`normbench.check.measurement.Measurement` there: the plugin hands the
+    suites one, and ``normbench.front.runner`` reads it back); a
     violated property that is ``required`` raises :class:`ConformanceError` saying which property,
     what differed and what typically causes it. Without one, the checks use ``Properties()``: the
     default requirements, recorded nowhere.
@@ -69,17 +65,13 @@ class Properties:
     measured: dict[str, str] = field(default_factory=dict)
     #: measurements that are no verdicts (:func:`error_structure`'s columns), by conformance column name
     values: dict[str, str | float] = field(default_factory=dict)
-    #: where :meth:`record` also keeps them (the plugin gives the item's ``user_properties``, as for ``sink``)
-    values_sink: list | None = None
 
     def record(self, values: dict[str, str | float]) -> None:
-        """Keep ``values`` (conformance column -> value) in :attr:`values` and, when given, in ``values_sink``
-        under :func:`user_property_key` of each name (``normbench_error_histogram``), replacing earlier ones."""
+        """Keep ``values`` (conformance column -> value) in :attr:`values` and, when given, in ``sink``'s record,
+        replacing earlier ones of the same names."""
         self.values.update(values)
-        if self.values_sink is not None and values:
-            keys = {user_property_key(name) for name in values}
-            self.values_sink[:] = [p for p in self.values_sink if p[0] not in keys] + [
-                (user_property_key(k), v) for k, v in values.items()]
+        if self.sink is not None and values:
+            measurement.update(self.sink, values=values)
 
     def report(self, name: str, holds: bool, detail: str, backend: Backend | None, inputs: Inputs | None) -> None:
         __tracebackhide__ = True
@@ -89,8 +81,7 @@ class Properties:
         if self.measured.get(name, "yes") == "yes":
             self.measured[name] = verdict
             if self.sink is not None:
-                key = user_property_key(name)
-                self.sink[:] = [p for p in self.sink if p[0] != key] + [(key, verdict)]
+                measurement.update(self.sink, properties={name: verdict})
         if not holds and name in self.required:
             who = "" if backend is None or inputs is None else \
                 f"{backend.name} {inputs.case.id} (seed {inputs.seed}): "
@@ -103,8 +94,8 @@ class Properties:
 
 # -- the structure of the forward error, recorded for the report (never a verdict) -----------------
 
-#: the conformance columns a forward test records about y's error (:func:`error_structure`), in
-#: ``user_properties`` under ``normbench_<column>``, read back by ``normbench.front.runner``
+#: the conformance columns a forward test records about y's error (:func:`error_structure`), in its record
+#: (``normbench.check.measurement``), read back by ``normbench.front.runner``
 ERROR_STRUCTURE: tuple[str, ...] = ("error_histogram", "nearest_histogram", "coherence_scale", "coherence_offset",
                                     "coherence_toward_zero", "coherence_downward")
 #: every conformance column a test records as a measurement: the error structure, and a quantized output's codes

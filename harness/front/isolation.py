@@ -44,6 +44,7 @@ from pathlib import Path
 
 import pytest
 
+from normbench.check import measurement
 from normbench.check.outcomes import NOT_RUN
 from normbench.core.interrupts import forget_signals, note_sigint, received_signal
 from normbench.front import options
@@ -210,7 +211,7 @@ class CrashWatch:
         """The backend of a suite test: the name the test recorded (its report's user properties), or
         the longest selected backend's name its id starts with (``mutant-no-mean-term-float32-...`` is
         ``mutant-no-mean-term``, not ``mutant``), or the id's first word."""
-        recorded = dict(report.user_properties).get("normbench_backend") if report is not None else None
+        recorded = measurement.of_report(report).backend if report is not None else None
         if recorded:
             return recorded
         selection = self.config.stash.get(SELECTION, None) if self.config is not None else None

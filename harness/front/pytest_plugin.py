@@ -140,13 +140,12 @@ def _required_said(config: pytest.Config) -> str:
 def normbench_properties(request: pytest.FixtureRequest):
     """The :class:`normbench.check.properties.Properties` a suite test hands its checks: the properties
     ``--normbench-require`` requires fail the test when violated; every verdict goes into the test's
-    ``user_properties`` (``normbench_deterministic``: ``yes`` or ``no: what differed``), which the
+    record (``normbench.check.measurement``: ``deterministic``: ``yes`` or ``no: what differed``), which the
     results, the terminal summary and the report read; so do the measurements a check records
-    (``normbench_error_histogram``, ...: ``normbench.check.properties.error_structure``)."""
+    (``error_histogram``, ...: ``normbench.check.properties.error_structure``)."""
     from normbench.check.properties import Properties
 
-    return Properties(required=tuple(request.config.getoption("normbench_require")),
-                      sink=request.node.user_properties, values_sink=request.node.user_properties)
+    return Properties(required=tuple(request.config.getoption("normbench_require")), sink=request.node.user_properties)
 
 
 def _declared(config: pytest.Config, sel: Selection) -> str:
@@ -220,10 +219,10 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     callspec = getattr(item, "callspec", None)
     backend = callspec.params.get("backend") if callspec else None
     if backend is not None:
-        item.user_properties.append(("normbench_backend", backend.name))
+        from normbench.check import measurement
+
         case = callspec.params.get("case")
-        if case is not None:
-            item.user_properties.append(("normbench_case", case.id))
+        measurement.update(item.user_properties, backend=backend.name, case=None if case is None else case.id)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -346,20 +345,19 @@ class PropertyReport:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":
             return
-        from normbench.check.properties import PROPERTIES, user_property_key
+        from normbench.check import measurement
 
-        props = dict(report.user_properties)
-        backend = props.get("normbench_backend")
-        for name in PROPERTIES:
-            verdict = props.get(user_property_key(name))
-            if backend is None or not isinstance(verdict, str):
+        record = measurement.of_report(report)
+        backend = record.backend
+        for name, verdict in record.properties.items():
+            if backend is None:
                 continue
             entry = self.tally.setdefault((backend, name), [0, 0, ""])
             entry[0] += 1
             if verdict != "yes":
                 entry[1] += 1
                 detail = verdict.removeprefix("no: ").split("; ")[0]
-                entry[2] = entry[2] or f"{props.get('normbench_case', report.nodeid)}: {detail}"
+                entry[2] = entry[2] or f"{record.case or report.nodeid}: {detail}"
 
     def lines(self) -> list[str]:
         required = self.config.getoption("normbench_require")

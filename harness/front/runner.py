@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from normbench.check import measurement
 from normbench.check.outcomes import CRASHED, FAILING, NOT_RUN, TIMEOUT
 from normbench.core import deviations
 from normbench.core.interrupts import held
@@ -156,15 +157,15 @@ class Collector:
             message = (getattr(report, "normbench_message", "")  # a report made safe to send (pytest_plugin.py)
                        or getattr(report.longrepr, "reprcrash", None) and report.longrepr.reprcrash.message or "")
             outcome = TIMEOUT if TIMEOUT_MESSAGE.match(str(message)) else outcome
-        self._add(nodeid, outcome, str(message), dict(report.user_properties), record)
+        self._add(nodeid, outcome, str(message), measurement.of_report(report), record)
 
-    def _add(self, nodeid: str, outcome: str, message: str, props: dict, record: dict) -> None:
+    def _add(self, nodeid: str, outcome: str, message: str, measured: measurement.Measurement, record: dict) -> None:
         match = _ID.match(nodeid.split("/")[-1])
-        backend = props.get("normbench_backend") or (match["backend"] if match else "")
-        case = props.get("normbench_case") or (match["rest"] if match else "")
+        backend = measured.backend or (match["backend"] if match else "")
+        case = measured.case or (match["rest"] if match else "")
         result = Outcome(nodeid, backend, match["test"] if match else nodeid, outcome, message, case,
-                         tuple(record.get("covers", {}).items()), record.get("explains") or "", _properties(props),
-                         _measures(props))
+                         tuple(record.get("covers", {}).items()), record.get("explains") or "", _properties(measured),
+                         _measures(measured))
         with held():  # counted and written together: a Ctrl-C waits until the row is written
             self.outcomes.append(result)
             if self.sink is not None:
@@ -188,7 +189,7 @@ class Collector:
         why = (f"the run was interrupted ({self.interrupted})" if self.interrupted
                else "the session ended before it (see pytest's output: e.g. xdist's 'maximum crashed workers')")
         for raw in sorted(self.expected - self.reported):
-            self._add(suite_nodeid(raw, self.rootpath), NOT_RUN, f"{NOT_RUN}: {why}", {}, {})
+            self._add(suite_nodeid(raw, self.rootpath), NOT_RUN, f"{NOT_RUN}: {why}", measurement.Measurement(), {})
         self.reported |= self.expected
 
 
@@ -197,20 +198,20 @@ class Collector:
 SIGNALLED = "normbench_signalled"
 
 
-def _properties(props: dict) -> tuple[tuple[str, str], ...]:
-    """The property verdicts among a report's ``user_properties`` (the plugin's ``normbench_properties``)."""
-    from normbench.check.properties import PROPERTIES, user_property_key
+def _properties(measured: measurement.Measurement) -> tuple[tuple[str, str], ...]:
+    """The property verdicts a test's record holds, in :data:`~normbench.check.properties.PROPERTIES`' order."""
+    from normbench.check.properties import PROPERTIES
 
-    found = ((name, props.get(user_property_key(name))) for name in PROPERTIES)
+    found = ((name, measured.properties.get(name)) for name in PROPERTIES)
     return tuple((name, verdict) for name, verdict in found if isinstance(verdict, str) and verdict)
 
 
-def _measures(props: dict) -> tuple[tuple[str, str | float], ...]:
-    """The measurements among a report's ``user_properties`` (``normbench.check.properties.Properties.record``): the
-    error structure, a quantized output's codes."""
-    from normbench.check.properties import RECORDED, user_property_key
+def _measures(measured: measurement.Measurement) -> tuple[tuple[str, str | float], ...]:
+    """The measurements a test's record holds (``normbench.check.properties.Properties.record``): the error
+    structure, a quantized output's codes, in :data:`~normbench.check.properties.RECORDED`' order."""
+    from normbench.check.properties import RECORDED
 
-    found = ((name, props.get(user_property_key(name))) for name in RECORDED)
+    found = ((name, measured.values.get(name)) for name in RECORDED)
     return tuple((name, value) for name, value in found
                  if isinstance(value, str) and value or isinstance(value, float))
 
