@@ -5,6 +5,7 @@ the backends or the seeds."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -61,3 +62,20 @@ def test_normbench_test_runs_the_plans_seeds_in_the_workers(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "2 passed" in out.stdout, out.stdout[-3000:]
     assert "-seed3] " in out.stdout and "-seed8] " in out.stdout, out.stdout[-3000:]  # run by the workers
+
+
+def test_a_plan_applied_after_the_settings_were_read_is_what_they_say_next():
+    """The settings (normbench.front.settings) are read once per session, and read again after a plan sets the
+    options: a worker applying its controller's plan never keeps the values it parsed from its own command line."""
+    from normbench.front import settings
+    from normbench.front.settings import PREFIX, Settings
+
+    option = SimpleNamespace(**{PREFIX + f.name: None for f in dataclasses.fields(Settings)})
+    option.normbench_seed = [0]
+    config = SimpleNamespace(option=option, stash={})
+    assert settings.of(config).seed == (0,)
+    option.normbench_seed = [9]
+    assert settings.of(config).seed == (0,)  # read once: one object per session
+    plan = plan_of("--impl=numpy", "--seed=4,5")
+    PlanPlugin(plan, plan.options()).pytest_configure(config)
+    assert settings.of(config).seed == (4, 5) and settings.of(config).impl == "numpy"

@@ -47,7 +47,7 @@ import pytest
 from normbench.check import measurement
 from normbench.check.outcomes import NOT_RUN
 from normbench.core.interrupts import forget_signals, note_sigint, received_signal
-from normbench.front import options
+from normbench.front import options, settings
 from normbench.front.plan import SELECTION
 from normbench.front.runner import SIGNALLED, TIMEOUT_MESSAGE, backend_of
 
@@ -80,7 +80,7 @@ def pytest_configure(config: pytest.Config) -> None:
         except ValueError:  # not the main thread: leave the signals alone
             pass
     hangup = getattr(signal, "SIGHUP", None)
-    if (hangup is not None and config.getoption("normbench_impl", None) is not None
+    if (hangup is not None and settings.of(config).impl is not None
             and signal.getsignal(hangup) is signal.SIG_DFL):
         # a dropped terminal sends SIGHUP to the whole process group, as Ctrl-C sends SIGINT: a session running
         # normbench's suites (an xdist worker too) ends the same way, as an interrupted run, not as a crash
@@ -98,7 +98,7 @@ def pytest_configure(config: pytest.Config) -> None:
     folder = Path(tempfile.mkdtemp(prefix="normbench-quarantine-"))
     config.stash[QUARANTINE] = Quarantine(folder / "backends")
     config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
-    config.pluginmanager.register(CrashWatch(config.stash[QUARANTINE], config.getoption("normbench_maxfail"), config),
+    config.pluginmanager.register(CrashWatch(config.stash[QUARANTINE], settings.of(config).maxfail, config),
                                   "normbench-crash-watch")
 
 
@@ -276,9 +276,9 @@ def budget_rank(item: pytest.Item) -> tuple[int, int, int]:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("normbench_stop_at") is not None:  # the most valuable first (a stable sort keeps the rest)
+    if settings.of(config).stop_at is not None:  # the most valuable first (a stable sort keeps the rest)
         items.sort(key=budget_rank)
-    limit = config.getoption("normbench_timeout")
+    limit = settings.of(config).timeout
     if not limit or not config.pluginmanager.hasplugin("timeout") or _timeout_given(config):
         return
     mark = pytest.mark.timeout(limit)
@@ -296,7 +296,7 @@ def _timeout_given(config: pytest.Config) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     backend = _backend(item)
-    stop_at = item.config.getoption("normbench_stop_at")
+    stop_at = settings.of(item.config).stop_at
     if backend is not None and stop_at is not None and time.time() >= stop_at:
         pytest.skip(f"{NOT_RUN}: the run's time budget (--budget) was spent before this test started")
     quarantine = item.config.stash.get(QUARANTINE, None)

@@ -7,7 +7,8 @@ properties, the throughput filters, where results go) and, once made, the backen
 :class:`PlanPlugin`, a pytest plugin object that sets the pytest plugin's options to the plan's values before
 anything reads them, and hands the same values to each pytest-xdist worker in its ``workerinput`` (plain data:
 a worker is another process, where the backends are created again from their names). The pytest plugin applies
-a worker's plan first thing (:func:`apply_to_worker`).
+a worker's plan first thing (:func:`apply_to_worker`). Every room reads the values back through one frozen object,
+``normbench.front.settings.of(config)``.
 
 >>> plan = Plan(impl="numpy", seeds=[0, 1, 2])
 >>> plan.options()["normbench_seed"], plan.options()["normbench_impl"]
@@ -108,9 +109,13 @@ def _default_required() -> tuple[str, ...]:
 
 
 def apply(config: pytest.Config, options: dict[str, Any]) -> None:
-    """Set ``config``'s option values (dest -> parsed value)."""
+    """Set ``config``'s option values (dest -> parsed value); the session's settings are read again from them
+    (``normbench.front.settings``)."""
+    from normbench.front import settings
+
     for dest, value in options.items():
         setattr(config.option, dest, value)
+    settings.forget(config)
 
 
 def apply_to_worker(config: pytest.Config) -> None:

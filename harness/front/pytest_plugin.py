@@ -39,7 +39,7 @@ from normbench import __version__
 from normbench.core import deviations, safe_text
 from normbench.core.exceptions import NormbenchError
 from normbench.core.registry import ALL, Selection, describe, get_registry
-from normbench.front import options, plan, threads
+from normbench.front import options, plan, settings, threads
 from normbench.front.plan import SELECTION
 
 #: throughput options, the sweep, results and progress live in their own module; crash and hang
@@ -78,13 +78,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"family_{family}: cases of the {family!r} family (normbench.core.cases)")
     try:
         config.stash[KNOWN_DEVIATIONS] = deviations.load() + [
-            e for path in config.getoption("normbench_deviations") for e in deviations.load(path)]
+            e for path in settings.of(config).deviations for e in deviations.load(path)]
     except NormbenchError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[TALLY] = deviations.Tally()
     config.pluginmanager.register(DeviationReport(config), "normbench-deviations")
     config.pluginmanager.register(PropertyReport(config), "normbench-properties")
-    if config.getoption("normbench_impl") is not None:
+    if settings.of(config).impl is not None:
         from normbench.core import vetting
 
         vetting.discard_foreign()  # before xdist starts a worker: a verdict no ancestor made is not passed on
@@ -94,12 +94,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def selection(config: pytest.Config) -> Selection:
     """The backends ``--normbench-impl`` (or its alias ``--impl``) selects (created once per process)."""
     if SELECTION not in config.stash:
-        spec = config.getoption("normbench_impl") or ALL
+        spec = settings.of(config).impl or ALL
         try:
             from normbench.core import remote
 
             config.stash[SELECTION] = get_registry().select(
-                spec, create=remote.start if config.getoption("normbench_untrusted") else None)
+                spec, create=remote.start if settings.of(config).untrusted else None)
         except NormbenchError as exc:
             raise pytest.UsageError(f"{options.impl_given_as(config.option)}={spec}: {exc}") from None
     return config.stash[SELECTION]
@@ -107,7 +107,7 @@ def selection(config: pytest.Config) -> Selection:
 
 def _header(config: pytest.Config) -> list[str]:
     sel = config.stash[SELECTION]
-    seeds = config.getoption("normbench_seed")
+    seeds = settings.of(config).seed
     seed = options.format_seeds(seeds) + (f" ({len(seeds)} seeds)" if len(seeds) > 1 else "")
     if len(seeds) == 1 and os.environ.get(options.SEED_DRAWN_ENV) == str(seeds[0]):
         seed += f" (drawn at random for this run; --normbench-seed={seeds[0]} reproduces it)"
@@ -115,7 +115,7 @@ def _header(config: pytest.Config) -> list[str]:
     lines = [f"normbench {__version__}: backends {shown}; seed {seed}"]
     if sel.backends:
         lines.append(f"normbench: threads in the conformance suites: "
-                     f"{threads.describe(sel.backends, config.getoption('normbench_threads'))}")
+                     f"{threads.describe(sel.backends, settings.of(config).threads)}")
         lines.append(f"normbench: properties required: {_required_said(config)}")
     lines += [f"normbench: runtime note: {b.name}: {b.runtime_note}" for b in sel.backends if b.runtime_note]
     lines += [f"normbench: skipped {name}: {reason}" for name, reason in sel.skipped]
@@ -123,7 +123,7 @@ def _header(config: pytest.Config) -> list[str]:
     declared = _declared(config, sel)
     if declared:
         lines.append(f"normbench: known deviations declared: {declared}"
-                     + (" (--normbench-strict: reported as failures)" if config.getoption("normbench_strict") else ""))
+                     + (" (--normbench-strict: reported as failures)" if settings.of(config).strict else ""))
     return lines
 
 
@@ -131,7 +131,7 @@ def _required_said(config: pytest.Config) -> str:
     """``deterministic (batch-invariant reported, not required)``: what --normbench-require asks."""
     from normbench.check.properties import PROPERTIES
 
-    required = config.getoption("normbench_require")
+    required = settings.of(config).require
     reported = [p for p in PROPERTIES if p not in required]
     return (", ".join(required) or "none") + (f" ({', '.join(reported)} reported, not required)" if reported else "")
 
@@ -145,7 +145,7 @@ def normbench_properties(request: pytest.FixtureRequest):
     (``error_histogram``, ...: ``normbench.check.properties.error_structure``)."""
     from normbench.check.properties import Properties
 
-    return Properties(required=tuple(request.config.getoption("normbench_require")), sink=request.node.user_properties)
+    return Properties(required=tuple(settings.of(request.config).require), sink=request.node.user_properties)
 
 
 def _declared(config: pytest.Config, sel: Selection) -> str:
@@ -167,7 +167,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 def pytest_report_collectionfinish(config: pytest.Config, items) -> list[str] | None:
     # --normbench-impl not given: the selection was made lazily during collection
-    if config.getoption("normbench_impl") is None and SELECTION in config.stash:
+    if settings.of(config).impl is None and SELECTION in config.stash:
         return _header(config)
     return None
 
@@ -182,7 +182,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         from normbench.front.pytest_throughput import parametrize_sweep
 
         return parametrize_sweep(metafunc, sel.backends)
-    seeds = metafunc.config.getoption("normbench_seed")
+    seeds = settings.of(metafunc.config).seed
     marker = metafunc.definition.get_closest_marker("normbench_cases")
     case_list = list(marker.args[0]) if marker else [None]
     backward = bool(marker.kwargs.get("backward", False)) if marker else False
@@ -233,7 +233,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     backend = callspec.params.get("backend") if callspec is not None else None
     if backend is not None:
         throughput = "direction" in getattr(item, "fixturenames", ())
-        threads.apply(backend, None if throughput else item.config.getoption("normbench_threads"))
+        threads.apply(backend, None if throughput else settings.of(item.config).threads)
 
 
 def _subject(item: pytest.Item, backend) -> deviations.Subject:
@@ -262,11 +262,11 @@ def pytest_runtest_makereport(item: pytest.Item, call):
         report.normbench_deviations = record  # plain data: travels to the xdist controller with the report
     if not report.failed:
         return
-    if record["explains"] and not item.config.getoption("normbench_strict"):
+    if record["explains"] and not settings.of(item.config).strict:
         report.outcome = "skipped"
         report.wasxfail = f"known deviation ({record['explains']}): {record['covers'][record['explains']]}"
         return
-    seed = callspec.params.get("seed", item.config.getoption("normbench_seed")[0])
+    seed = callspec.params.get("seed", settings.of(item.config).seed[0])
     nodeid = re.sub(r"-seed\d+\]$", "]", item.nodeid)
     report.sections.append(("normbench: reproduce",
                             f"pytest '{nodeid}' {_impl_flag(item)}={backend.name} --normbench-seed={seed}"))
@@ -319,14 +319,14 @@ class DeviationReport:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if hasattr(self.config, "workerinput"):  # an xdist worker sees only its share; the controller decides
             return
-        strict = self.config.getoption("normbench_strict")
+        strict = settings.of(self.config).strict
         if strict and self.tally.stale() and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         lines = self.tally.lines()
         if lines:
-            strict = self.config.getoption("normbench_strict")
+            strict = settings.of(self.config).strict
             terminalreporter.section("normbench known deviations" + (
                 " (--normbench-strict: reported as failures)" if strict else ""))
             for line in lines:
@@ -360,7 +360,7 @@ class PropertyReport:
                 entry[2] = entry[2] or f"{record.case or report.nodeid}: {detail}"
 
     def lines(self) -> list[str]:
-        required = self.config.getoption("normbench_require")
+        required = settings.of(self.config).require
         out = []
         for (backend, name), (measured, violated, first) in sorted(self.tally.items()):
             if violated:

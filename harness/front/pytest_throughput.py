@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from normbench.core.storage import ResultsError
-from normbench.front import options
+from normbench.front import options, settings
 from normbench.front.plan import SELECTION
 from normbench.perf.sweep import Filters
 
@@ -91,9 +91,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def filters(config: pytest.Config) -> Filters:
-    return Filters(config.getoption("normbench_direction"), config.getoption("normbench_dtype"),
-                   config.getoption("normbench_shape"), config.getoption("normbench_norm"),
-                   bool(config.getoption("normbench_rehearsal")))
+    return Filters(settings.of(config).direction, settings.of(config).dtype,
+                   settings.of(config).shape, settings.of(config).norm,
+                   bool(settings.of(config).rehearsal))
 
 
 def not_timed_reason(backend: Backend) -> str | None:
@@ -170,7 +170,7 @@ def _run_id(config: pytest.Config) -> str:
         from normbench.core.environment import new_run_id
 
         given = getattr(config, "workerinput", {}).get(RUN_ID_INPUT)
-        config.stash[RUN_ID] = config.getoption("normbench_run_id") or given or new_run_id()
+        config.stash[RUN_ID] = settings.of(config).run_id or given or new_run_id()
     return config.stash[RUN_ID]
 
 
@@ -179,15 +179,15 @@ def _session(config: pytest.Config) -> ThroughputSession:
         from normbench.perf.throughput import ThroughputRunner
         from normbench.perf.timing import TimingOptions
 
-        rehearsal = bool(config.getoption("normbench_rehearsal"))
-        min_samples = REHEARSAL_SAMPLES if rehearsal else config.getoption("normbench_min_samples")
-        options = TimingOptions(cache=config.getoption("normbench_cache"), min_samples=min_samples,
+        rehearsal = bool(settings.of(config).rehearsal)
+        min_samples = REHEARSAL_SAMPLES if rehearsal else settings.of(config).min_samples
+        options = TimingOptions(cache=settings.of(config).cache, min_samples=min_samples,
                                 max_samples=max(200, min_samples),
-                                max_time_s=REHEARSAL_TIME_S if rehearsal else config.getoption("normbench_max_time"))
-        mib = config.getoption("normbench_ceiling_mib") or (REHEARSAL_CEILING_MIB if rehearsal else None)
+                                max_time_s=REHEARSAL_TIME_S if rehearsal else settings.of(config).max_time)
+        mib = settings.of(config).ceiling_mib or (REHEARSAL_CEILING_MIB if rehearsal else None)
         runner = ThroughputRunner(options, ceiling_bytes=mib << 20 if mib else None,
                                   flush_bytes=REHEARSAL_CEILING_MIB << 20 if rehearsal else None,
-                                  seed=config.getoption("normbench_seed")[0], run_id=_run_id(config))
+                                  seed=settings.of(config).seed[0], run_id=_run_id(config))
         config.stash[SESSION] = ThroughputSession(config, runner, _run_id(config))
     return config.stash[SESSION]
 
@@ -236,7 +236,7 @@ class Recorder:
 
     @property
     def folder(self) -> Path:
-        return Path(self.config.getoption("normbench_out")) / _run_id(self.config)
+        return Path(settings.of(self.config).out) / _run_id(self.config)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
@@ -261,7 +261,7 @@ class Recorder:
 
         if self._claim is None:
             try:
-                self._claim = claim(self.config.getoption("normbench_out"), _run_id(self.config))
+                self._claim = claim(settings.of(self.config).out, _run_id(self.config))
             except ResultsError as exc:
                 pytest.exit(f"normbench: error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
 
