@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from normbench.check import coherence, conformance, oracle
+from normbench.check import backward_coherence, coherence, conformance, oracle
 from normbench.core import cases, operations
 from normbench.impls.numpy_ref import NumpyBackend
 from tests import coherence_variants as cv
@@ -255,7 +255,7 @@ def _backward_verdict(backend, case: cases.Case, seed: int) -> str | None:
     run = conformance.run_backward(backend, inputs, dy)
     ref = conformance.reference(inputs)
     try:
-        coherence.check_backward_coherence(backend, inputs, dy, run, ref, oracle.backward(dy, ref))
+        backward_coherence.check_backward_coherence(backend, inputs, dy, run, ref, oracle.backward(dy, ref))
     except conformance.ConformanceError as exc:
         return str(exc)
     return None

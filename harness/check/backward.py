@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normbench.check import coherence, error_model, fused, oracle
+from normbench.check import backward_coherence, error_model, fused, oracle
 from normbench.check.aliasing import Extents
 from normbench.check.handover import Handover, extents_to_avoid, host_array
 from normbench.check.judging import context, fail_beyond, reference
@@ -196,4 +196,4 @@ def check_backward(backend: Backend, inputs: Inputs, dy: np.ndarray, properties:
     check_backward_values(backend, inputs, dy, run, ref, grads)
     check_backward_deterministic(backend, inputs, dy, run, properties)
     if not operations.of(inputs.case.norm).fuses:  # dsum's error is dx's plus the add's; the plain cases judge dx's
-        coherence.check_backward_coherence(backend, inputs, dy, run, ref, grads)
+        backward_coherence.check_backward_coherence(backend, inputs, dy, run, ref, grads)
