@@ -61,13 +61,11 @@ def run_backward(backend: Backend, inputs: Inputs, dy: np.ndarray, earlier: Back
     if norm.fuses:
         handed = Handover.of(backend, dy=dy, dresidual_out=cases.make_dresidual(case, inputs.seed),
                              residual_out=fused.residual_out(inputs), weight=inputs.weight, bias=inputs.bias)
-        args = norm.backward_arguments(residual_out=handed["residual_out"], normalized_shape=case.normalized_shape,
-                                       weight=handed["weight"], bias=handed["bias"], eps=case.eps)
+        args = case.backward_arguments({name: handed[name] for name in ("residual_out", "weight", "bias")})
         cotangents = (handed["dy"], handed["dresidual_out"])
     else:
         handed = Handover.of(backend, dy=dy, x=inputs.x, weight=inputs.weight, bias=inputs.bias)
-        args = norm.arguments(x=handed["x"], normalized_shape=case.normalized_shape, weight=handed["weight"],
-                              bias=handed["bias"], eps=case.eps)
+        args = case.arguments({name: handed[name] for name in ("x", "weight", "bias")})
         cotangents = (handed["dy"],)
     out = handed.call(norm.backward_entry, context(backend, inputs),
                       lambda a, c: norm.backward(backend, a, c, case.options), args, cotangents)

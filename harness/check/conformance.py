@@ -88,11 +88,7 @@ def hand_over(backend: Backend, inputs: Inputs) -> tuple[Handover, tuple]:
     scale_ub; a parameter the operation does not take is left out."""
     case = inputs.case
     handed = Handover.of(backend, x=inputs.x, residual=inputs.residual, weight=inputs.weight, bias=inputs.bias)
-    args = operations.of(case.norm).arguments(
-        x=handed["x"], residual=handed["residual"], normalized_shape=case.normalized_shape, weight=handed["weight"],
-        bias=handed["bias"], eps=case.eps, scale=None if case.scale is None else float(np.float32(case.scale)),
-        qdtype=case.qdtype, scale_ub=case.scale_ub)
-    return handed, args
+    return handed, case.arguments({name: handed[name] for name in ("x", "residual", "weight", "bias")})
 
 
 def run_forward(backend: Backend, inputs: Inputs, *, statistics: bool = True,

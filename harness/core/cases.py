@@ -15,8 +15,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -167,6 +168,38 @@ class Case:
         """The residual stream's dtype (residual, residual_out, dresidual_out, dsum): ``residual_dtype``, else x's;
         None for a plain normalization."""
         return None if self.residual is None else (self.residual_dtype or self.dtype)
+
+    @property
+    def operation(self) -> operations.Operation:
+        """The operation it is a case of (``norm`` names it)."""
+        return operations.of(self.norm)
+
+    def arguments(self, arrays: Mapping[str, Any]) -> tuple:
+        """The forward entry point's ``args`` for this case: the arrays handed over, by parameter name (a name the
+        operation does not take is left out), and the case's own values as each of its parts renders them
+        (``normbench.core.parts``: normalized_shape and eps, a quantized output's format and scale). The one place a
+        case becomes a backend's arguments.
+
+        >>> case = Case("demo", (2, 4), (4,), "float32", norm="rms_norm", eps=None)
+        >>> case.arguments({"x": "x", "weight": "w", "dy": "ignored"})
+        ('x', (4,), 'w', None)
+        """
+        op = self.operation
+        return op.arguments({**self._call_values(), **{p: arrays[p] for p in op.params if p in arrays}})
+
+    def backward_arguments(self, arrays: Mapping[str, Any]) -> tuple:
+        """The backward entry point's arguments after its cotangents, as :meth:`arguments`: the forward's, or a fused
+        operation's ``(residual_out, normalized_shape, weight, [bias,] eps)``."""
+        op = self.operation
+        return op.backward_arguments({**self._call_values(),
+                                      **{p: arrays[p] for p in op.backward_parameters if p in arrays}})
+
+    def _call_values(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for part in self.operation.parts:
+            if part is not None:
+                values.update(part.call_values(self))
+        return values
 
     @property
     def eps_value(self) -> float:

@@ -134,6 +134,11 @@ class Normalization:
     #: its outputs' judges: y and the saved statistics within the error model's bounds
     judges = {"y": "bounded", "mean": "bounded", "rstd": "bounded"}
 
+    @staticmethod
+    def call_values(case: Any) -> dict[str, Any]:
+        """Its parameters' values in ``case`` as a backend's entry point takes them (the arrays aside)."""
+        return {"normalized_shape": case.normalized_shape, "eps": case.eps}
+
     def contract(self) -> dict[str, Any]:
         """The operation it is alone, as :class:`~normbench.core.operations.Operation`'s keyword arguments."""
         return dict(name=self.name, label=self.label, formula=self.formula, id_prefix=self.id_prefix,
@@ -240,6 +245,11 @@ class ResidualAdd:
                                       ("residual_out", "M*N", "residual"), ("weight", "N", "weight"), *statistics)
                     + writes(("dsum", "M*N", "residual"), *gradients)},
                 "backward_params": ("residual_out",) + base["params"][1:]}
+
+    @staticmethod
+    def call_values(case: Any) -> dict[str, Any]:
+        """Its parameters' values in ``case`` as an entry point takes them: none (the residual is an array)."""
+        return {}
 
     def settle(self, values: Mapping[str, Any], label: str) -> dict[str, Any]:
         """A fused case's values, defaults filled in (residual "same"), or :class:`InvalidInput` saying what is wrong."""
@@ -382,6 +392,13 @@ class Quantize:
                                                        if t.tensor != "y")
                             + writes(("q", "M*N", "q"), *scales)},
                 "hypotheses": (), "backward_params": (), "options": ()}
+
+    def call_values(self, case: Any) -> dict[str, Any]:
+        """Its parameters' values in ``case`` as an entry point takes them: the format, and a given scale as the
+        float32 it is held in (a Python float) or a computed one's upper bound on the absmax."""
+        if self.given:
+            return {"qdtype": case.qdtype, "scale": float(np.float32(case.scale))}
+        return {"qdtype": case.qdtype, "scale_ub": case.scale_ub}
 
     def settle(self, values: Mapping[str, Any], label: str) -> dict[str, Any]:
         """Validates a quantized case's values: a qdtype; a given scale, a number finite and > 0 in float32

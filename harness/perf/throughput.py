@@ -103,8 +103,7 @@ def prepare(backend: Backend, reference: Reference, direction: str, order: np.nd
     protect = (lambda n: n) if writable else conformance.read_only  # arrays (all, or weight and bias) are copied
     native = {name: None if a is None or (direction == "forward" and name in norm.cotangents)
               else protect(backend.asarray(a.copy() if a is own[name] else a)) for name, a in hosts.items()}
-    args = norm.arguments({p: native[p] for p in norm.params if p in native}, normalized_shape=case.normalized_shape,
-                          eps=case.eps)
+    args = case.arguments(native)
     cotangents = tuple(native[name] for name in norm.cotangents)
     written: dict[str, Any] = {}
     if direction == "forward":
